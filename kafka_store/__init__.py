@@ -1,0 +1,56 @@
+"""Storage layer on Kafka: the only package that imports ``confluent_kafka``."""
+
+from kafka_store.admin import TopicAdmin
+from kafka_store.broker import LocalBroker, free_port
+from kafka_store.codec import REGISTRY, CodecRegistry, RecordKind
+from kafka_store.config import KafkaConfig
+from kafka_store.group import GroupMembership
+from kafka_store.errors import (
+    BrokerStartError,
+    BrokerUnavailableError,
+    CodecError,
+    CorruptRecordError,
+    ProduceError,
+    RecordTooLargeError,
+    StoreError,
+    TopicNotFoundError,
+    UnknownRecordKindError,
+    UnsupportedRecordVersionError,
+)
+from kafka_store.producer import Appender
+from kafka_store.reader import (
+    BEGINNING,
+    PartitionReader,
+    StoredRecord,
+    end_offsets,
+    read_range,
+    replay_compacted,
+)
+
+__all__ = [
+    "BEGINNING",
+    "REGISTRY",
+    "Appender",
+    "BrokerStartError",
+    "BrokerUnavailableError",
+    "CodecError",
+    "CodecRegistry",
+    "CorruptRecordError",
+    "KafkaConfig",
+    "LocalBroker",
+    "PartitionReader",
+    "ProduceError",
+    "RecordKind",
+    "RecordTooLargeError",
+    "StoreError",
+    "StoredRecord",
+    "TopicAdmin",
+    "TopicNotFoundError",
+    "UnknownRecordKindError",
+    "UnsupportedRecordVersionError",
+    "end_offsets",
+    "GroupMembership",
+    "free_port",
+    "read_range",
+    "replay_compacted",
+]

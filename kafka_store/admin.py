@@ -1,0 +1,108 @@
+"""Topic administration: idempotent create with partitions and configs, partition counts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from kafka_store.config import KafkaConfig
+from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
+
+log = logging.getLogger(__name__)
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+class TopicAdmin:
+    """Creates and inspects topics. No network I/O until a method is called."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self._config = config
+        self._client: AdminClient | None = None
+
+    @property
+    def _admin(self) -> AdminClient:
+        if self._client is None:
+            self._client = AdminClient(self._config.to_librdkafka())
+        return self._client
+
+    @property
+    def _timeout(self) -> float:
+        return self._config.request_timeout_ms / 1000
+
+    def ensure_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> int:
+        """Create the topic if missing; return its partition count (existing topics are left as they are)."""
+        futures = self._admin.create_topics(
+            [NewTopic(name, partitions, 1, config=dict(configs or {}))], request_timeout=self._timeout
+        )
+        try:
+            futures[name].result(self._timeout)
+            log.info("created topic %s with %d partitions", name, partitions)
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise self._translate(exc, f"create topic {name}") from None
+        except Exception as exc:  # concurrent.futures.TimeoutError and friends
+            raise BrokerUnavailableError(f"create topic {name}: {exc}") from None
+        return self.partition_count(name)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        futures = self._admin.create_partitions([NewPartitions(name, total)], request_timeout=self._timeout)
+        try:
+            futures[name].result(self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, f"add partitions to {name}") from None
+
+    def partition_count(self, name: str) -> int:
+        try:
+            meta = self._admin.list_topics(topic=name, timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, f"describe {name}") from None
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        return len(topic.partitions)
+
+    def topic_exists(self, name: str) -> bool:
+        try:
+            self.partition_count(name)
+        except TopicNotFoundError:
+            return False
+        return True
+
+    def list_topics(self) -> list[str]:
+        try:
+            meta = self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, "list topics") from None
+        return sorted(meta.topics)
+
+    def delete_topics(self, names: list[str]) -> None:
+        if not names:
+            return
+        futures = self._admin.delete_topics(names, request_timeout=self._timeout)
+        for name, fut in futures.items():
+            try:
+                fut.result(self._timeout)
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise self._translate(exc, f"delete {name}") from None
+
+    @staticmethod
+    def _translate(exc: KafkaException, what: str) -> StoreError:
+        err = _kafka_error(exc)
+        if err is None:
+            return StoreError(f"{what}: {exc}")
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+            return BrokerUnavailableError(f"{what}: {err.str()}")
+        if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return TopicNotFoundError(f"{what}: {err.str()}")
+        return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))

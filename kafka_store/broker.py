@@ -1,0 +1,104 @@
+"""Runs the embedded default broker: noida-db's Kafka service on 127.0.0.1.
+
+The project starts and stops it itself (demo, tests, ``pulsar-txn standalone``); any real Kafka
+cluster works instead by giving bootstrap servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from kafka_store.errors import BrokerStartError
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _noida_binary() -> str:
+    # Prefer the console script next to the running interpreter (the project's venv).
+    candidate = Path(sys.executable).with_name("noida-db")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("noida-db")
+    if found is None:
+        raise BrokerStartError("noida-db is not installed: pip install noida-db")
+    return found
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class LocalBroker:
+    """A Kafka-protocol broker in its own data dir on a free local port."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self._running = False
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.port is None:
+            raise BrokerStartError("broker not started")
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            self.port = free_port()
+        cmd = [
+            _noida_binary(), "up", "--only", "kafka", "--host", "127.0.0.1",
+            "--kafka-port", str(self.port), "--data-dir", str(self.data_dir),
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise BrokerStartError(f"noida-db up did not return within {timeout}s") from None
+        if proc.returncode != 0:
+            raise BrokerStartError(f"noida-db up failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        deadline = time.monotonic() + timeout
+        while not _port_open(self.port):
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"embedded broker did not listen on port {self.port} in {timeout}s")
+            time.sleep(0.05)
+        self._running = True
+        log.info("embedded broker up at %s (data %s)", self.bootstrap_servers, self.data_dir)
+        return self.bootstrap_servers
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self._running:
+            return
+        cmd = [_noida_binary(), "down", "--data-dir", str(self.data_dir)]
+        try:
+            subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise BrokerStartError(f"noida-db down did not return within {timeout}s") from None
+        self._running = False
+        log.info("embedded broker stopped")
+
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

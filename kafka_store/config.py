@@ -1,0 +1,70 @@
+"""Typed connection settings that dump to librdkafka configuration dicts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+_SECRET_WORDS = ("password", "secret", "token", "key.pem", "sasl.oauthbearer.config", "jaas")
+
+
+def _is_secret_key(key: str) -> bool:
+    low = key.lower()
+    return any(word in low for word in _SECRET_WORDS)
+
+
+class KafkaConfig(BaseModel):
+    """How to reach a Kafka cluster (any Kafka 3.x+ or the embedded broker).
+
+    Secrets are ``SecretStr`` and passthrough keys that look secret are masked in ``repr``,
+    so logging a config never logs a password.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = Field(min_length=1)
+    client_id: str = "pulsar-txn"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+    request_timeout_ms: int = Field(default=10_000, gt=0)
+    # Any other librdkafka property, passed through unchanged (e.g. {"socket.keepalive.enable": "true"}).
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_servers(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"bootstrap server {server.strip()!r} is not host:port")
+        return value
+
+    def to_librdkafka(self) -> dict[str, str | int]:
+        """The librdkafka properties for this connection (secrets revealed: never log the result)."""
+        out: dict[str, str | int] = {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id}
+        pairs: list[tuple[str, str | None]] = [
+            ("security.protocol", self.security_protocol),
+            ("sasl.mechanism", self.sasl_mechanism),
+            ("sasl.username", self.sasl_username),
+            ("sasl.password", self.sasl_password.get_secret_value() if self.sasl_password else None),
+            ("ssl.ca.location", self.ssl_ca_location),
+            ("ssl.certificate.location", self.ssl_certificate_location),
+            ("ssl.key.location", self.ssl_key_location),
+            ("ssl.key.password", self.ssl_key_password.get_secret_value() if self.ssl_key_password else None),
+        ]
+        out.update({k: v for k, v in pairs if v is not None})
+        out.update(self.extra)
+        return out
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        for name, value in super().__repr_args__():
+            if name == "extra" and isinstance(value, dict):
+                value = {k: ("**********" if _is_secret_key(k) else v) for k, v in value.items()}
+            yield name, value

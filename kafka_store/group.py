@@ -1,0 +1,92 @@
+"""Kafka consumer-group membership used only for partition *assignment* (never for records).
+
+The coordinator uses it to share TC ids (log partitions) among instances: Kafka's group protocol
+decides who owns what, rebalances when instances come and go, and evicts silent members.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kafka_store.config import KafkaConfig
+
+log = logging.getLogger(__name__)
+
+
+class GroupMembership:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        group_id: str,
+        topic: str,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+        *,
+        session_timeout_ms: int = 6000,
+    ) -> None:
+        conf: dict[str, Any] = dict(config.to_librdkafka())
+        conf.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "latest",
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
+                "partition.assignment.strategy": "range",
+            }
+        )
+        self._conf = conf
+        self._topic = topic
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self.assigned: list[int] = []
+
+    def start(self) -> None:
+        self._consumer = Consumer(self._conf)
+        self._consumer.subscribe([self._topic], on_assign=self._assigned, on_revoke=self._revoked)
+        self._thread = threading.Thread(target=self._run, name=f"group-{self._topic}", daemon=True)
+        self._thread.start()
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)  # membership only: we never want these records
+        self.assigned = sorted(tp.partition for tp in partitions)
+        log.info("group %s assigned %s partitions %s", self._conf["group.id"], self._topic, self.assigned)
+        self._on_assign(self.assigned)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = sorted(tp.partition for tp in partitions)
+        self.assigned = [p for p in self.assigned if p not in revoked]
+        log.info("group %s revoked %s partitions %s", self._conf["group.id"], self._topic, revoked)
+        self._on_revoke(revoked)
+        consumer.unassign()
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None  # set before the thread starts
+        while not self._stop.is_set():
+            try:
+                consumer.poll(0.1)
+            except KafkaException as exc:
+                log.warning("group membership poll error: %s", exc)
+
+    def stop(self) -> None:
+        """Leave the group (others take over our partitions at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("leaving group: %s", exc)
+            self._consumer = None

@@ -1,0 +1,195 @@
+"""Appends records to chosen partitions and reports the offsets Kafka gave them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from kafka_store.config import KafkaConfig
+from kafka_store.errors import (
+    BrokerUnavailableError,
+    ProduceError,
+    RecordTooLargeError,
+    StoreError,
+    TopicNotFoundError,
+)
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+DeliveryCallback = Callable[[int | None, StoreError | None], None]
+
+_UNAVAILABLE = {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+_NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
+
+
+def translate_kafka_error(err: KafkaError, what: str) -> StoreError:
+    code = err.code()
+    if code in _TOO_LARGE:
+        return RecordTooLargeError(f"{what}: {err.str()}")
+    if code in _UNAVAILABLE:
+        return BrokerUnavailableError(f"{what}: {err.str()}")
+    if code in _NO_TOPIC:
+        return TopicNotFoundError(f"{what}: {err.str()}")
+    return ProduceError(f"{what}: {err.str()}", retriable=bool(err.retriable()))
+
+
+class Appender:
+    """An idempotent (acks=all) producer with a background delivery thread.
+
+    ``append`` is thread-safe and never blocks on the network; the callback or future fires with
+    the record's offset once Kafka has stored it. librdkafka packs concurrent appends into one
+    ProduceRequest per partition (``linger_ms`` / ``batch_max_records``): that is our batching.
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        *,
+        linger_ms: float = 0.0,
+        batch_max_records: int = 10_000,
+        delivery_timeout_ms: int = 30_000,
+        max_record_bytes: int = 1_000_000,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self._conf: dict[str, Any] = dict(config.to_librdkafka())
+        self._conf.update(
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": linger_ms,
+                "batch.num.messages": batch_max_records,
+                "message.timeout.ms": delivery_timeout_ms,
+                "message.max.bytes": max(max_record_bytes + 4096, 1_000_000),
+                "compression.type": "none",
+            }
+        )
+        self._conf.update(extra or {})
+        self._max_record_bytes = max_record_bytes
+        self._producer: Producer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._fatal: StoreError | None = None
+
+    def _ensure_started(self) -> Producer:
+        producer = self._producer
+        if producer is not None:
+            return producer
+        with self._lock:
+            if self._producer is None:
+                self._conf["error_cb"] = self._on_error
+                self._producer = Producer(self._conf)
+                self._thread = threading.Thread(target=self._poll_loop, name="appender-poll", daemon=True)
+                self._thread.start()
+            return self._producer
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = translate_kafka_error(err, "producer fatal error")
+            log.error("producer fatal error: %s", err.str())
+        else:
+            log.debug("producer error: %s", err.str())
+
+    def _poll_loop(self) -> None:
+        producer = self._producer
+        assert producer is not None  # set before the thread starts
+        while not self._stop.is_set():
+            producer.poll(0.05)
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> Future[int]:
+        """Append one record; returns a future of its offset (and calls ``callback`` if given)."""
+        future: Future[int] = Future()
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            # The future may have been cancelled by an impatient waiter: the record is stored anyway.
+            if err is not None:
+                error = translate_kafka_error(err, f"append to {topic}[{partition}]")
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(error)
+                if callback is not None:
+                    callback(None, error)
+            else:
+                offset = int(msg.offset())
+                if future.set_running_or_notify_cancel():
+                    future.set_result(offset)
+                if callback is not None:
+                    callback(offset, None)
+
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in headers or ())
+        if size > self._max_record_bytes:
+            error: StoreError = RecordTooLargeError(
+                f"record of {size} bytes exceeds the {self._max_record_bytes}-byte limit"
+            )
+            future.set_exception(error)
+            if callback is not None:
+                callback(None, error)
+            return future
+        if self._fatal is not None:
+            future.set_exception(self._fatal)
+            if callback is not None:
+                callback(None, self._fatal)
+            return future
+        producer = self._ensure_started()
+        deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
+        while True:
+            try:
+                producer.produce(
+                    topic, value=value, key=key, partition=partition,
+                    headers=list(headers) if headers else None, on_delivery=on_delivery,
+                )
+                return future
+            except BufferError:
+                if time.monotonic() > deadline:
+                    error = BrokerUnavailableError("producer queue stayed full: broker not keeping up")
+                    break
+                time.sleep(0.005)
+            except KafkaException as exc:
+                error = translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]")
+                break
+        future.set_exception(error)
+        if callback is not None:
+            callback(None, error)
+        return future
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for outstanding appends; returns how many are still in flight."""
+        if self._producer is None:
+            return 0
+        return int(self._producer.flush(timeout))
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._producer is None:
+            return
+        remaining = self.flush(timeout)
+        if remaining:
+            log.warning("appender closed with %d records undelivered", remaining)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._producer = None

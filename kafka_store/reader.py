@@ -1,0 +1,204 @@
+"""Ranged and tailing reads of partitions, end offsets, and compacted-topic replay."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from kafka_store.config import KafkaConfig
+from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
+from kafka_store.producer import translate_kafka_error
+
+log = logging.getLogger(__name__)
+
+BEGINNING = OFFSET_BEGINNING
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One Kafka record as read back."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+    def header(self, name: str) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+def _to_record(msg: Any) -> StoredRecord:
+    raw_headers = msg.headers() or ()
+    headers = tuple((k, v if v is not None else b"") for k, v in raw_headers)
+    return StoredRecord(
+        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]
+    )
+
+
+class PartitionReader:
+    """An assign-only consumer (no group membership, never commits) for ranged and tailing reads."""
+
+    def __init__(self, config: KafkaConfig, *, fetch_wait_ms: int = 10, extra: dict[str, Any] | None = None):
+        conf: dict[str, Any] = dict(config.to_librdkafka())
+        conf.update(
+            {
+                "group.id": f"{config.client_id}-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": fetch_wait_ms,
+                "fetch.min.bytes": 1,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        conf.update(extra or {})
+        self._conf = conf
+        self._timeout = config.request_timeout_ms / 1000
+        self._consumer: Consumer | None = None
+        self._eof: set[tuple[str, int]] = set()
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._conf)
+        return self._consumer
+
+    def assign(self, positions: dict[tuple[str, int], int]) -> None:
+        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        self._eof.clear()
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        self._eof.discard((topic, partition))
+
+    def remove(self, topic: str, partition: int) -> None:
+        self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+
+    def at_eof(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._eof
+
+    def poll_batch(self, max_records: int = 1000, timeout: float = 0.1) -> list[StoredRecord]:
+        """Records in offset order per partition; empty on timeout. Records end-of-partition events."""
+        out: list[StoredRecord] = []
+        # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
+        # then whatever else is already fetched is drained without waiting.
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return out
+        msgs = [first]
+        if max_records > 1:
+            msgs.extend(self.consumer.consume(max_records - 1, 0))
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                out.append(_to_record(msg))
+                self._eof.discard((msg.topic(), msg.partition()))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                self._eof.add((msg.topic(), msg.partition()))
+            elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
+            elif err.fatal():
+                raise translate_kafka_error(err, "read")
+            else:
+                log.debug("consumer error (will retry): %s", err.str())
+        return out
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout, cached=False
+            )
+        except KafkaException as exc:
+            raise _translate(exc, f"watermarks of {topic}[{partition}]") from None
+        return int(low), int(high)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _translate(exc: KafkaException, what: str) -> StoreError:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is None:
+        return StoreError(f"{what}: {exc}")
+    if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+        return BrokerUnavailableError(f"{what}: {err.str()}")
+    return translate_kafka_error(err, what)
+
+
+def end_offsets(config: KafkaConfig, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    reader = PartitionReader(config)
+    try:
+        return {tp: reader.watermarks(*tp)[1] for tp in partitions}
+    finally:
+        reader.close()
+
+
+def read_range(
+    config: KafkaConfig,
+    topic: str,
+    partition: int,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    batch: int = 2000,
+    timeout: float = 30.0,
+) -> Iterator[StoredRecord]:
+    """Records with ``start <= offset < end`` (``end`` defaults to the end offset at call time).
+
+    Compaction leaves gaps in offsets; reading stops at ``end`` or at the partition's end,
+    whichever comes first, so a gap never causes a hang. Raises ``BrokerUnavailableError`` if no
+    progress is made for ``timeout`` seconds.
+    """
+    reader = PartitionReader(config)
+    try:
+        low, high = reader.watermarks(topic, partition)
+        stop = high if end is None else min(end, high)
+        if max(start, low) >= stop:
+            return
+        reader.assign({(topic, partition): max(start, low)})
+        last_progress = time.monotonic()
+        while True:
+            records = reader.poll_batch(batch, 0.2)
+            for rec in records:
+                if rec.offset >= stop:
+                    return
+                yield rec
+                if rec.offset + 1 >= stop:
+                    return
+            if records:
+                last_progress = time.monotonic()
+            elif reader.at_eof(topic, partition):
+                return
+            elif time.monotonic() - last_progress > timeout:
+                raise BrokerUnavailableError(f"no progress reading {topic}[{partition}] for {timeout}s")
+    finally:
+        reader.close()
+
+
+def replay_compacted(
+    config: KafkaConfig, topic: str, partition: int, *, timeout: float = 30.0
+) -> dict[bytes, StoredRecord]:
+    """The topic partition as a table: the latest record per key, tombstoned keys removed."""
+    table: dict[bytes, StoredRecord] = {}
+    for rec in read_range(config, topic, partition, 0, None, timeout=timeout):
+        if rec.key is None:
+            continue
+        if rec.value is None:
+            table.pop(rec.key, None)
+        else:
+            table[rec.key] = rec
+    return table

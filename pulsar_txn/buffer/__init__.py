@@ -1,0 +1,1 @@
+"""Transaction buffer: per-partition transaction state, markers and read-committed filtering."""

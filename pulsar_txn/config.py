@@ -1,0 +1,66 @@
+"""Typed configuration of the coordinator service (every tunable in one place)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from kafka_store import KafkaConfig
+
+
+class CoordinatorConfig(BaseModel):
+    """Tunables of the transaction coordinator. Defaults follow Pulsar where Pulsar has one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # -- storage ---------------------------------------------------------------------------------
+    log_topic: str = "__pulsar_txn_log"
+    owners_topic: str = "__pulsar_txn_tc_owners"
+    num_tcs: int = Field(default=16, ge=1, le=4096, description="TCs = log partitions; fixed at cluster init")
+
+    # -- ownership -------------------------------------------------------------------------------
+    ownership: Literal["group", "static"] = "group"
+    static_tc_ids: tuple[int, ...] = ()
+    coordinator_group: str = "pulsar-txn-coordinators"
+    group_session_timeout_ms: int = Field(default=6_000, ge=1_000)
+
+    # -- transactions ----------------------------------------------------------------------------
+    default_txn_timeout_ms: int = Field(default=60_000, gt=0)
+    max_txn_timeout_ms: int = Field(default=3 * 3600 * 1000, gt=0)
+    end_txn_retention_ms: int = Field(
+        default=300_000, ge=0, description="how long a finished txn's outcome is kept for idempotent end"
+    )
+
+    # -- batched log writes (PIP-160 equivalent) -------------------------------------------------
+    log_batch_enabled: bool = True
+    log_batch_max_records: int = Field(default=512, ge=1)
+    log_batch_max_delay_ms: float = Field(default=0.0, ge=0)
+
+    # -- ending transactions ---------------------------------------------------------------------
+    end_retry_initial_backoff_ms: int = Field(default=50, ge=1)
+    end_retry_max_backoff_ms: int = Field(default=5_000, ge=1)
+    marker_secret: SecretStr | None = None
+
+    # -- service ---------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(default=6650, ge=0, le=65535)
+    advertised_url: str | None = None
+    auth_token: SecretStr | None = None
+    admin_port: int | None = Field(default=None, ge=0, le=65535)
+    recovery_timeout_ms: int = Field(default=60_000, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> CoordinatorConfig:
+        if self.default_txn_timeout_ms > self.max_txn_timeout_ms:
+            raise ValueError("default_txn_timeout_ms exceeds max_txn_timeout_ms")
+        if self.ownership == "static":
+            bad = [t for t in self.static_tc_ids if not 0 <= t < self.num_tcs]
+            if bad or not self.static_tc_ids:
+                raise ValueError(f"static_tc_ids must be non-empty TC ids in [0, {self.num_tcs}); got {bad}")
+        if self.end_retry_initial_backoff_ms > self.end_retry_max_backoff_ms:
+            raise ValueError("end_retry_initial_backoff_ms exceeds end_retry_max_backoff_ms")
+        return self
+
+
+__all__ = ["CoordinatorConfig", "KafkaConfig"]

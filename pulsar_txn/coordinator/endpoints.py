@@ -1,0 +1,74 @@
+"""Where an ending transaction is applied: its produced partitions and its acked subscriptions.
+
+``TxnEndpoints`` is the seam between the coordinator and the transaction buffer / pending-ack
+components. ``KafkaTxnEndpoints`` is the implementation on Kafka: it appends one marker per partition
+(the transaction buffer reads them) and one outcome marker per pending-ack log partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from kafka_store import Appender, TopicAdmin, TopicNotFoundError
+from pulsar_txn.buffer.marker import TxnMarker, encode_marker, sign
+from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+
+class TxnEndpoints(Protocol):
+    async def end_on_partition(
+        self, partition: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+    ) -> None:
+        """Make ``action`` durable on one produced partition (idempotent: may be called again)."""
+        ...
+
+    async def end_on_subscription(
+        self, topic: str, subscription: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+    ) -> None:
+        """Make ``action`` durable for the txn's acks on one subscription (idempotent)."""
+        ...
+
+
+class KafkaTxnEndpoints:
+    """Writes markers with the shared appender; ``await`` returns once Kafka has stored them."""
+
+    def __init__(self, appender: Appender, admin: TopicAdmin, marker_secret: bytes | None = None) -> None:
+        self._appender = appender
+        self._admin = admin
+        self._secret = marker_secret
+        self._partition_counts: dict[str, int] = {}
+
+    async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
+        if self._secret is not None:
+            marker = sign(marker, topic, partition, self._secret)
+        value, headers = encode_marker(marker)
+        future = self._appender.append(topic, partition, value, headers=headers)
+        await asyncio.wrap_future(future)
+
+    async def end_on_partition(
+        self, partition: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+    ) -> None:
+        name = TopicName.parse(partition)
+        marker = TxnMarker(txn_id, action, low_watermark, int(time.time() * 1000))
+        await self._write_marker(name.kafka_topic, name.kafka_partition, marker)
+
+    async def end_on_subscription(
+        self, topic: str, subscription: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+    ) -> None:
+        ack_topic = pending_ack_topic(TopicName.parse(topic), subscription)
+        count = self._partition_counts.get(ack_topic)
+        if count is None:
+            try:
+                count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
+            except TopicNotFoundError:
+                # No transactional ack ever reached this subscription's log: nothing to end there.
+                log.debug("no pending-ack log %s for %s; nothing to end", ack_topic, txn_id)
+                return
+            self._partition_counts[ack_topic] = count
+        marker = TxnMarker(txn_id, action, low_watermark, int(time.time() * 1000))
+        await asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in range(count)))

@@ -1,0 +1,99 @@
+"""The pure fold of one TC's log partition: state at offset X = f(records below X).
+
+Fencing rule (see docs/storage-format.md): a claim's own offset is the epoch it starts. Reading in
+offset order, the current epoch is the offset of the latest claim seen. A TxnMeta or SeqHighWater
+record whose epoch is below the current epoch was written by a deposed owner after it lost the TC:
+it is *stale* and ignored (its key is remembered so the owner can tombstone it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from kafka_store import REGISTRY, CodecError
+from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClaimInfo:
+    epoch: int
+    owner_id: str
+    owner_url: str
+    claimed_at_ms: int
+
+
+@dataclass
+class TcLogFold:
+    tc_id: int
+    epoch: int = -1
+    claim: ClaimInfo | None = None
+    txns: dict[int, TxnMeta] = field(default_factory=dict)
+    keys_by_seq: dict[int, set[bytes]] = field(default_factory=dict)
+    stale_keys: set[bytes] = field(default_factory=set)
+    next_seq: int = 0
+    skipped_records: int = 0
+    last_offset: int = -1
+
+    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> ClaimInfo | None:
+        """Fold one record in. Returns the claim if the record was one (callers detect deposition)."""
+        self.last_offset = max(self.last_offset, offset)
+        if key is None:
+            self._skip(offset, "record without key")
+            return None
+        if value is None:
+            self._tombstone(key)
+            return None
+        try:
+            kind, _version, fields = REGISTRY.decode(value)
+        except CodecError as exc:
+            self._skip(offset, str(exc))
+            return None
+        if int(fields.get("tc_id", -1)) != self.tc_id:
+            self._skip(offset, f"record for TC {fields.get('tc_id')} in the log partition of TC {self.tc_id}")
+            return None
+        if kind is CLAIM:
+            info = ClaimInfo(offset, fields["owner_id"], fields["owner_url"], int(fields["claimed_at_ms"]))
+            if offset > self.epoch:
+                self.epoch = offset
+                self.claim = info
+            return info
+        epoch = int(fields["epoch"])
+        if epoch < self.epoch:
+            self.stale_keys.add(key)
+            return None
+        self.epoch = epoch  # a record newer than any claim seen: its claim was lost, trust its epoch
+        if kind is TXN_META:
+            meta = TxnMeta.from_fields(fields)
+            seq = meta.txn_id.least_bits
+            self.txns[seq] = meta
+            self.keys_by_seq.setdefault(seq, set()).add(key)
+            self.next_seq = max(self.next_seq, seq + 1)
+        elif kind is SEQ_HIGH_WATER:
+            self.next_seq = max(self.next_seq, int(fields["next_seq"]))
+        else:
+            self._skip(offset, f"unexpected {kind.name} record in a transaction log")
+        return None
+
+    def _tombstone(self, key: bytes) -> None:
+        self.stale_keys.discard(key)
+        text = key.decode("utf-8", "replace")
+        if not text.startswith("txn/"):
+            return
+        try:
+            seq = int(text.split("/")[2].split("@")[0])
+        except (IndexError, ValueError):
+            return
+        keys = self.keys_by_seq.get(seq)
+        if keys is None:
+            return
+        keys.discard(key)
+        if not keys:
+            del self.keys_by_seq[seq]
+            self.txns.pop(seq, None)
+
+    def _skip(self, offset: int, why: str) -> None:
+        self.skipped_records += 1
+        log.warning("TC %d log offset %d skipped: %s", self.tc_id, offset, why)

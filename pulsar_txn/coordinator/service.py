@@ -1,0 +1,351 @@
+"""The coordinator service: owns TCs (through the consumer group or a static list), routes requests
+to them, and keeps the owner directory that lookups answer from."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kafka_store import (
+    REGISTRY,
+    Appender,
+    CodecError,
+    GroupMembership,
+    KafkaConfig,
+    PartitionReader,
+    RecordKind,
+    StoredRecord,
+    StoreError,
+    TopicAdmin,
+)
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints, TxnEndpoints
+from pulsar_txn.coordinator.tc import TcState, TransactionCoordinator
+from pulsar_txn.errors import (
+    CoordinatorFencedError,
+    PulsarTxnError,
+    ServiceNotReady,
+    TransactionCoordinatorNotFoundError,
+)
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+OWNER = REGISTRY.register(
+    RecordKind(
+        "TcOwner",
+        code=4,
+        schemas={
+            1: {
+                "type": "record",
+                "name": "TcOwnerV1",
+                "namespace": "pulsar_txn.log",
+                "fields": [
+                    {"name": "tc_id", "type": "long"},
+                    {"name": "epoch", "type": "long"},
+                    {"name": "owner_id", "type": "string"},
+                    {"name": "owner_url", "type": "string"},
+                ],
+            }
+        },
+    )
+)
+
+
+class LogTail:
+    """One thread reading the owned log partitions (and the owner directory), handing record batches
+    to the event loop. Replay and read-back confirmation both come through here."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        loop: asyncio.AbstractEventLoop,
+        dispatch: Callable[[dict[tuple[str, int], list[StoredRecord]]], None],
+    ) -> None:
+        self._reader = PartitionReader(kafka, fetch_wait_ms=5)
+        self._loop = loop
+        self._dispatch = dispatch
+        self._commands: queue.SimpleQueue[tuple[str, str, int, int]] = queue.SimpleQueue()
+        self._assigned: set[tuple[str, int]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, topic: str, partition: int, offset: int = 0) -> None:
+        self._commands.put(("add", topic, partition, offset))
+
+    def remove(self, topic: str, partition: int) -> None:
+        self._commands.put(("remove", topic, partition, 0))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._apply_commands()
+                if not self._assigned:
+                    self._stop.wait(0.01)
+                    continue
+                records = self._reader.poll_batch(5000, 0.02)
+            except StoreError as exc:
+                log.warning("log tail read failed (will retry): %s", exc)
+                self._stop.wait(0.2)
+                continue
+            if records:
+                groups: dict[tuple[str, int], list[StoredRecord]] = {}
+                for rec in records:
+                    groups.setdefault((rec.topic, rec.partition), []).append(rec)
+                self._loop.call_soon_threadsafe(self._dispatch, groups)
+        self._reader.close()
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                op, topic, partition, offset = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if op == "add":
+                if (topic, partition) in self._assigned:
+                    self._reader.remove(topic, partition)
+                self._reader.add(topic, partition, offset)
+                self._assigned.add((topic, partition))
+            elif (topic, partition) in self._assigned:
+                self._reader.remove(topic, partition)
+                self._assigned.discard((topic, partition))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
+class CoordinatorService:
+    """A coordinator instance. Implements ``CoordinatorApi``. No I/O until ``start``."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        config: CoordinatorConfig | None = None,
+        *,
+        advertised_url: str | None = None,
+        endpoints: TxnEndpoints | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.config = config or CoordinatorConfig()
+        self.instance_id = uuid.uuid4().hex[:12]
+        self.advertised_url = advertised_url or self.config.advertised_url or ""
+        self._endpoints_override = endpoints
+        self._tcs: dict[int, TransactionCoordinator] = {}
+        self._owners: dict[int, tuple[int, str]] = {}
+        self._acquisitions = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tail: LogTail | None = None
+        self._group: GroupMembership | None = None
+        self._appender: Appender | None = None
+        self._endpoints: TxnEndpoints | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        admin = TopicAdmin(self.kafka)
+        compact = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+        await asyncio.to_thread(admin.ensure_topic, cfg.log_topic, cfg.num_tcs, compact)
+        await asyncio.to_thread(admin.ensure_topic, cfg.owners_topic, 1, {"cleanup.policy": "compact"})
+        actual = await asyncio.to_thread(admin.partition_count, cfg.log_topic)
+        if actual != cfg.num_tcs:
+            raise PulsarTxnError(
+                f"transaction log {cfg.log_topic} has {actual} partitions but num_tcs={cfg.num_tcs}: "
+                "the TC count is fixed when the cluster is initialised"
+            )
+        batching = cfg.log_batch_enabled
+        self._appender = Appender(
+            self.kafka,
+            linger_ms=cfg.log_batch_max_delay_ms if batching else 0.0,
+            batch_max_records=cfg.log_batch_max_records if batching else 1,
+        )
+        secret = cfg.marker_secret.get_secret_value().encode() if cfg.marker_secret else None
+        self._endpoints = self._endpoints_override or KafkaTxnEndpoints(self._appender, admin, secret)
+        self._tail = LogTail(self.kafka, self._loop, self._dispatch)
+        self._tail.add(cfg.owners_topic, 0, 0)
+        self._tail.start()
+        self._started = True
+        if cfg.ownership == "static":
+            for tc_id in cfg.static_tc_ids:
+                self._spawn(self.acquire(tc_id))
+        else:
+            self._group = GroupMembership(
+                self.kafka, cfg.coordinator_group, cfg.log_topic,
+                on_assign=self._threadsafe(self._on_assign), on_revoke=self._threadsafe(self._on_revoke),
+                session_timeout_ms=cfg.group_session_timeout_ms,
+            )
+            await asyncio.to_thread(self._group.start)
+        log.info("coordinator %s started (%s ownership, %d TCs)", self.instance_id, cfg.ownership, cfg.num_tcs)
+
+    def _threadsafe(self, fn: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
+        def call(partitions: list[int]) -> None:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(fn, partitions)
+
+        return call
+
+    def _on_assign(self, partitions: list[int]) -> None:
+        for tc_id in partitions:
+            if tc_id not in self._tcs:
+                self._spawn(self.acquire(tc_id))
+
+    def _on_revoke(self, partitions: list[int]) -> None:
+        for tc_id in partitions:
+            self._spawn(self.release(tc_id))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._group is not None:
+            await asyncio.to_thread(self._group.stop)
+        for tc_id in list(self._tcs):
+            await self.release(tc_id)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tail is not None:
+            await asyncio.to_thread(self._tail.stop)
+        if self._appender is not None:
+            await asyncio.to_thread(self._appender.close)
+        log.info("coordinator %s stopped", self.instance_id)
+
+    # ------------------------------------------------------------------ ownership
+    async def acquire(self, tc_id: int) -> None:
+        """Claim ``tc_id``, replay its log and start serving it."""
+        assert self._appender is not None and self._endpoints is not None and self._tail is not None
+        if tc_id in self._tcs:
+            return
+        self._acquisitions += 1
+        tc = TransactionCoordinator(
+            tc_id, self.config, self._appender, self._endpoints,
+            owner_id=f"{self.instance_id}-{self._acquisitions}", owner_url=self.advertised_url,
+            on_fenced=self._on_fenced,
+        )
+        self._tcs[tc_id] = tc
+        self._tail.add(self.config.log_topic, tc_id, 0)
+        try:
+            await tc.recover()
+        except (PulsarTxnError, TimeoutError) as exc:
+            log.error("TC %d: recovery failed: %r", tc_id, exc)
+            if self._tcs.get(tc_id) is tc:
+                await self.release(tc_id)
+            return
+        owner = OWNER.encode(
+            {"tc_id": tc_id, "epoch": tc.epoch, "owner_id": self.instance_id, "owner_url": self.advertised_url}
+        )
+        self._owners[tc_id] = (tc.epoch, self.advertised_url)
+        self._appender.append(self.config.owners_topic, 0, owner, key=str(tc_id).encode())
+
+    async def release(self, tc_id: int) -> None:
+        tc = self._tcs.pop(tc_id, None)
+        if tc is None:
+            return
+        await tc.close()
+        if self._tail is not None:
+            self._tail.remove(self.config.log_topic, tc_id)
+        log.info("TC %d released", tc_id)
+
+    def _on_fenced(self, tc_id: int) -> None:
+        self._spawn(self.release(tc_id))
+
+    def _dispatch(self, groups: dict[tuple[str, int], list[StoredRecord]]) -> None:
+        for (topic, partition), records in groups.items():
+            if topic == self.config.owners_topic:
+                self._update_owners(records)
+                continue
+            tc = self._tcs.get(partition)
+            if tc is not None:
+                tc.on_records(records)
+
+    def _update_owners(self, records: list[StoredRecord]) -> None:
+        for rec in records:
+            try:
+                fields = REGISTRY.decode_as(OWNER, rec.value)
+            except CodecError as exc:
+                log.warning("owner directory offset %d skipped: %s", rec.offset, exc)
+                continue
+            tc_id, epoch = int(fields["tc_id"]), int(fields["epoch"])
+            known = self._owners.get(tc_id)
+            if known is None or epoch >= known[0]:
+                self._owners[tc_id] = (epoch, fields["owner_url"])
+
+    # ------------------------------------------------------------------ CoordinatorApi
+    @property
+    def num_tcs(self) -> int:
+        return self.config.num_tcs
+
+    def owned_tcs(self) -> list[int]:
+        return sorted(t for t, tc in self._tcs.items() if tc.state is TcState.READY)
+
+    def owner_url(self, tc_id: int) -> str | None:
+        tc = self._tcs.get(tc_id)
+        if tc is not None and tc.state is TcState.READY:
+            return self.advertised_url
+        known = self._owners.get(tc_id)
+        if known is None or (known[1] == self.advertised_url and tc is None):
+            return None
+        return known[1] or None
+
+    def _tc(self, tc_id: int) -> TransactionCoordinator:
+        if not self._started:
+            raise ServiceNotReady("coordinator is not started")
+        if not 0 <= tc_id < self.config.num_tcs:
+            raise TransactionCoordinatorNotFoundError(
+                f"TC {tc_id} does not exist (cluster has {self.config.num_tcs})"
+            )
+        tc = self._tcs.get(tc_id)
+        if tc is None:
+            owner = self.owner_url(tc_id)
+            where = f"; owned by {owner}" if owner else ""
+            raise TransactionCoordinatorNotFoundError(f"TC {tc_id} is not owned by this instance{where}",
+                                                      owner_url=owner)
+        return tc
+
+    def check_serving(self, tc_id: int) -> None:
+        self._tc(tc_id).check_serving()
+
+    def coordinator(self, tc_id: int) -> TransactionCoordinator:
+        return self._tc(tc_id)
+
+    async def new_txn(self, tc_id: int, ttl_ms: int) -> TxnID:
+        return await self._tc(tc_id).new_txn(ttl_ms)
+
+    async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
+        await self._tc(txn_id.most_bits).add_partitions(txn_id, partitions)
+
+    async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
+        await self._tc(txn_id.most_bits).add_subscriptions(txn_id, subscriptions)
+
+    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+        await self._tc(txn_id.most_bits).end_txn(txn_id, action)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "url": self.advertised_url,
+            "num_tcs": self.config.num_tcs,
+            "owned_tcs": self.owned_tcs(),
+            "coordinators": {str(t): tc.stats() for t, tc in sorted(self._tcs.items())},
+        }
+
+
+__all__ = ["CoordinatorFencedError", "CoordinatorService", "LogTail"]

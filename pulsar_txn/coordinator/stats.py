@@ -1,0 +1,60 @@
+"""Coordinator statistics, shaped like ``pulsar-admin transactions coordinator-stats``."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LatencyWindow:
+    """The last N samples (ms) for percentiles; cheap enough for every log append."""
+
+    size: int = 4096
+    samples: deque[float] = field(default_factory=deque)
+    count: int = 0
+    total_ms: float = 0.0
+
+    def add(self, ms: float) -> None:
+        self.count += 1
+        self.total_ms += ms
+        self.samples.append(ms)
+        if len(self.samples) > self.size:
+            self.samples.popleft()
+
+    def snapshot(self) -> dict[str, float]:
+        ordered = sorted(self.samples)
+
+        def pct(p: float) -> float:
+            if not ordered:
+                return 0.0
+            return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+
+        return {
+            "count": self.count,
+            "avg_ms": round(self.total_ms / self.count, 3) if self.count else 0.0,
+            "p50_ms": pct(0.50),
+            "p99_ms": pct(0.99),
+            "max_ms": round(ordered[-1], 3) if ordered else 0.0,
+        }
+
+
+@dataclass
+class TcCounters:
+    created: int = 0
+    committed: int = 0
+    aborted: int = 0
+    timed_out: int = 0
+    append_log: LatencyWindow = field(default_factory=LatencyWindow)
+    end_retries: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "created_count": self.created,
+            "committed_count": self.committed,
+            "aborted_count": self.aborted,
+            "timeout_count": self.timed_out,
+            "end_retry_count": self.end_retries,
+            "append_log_latency": self.append_log.snapshot(),
+        }

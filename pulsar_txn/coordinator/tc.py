@@ -1,0 +1,505 @@
+"""One transaction coordinator (TC): the owner of one transaction-log partition.
+
+All methods run on the service's event loop; no locks. Every state change is written to the log
+and *confirmed by read-back* (the owner's tail has read past the write with no newer claim before it)
+before the caller hears of it, so a deposed owner can never report an outcome it did not own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from enum import Enum
+from typing import Any
+
+from kafka_store import Appender, StoredRecord, StoreError
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.endpoints import TxnEndpoints
+from pulsar_txn.coordinator.fold import TcLogFold
+from pulsar_txn.coordinator.records import (
+    CLAIM,
+    TxnMeta,
+    claim_key,
+    encode_claim,
+    encode_seq_high_water,
+    seq_key,
+    txn_key,
+)
+from pulsar_txn.coordinator.stats import TcCounters
+from pulsar_txn.coordinator.status import TxnStatus, check_transition
+from pulsar_txn.errors import (
+    CoordinatorFencedError,
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    ServiceNotReady,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFound,
+)
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+_CLAIM_PREFIX = b"claim/"
+
+
+class TcState(str, Enum):
+    RECOVERING = "Recovering"
+    READY = "Ready"
+    FENCED = "Fenced"
+    CLOSED = "Closed"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        tc_id: int,
+        config: CoordinatorConfig,
+        appender: Appender,
+        endpoints: TxnEndpoints,
+        *,
+        owner_id: str,
+        owner_url: str,
+        on_fenced: Callable[[int], None] | None = None,
+    ) -> None:
+        self.tc_id = tc_id
+        self._config = config
+        self._appender = appender
+        self._endpoints = endpoints
+        self._owner_id = owner_id
+        self._owner_url = owner_url
+        self._on_fenced = on_fenced
+        self.state = TcState.RECOVERING
+        self.epoch = -1
+        self._fold = TcLogFold(tc_id)
+        self._txns: dict[int, TxnMeta] = {}
+        self._keys_by_seq: dict[int, set[bytes]] = {}
+        self._next_seq = 0
+        self._last_read = -1
+        self._confirm_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_seq = 0
+        self._replayed = asyncio.Event()
+        self._claim_offset: int | None = None
+        self._deadlines: list[tuple[int, int]] = []
+        self._deadline_changed = asyncio.Event()
+        self._unfinished: list[int] = []
+        self._end_done: dict[int, asyncio.Future[None]] = {}
+        self._retire_queue: deque[tuple[int, int]] = deque()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.counters = TcCounters()
+        self.recover_started_ms = 0
+        self.recover_ended_ms = 0
+
+    # ---------------------------------------------------------------- log records from the tail
+    def on_records(self, records: Iterable[StoredRecord]) -> None:
+        """Records of our log partition in offset order (called on the loop by the tail)."""
+        for rec in records:
+            if rec.offset <= self._last_read:
+                continue
+            self._last_read = rec.offset
+            if self.state is TcState.RECOVERING:
+                self._fold.apply(rec.offset, rec.key, rec.value)
+            elif (
+                self.state is TcState.READY
+                and rec.key is not None
+                and rec.key.startswith(_CLAIM_PREFIX)
+                and rec.offset > self.epoch
+                and self._fold.apply(rec.offset, rec.key, rec.value) is not None
+            ):
+                self._last_read = rec.offset - 1
+                self._release_waiters()  # writes before the new claim stay valid
+                self._fence(rec.offset)
+                return
+        if self._claim_offset is not None and self._last_read >= self._claim_offset:
+            self._replayed.set()
+        self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        while self._confirm_waiters and self._confirm_waiters[0][0] <= self._last_read:
+            _offset, _n, fut = heapq.heappop(self._confirm_waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    # ---------------------------------------------------------------- recovery
+    async def recover(self) -> None:
+        """Claim the TC, replay its log through our claim, then take over its transactions."""
+        self.recover_started_ms = _now_ms()
+        claim = encode_claim(self.tc_id, self._owner_id, self._owner_url, self.recover_started_ms)
+        try:
+            offset = await asyncio.wrap_future(
+                self._appender.append(self._config.log_topic, self.tc_id, claim,
+                                      key=claim_key(self.tc_id, self._owner_id))
+            )
+        except StoreError as exc:
+            raise PersistenceError(f"TC {self.tc_id}: cannot write ownership claim: {exc}") from exc
+        self._claim_offset = offset
+        if self._last_read >= offset:
+            self._replayed.set()
+        await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
+        fold = self._fold
+        if fold.epoch != offset:
+            log.warning("TC %d: claim at %d superseded by claim at %d during recovery", self.tc_id, offset,
+                        fold.epoch)
+            self._fence(fold.epoch)
+            raise CoordinatorFencedError(f"TC {self.tc_id} was claimed by another instance while recovering")
+        self.epoch = offset
+        self._txns = fold.txns
+        self._keys_by_seq = fold.keys_by_seq
+        self._next_seq = fold.next_seq
+        now = _now_ms()
+        for seq, meta in sorted(self._txns.items()):
+            if meta.status is TxnStatus.OPEN:
+                self._track_unfinished(seq)
+                self._schedule_deadline(meta)
+            elif meta.status.is_ending:
+                self._track_unfinished(seq)
+                self._start_end_driver(meta)
+            else:
+                self._retire_queue.append((meta.ended_at_ms + self._config.end_txn_retention_ms, seq))
+        self._retire_queue = deque(sorted(self._retire_queue))
+        stale = list(fold.stale_keys)
+        self.state = TcState.READY
+        self.recover_ended_ms = now
+        self._spawn(self._timeout_loop(), "timeouts")
+        self._spawn(self._retire_loop(), "retire")
+        if stale:
+            self._spawn(self._persist([(k, None) for k in stale], confirm=False), "tombstone-stale")
+        log.info(
+            "TC %d ready at epoch %d: %d txns (%d open/ending), next seq %d, recovery %d ms",
+            self.tc_id, self.epoch, len(self._txns), len(self._unfinished), self._next_seq,
+            now - self.recover_started_ms,
+        )
+
+    # ---------------------------------------------------------------- fencing and lifecycle
+    def _fence(self, claim_offset: int) -> None:
+        if self.state in (TcState.FENCED, TcState.CLOSED):
+            return
+        log.warning("TC %d fenced: a newer owner claimed it at offset %d (our epoch %d)", self.tc_id,
+                    claim_offset, self.epoch)
+        self.state = TcState.FENCED
+        err = CoordinatorFencedError(f"TC {self.tc_id} is now owned by another coordinator instance")
+        self._fail_waiters(err)
+        self._cancel_tasks()
+        self._replayed.set()
+        if self._on_fenced is not None:
+            self._on_fenced(self.tc_id)
+
+    def _fail_waiters(self, err: Exception) -> None:
+        while self._confirm_waiters:
+            _o, _n, fut = heapq.heappop(self._confirm_waiters)
+            if not fut.done():
+                fut.set_exception(err)
+        for fut in self._end_done.values():
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # mark retrieved: nobody may be waiting
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    async def close(self) -> None:
+        if self.state is not TcState.FENCED:
+            self.state = TcState.CLOSED
+        self._fail_waiters(TransactionCoordinatorNotFoundError(f"TC {self.tc_id} is shutting down"))
+        self._cancel_tasks()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"tc{self.tc_id}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, (CoordinatorFencedError, TransactionCoordinatorNotFoundError)):
+                log.error("TC %d task %s failed: %r", self.tc_id, task.get_name(), exc)
+
+    def check_serving(self) -> None:
+        if self.state is TcState.READY:
+            return
+        if self.state is TcState.RECOVERING:
+            raise ServiceNotReady(f"TC {self.tc_id} is recovering")
+        raise TransactionCoordinatorNotFoundError(f"TC {self.tc_id} is not served here any more")
+
+    # ---------------------------------------------------------------- persistence with read-back
+    async def _persist(self, records: list[tuple[bytes, bytes | None]], *, confirm: bool = True) -> None:
+        started = time.perf_counter()
+        futures = [
+            asyncio.wrap_future(self._appender.append(self._config.log_topic, self.tc_id, value, key=key))
+            for key, value in records
+        ]
+        try:
+            offsets = await asyncio.gather(*futures)
+        except StoreError as exc:
+            raise PersistenceError(f"TC {self.tc_id}: transaction log write failed: {exc}") from exc
+        if confirm:
+            await self._confirmed(max(offsets))
+        self.counters.append_log.add((time.perf_counter() - started) * 1000)
+
+    async def _confirmed(self, offset: int) -> None:
+        if self.state is not TcState.READY:
+            self.check_serving()
+        if offset <= self._last_read:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter_seq += 1
+        heapq.heappush(self._confirm_waiters, (offset, self._waiter_seq, fut))
+        await fut
+
+    async def _write_meta(self, meta: TxnMeta, *, confirm: bool = True) -> None:
+        key = txn_key(meta.txn_id, self.epoch)
+        self._keys_by_seq.setdefault(meta.txn_id.least_bits, set()).add(key)
+        await self._persist([(key, meta.encode(self.epoch))], confirm=confirm)
+
+    # ---------------------------------------------------------------- transaction operations
+    def _get(self, txn_id: TxnID) -> TxnMeta:
+        self.check_serving()
+        meta = self._txns.get(txn_id.least_bits) if txn_id.most_bits == self.tc_id else None
+        if meta is None:
+            raise TransactionNotFound(
+                f"transaction {txn_id} not found on TC {self.tc_id} (never created, or finished longer "
+                f"than {self._config.end_txn_retention_ms} ms ago)"
+            )
+        return meta
+
+    def _require_open(self, meta: TxnMeta, what: str) -> None:
+        if meta.status is TxnStatus.OPEN and _now_ms() >= meta.deadline_ms:
+            self._spawn(self._end(meta, TxnAction.ABORT, timed_out=True), f"timeout-{meta.txn_id}")
+            raise InvalidTxnStatusError(
+                f"transaction {meta.txn_id} timed out after {meta.timeout_ms} ms; cannot {what}"
+            )
+        if meta.status is not TxnStatus.OPEN:
+            why = " (timed out)" if meta.timed_out else ""
+            raise InvalidTxnStatusError(
+                f"transaction {meta.txn_id} cannot {what}: expected status OPEN, actual {meta.status.value}{why}"
+            )
+
+    async def new_txn(self, ttl_ms: int) -> TxnID:
+        self.check_serving()
+        ttl = ttl_ms or self._config.default_txn_timeout_ms
+        if ttl < 0 or ttl > self._config.max_txn_timeout_ms:
+            raise NotAllowedError(
+                f"transaction timeout {ttl} ms is outside (0, {self._config.max_txn_timeout_ms}] ms"
+            )
+        seq = self._next_seq
+        self._next_seq += 1
+        now = _now_ms()
+        meta = TxnMeta(TxnID(self.tc_id, seq), TxnStatus.OPEN, ttl, now, now + ttl, now)
+        self._txns[seq] = meta
+        self._track_unfinished(seq)
+        self._schedule_deadline(meta)
+        self.counters.created += 1
+        await self._write_meta(meta)
+        return meta.txn_id
+
+    async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
+        meta = self._get(txn_id)
+        self._require_open(meta, "add partitions")
+        new = [p for p in dict.fromkeys(partitions) if p not in meta.partitions]
+        if not new:
+            return
+        meta.partitions.extend(new)
+        meta.updated_at_ms = _now_ms()
+        await self._write_meta(meta)
+
+    async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
+        meta = self._get(txn_id)
+        self._require_open(meta, "add subscriptions")
+        new = [s for s in dict.fromkeys(subscriptions) if s not in meta.subscriptions]
+        if not new:
+            return
+        meta.subscriptions.extend(new)
+        meta.updated_at_ms = _now_ms()
+        await self._write_meta(meta)
+
+    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+        meta = self._get(txn_id)
+        want = TxnStatus.COMMITTING if action is TxnAction.COMMIT else TxnStatus.ABORTING
+        done = TxnStatus.COMMITTED if action is TxnAction.COMMIT else TxnStatus.ABORTED
+        if meta.status in (want, done):
+            await self._wait_end(meta)  # idempotent end: same outcome asked again
+            return
+        if meta.status is TxnStatus.OPEN and action is TxnAction.COMMIT and _now_ms() >= meta.deadline_ms:
+            self._require_open(meta, "commit")
+        if meta.status is not TxnStatus.OPEN:
+            why = " (timed out)" if meta.timed_out else ""
+            raise InvalidTxnStatusError(
+                f"transaction {txn_id} cannot become {want.value}: expected status OPEN, "
+                f"actual {meta.status.value}{why}"
+            )
+        await self._end(meta, action, timed_out=False)
+
+    async def _end(self, meta: TxnMeta, action: TxnAction, *, timed_out: bool) -> None:
+        target = TxnStatus.COMMITTING if action is TxnAction.COMMIT else TxnStatus.ABORTING
+        if meta.status is target:
+            await self._wait_end(meta)
+            return
+        check_transition(meta.txn_id, meta.status, target)
+        meta.status = target
+        meta.timed_out = timed_out
+        meta.updated_at_ms = _now_ms()
+        if timed_out:
+            self.counters.timed_out += 1
+        await self._write_meta(meta)
+        self._start_end_driver(meta)
+        await self._wait_end(meta)
+
+    async def _wait_end(self, meta: TxnMeta) -> None:
+        fut = self._end_done.get(meta.txn_id.least_bits)
+        if fut is not None:
+            await asyncio.shield(fut)
+
+    # ---------------------------------------------------------------- driving the end
+    def _start_end_driver(self, meta: TxnMeta) -> None:
+        seq = meta.txn_id.least_bits
+        if seq in self._end_done:
+            return
+        self._end_done[seq] = asyncio.get_running_loop().create_future()
+        self._spawn(self._drive_end(meta), f"end-{meta.txn_id}")
+
+    async def _drive_end(self, meta: TxnMeta) -> None:
+        action = TxnAction.COMMIT if meta.status is TxnStatus.COMMITTING else TxnAction.ABORT
+        lwm = self.low_watermark()
+        calls: list[Callable[[], Any]] = [
+            (lambda p=p: self._endpoints.end_on_partition(p, meta.txn_id, action, lwm)) for p in meta.partitions
+        ]
+        calls += [
+            (lambda s=s: self._endpoints.end_on_subscription(s[0], s[1], meta.txn_id, action, lwm))
+            for s in meta.subscriptions
+        ]
+        await asyncio.gather(*(self._retry(call, meta.txn_id) for call in calls))
+        final = meta.copy()
+        final.status = TxnStatus.COMMITTED if action is TxnAction.COMMIT else TxnStatus.ABORTED
+        final.ended_at_ms = _now_ms()
+        final.updated_at_ms = final.ended_at_ms
+        # The decision was durable since COMMITTING/ABORTING; markers are now written, so the
+        # caller may go. The terminal record is housekeeping (a new owner would redo the markers).
+        meta.status, meta.ended_at_ms, meta.updated_at_ms = final.status, final.ended_at_ms, final.updated_at_ms
+        if action is TxnAction.COMMIT:
+            self.counters.committed += 1
+        else:
+            self.counters.aborted += 1
+        fut = self._end_done.get(meta.txn_id.least_bits)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        self._retire_queue.append((final.ended_at_ms + self._config.end_txn_retention_ms, meta.txn_id.least_bits))
+        await self._write_meta(final, confirm=False)
+
+    async def _retry(self, call: Callable[[], Any], txn_id: TxnID) -> None:
+        backoff = self._config.end_retry_initial_backoff_ms / 1000
+        while True:
+            try:
+                await call()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure of a participant is retried until it succeeds
+                self.counters.end_retries += 1
+                log.warning("TC %d: ending %s: participant failed (%s); retrying in %.2fs",
+                            self.tc_id, txn_id, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._config.end_retry_max_backoff_ms / 1000)
+
+    # ---------------------------------------------------------------- low watermark
+    def _track_unfinished(self, seq: int) -> None:
+        heapq.heappush(self._unfinished, seq)
+
+    def low_watermark(self) -> int:
+        """Every transaction of this TC with sequence <= the result has ended (markers written)."""
+        heap = self._unfinished
+        while heap:
+            meta = self._txns.get(heap[0])
+            if meta is not None and not meta.status.is_terminal:
+                return heap[0] - 1
+            heapq.heappop(heap)
+        return self._next_seq - 1
+
+    # ---------------------------------------------------------------- timeouts
+    def _schedule_deadline(self, meta: TxnMeta) -> None:
+        entry = (meta.deadline_ms, meta.txn_id.least_bits)
+        earliest = not self._deadlines or entry < self._deadlines[0]
+        heapq.heappush(self._deadlines, entry)
+        if earliest:
+            self._deadline_changed.set()
+
+    async def _timeout_loop(self) -> None:
+        while True:
+            self._deadline_changed.clear()
+            now = _now_ms()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _deadline, seq = heapq.heappop(self._deadlines)
+                meta = self._txns.get(seq)
+                if meta is not None and meta.status is TxnStatus.OPEN:
+                    log.info("TC %d: transaction %s timed out after %d ms; aborting",
+                             self.tc_id, meta.txn_id, meta.timeout_ms)
+                    self._spawn(self._end(meta, TxnAction.ABORT, timed_out=True), f"timeout-{meta.txn_id}")
+            delay = (self._deadlines[0][0] - now) / 1000 if self._deadlines else 3600.0
+            try:
+                await asyncio.wait_for(self._deadline_changed.wait(), max(delay, 0.001))
+            except TimeoutError:
+                pass
+
+    # ---------------------------------------------------------------- retention of finished txns
+    async def _retire_loop(self) -> None:
+        interval = min(1.0, max(0.05, self._config.end_txn_retention_ms / 2000))
+        while True:
+            await asyncio.sleep(interval)
+            now = _now_ms()
+            due: list[int] = []
+            while self._retire_queue and self._retire_queue[0][0] <= now:
+                due.append(self._retire_queue.popleft()[1])
+            if due:
+                await self._retire(due)
+
+    async def _retire(self, seqs: list[int]) -> None:
+        # The sequence high-water goes first so compaction can never make sequences go backwards.
+        records: list[tuple[bytes, bytes | None]] = [
+            (seq_key(self.tc_id, self.epoch), encode_seq_high_water(self.tc_id, self.epoch, self._next_seq))
+        ]
+        for seq in seqs:
+            meta = self._txns.get(seq)
+            if meta is None or not meta.status.is_terminal:
+                continue
+            records.extend((key, None) for key in sorted(self._keys_by_seq.pop(seq, ())))
+            del self._txns[seq]
+            self._end_done.pop(seq, None)
+        if len(records) > 1:
+            await self._persist(records, confirm=False)
+
+    # ---------------------------------------------------------------- introspection
+    def get(self, txn_id: TxnID) -> TxnMeta | None:
+        return self._txns.get(txn_id.least_bits) if txn_id.most_bits == self.tc_id else None
+
+    def stats(self) -> dict[str, Any]:
+        ongoing = sum(1 for m in self._txns.values() if not m.status.is_terminal)
+        out: dict[str, Any] = {
+            "tc_id": self.tc_id,
+            "state": self.state.value,
+            "epoch": self.epoch,
+            "least_sig_bits": self._next_seq - 1,
+            "low_water_mark": self.low_watermark() if self.state is TcState.READY else -1,
+            "ongoing_txn_size": ongoing,
+            "active_count": ongoing,
+            "recover_start_time": self.recover_started_ms,
+            "recover_end_time": self.recover_ended_ms,
+            "skipped_log_records": self._fold.skipped_records,
+        }
+        out.update(self.counters.snapshot())
+        return out
+
+
+__all__ = ["CLAIM", "TcState", "TransactionCoordinator"]

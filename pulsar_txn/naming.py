@@ -1,0 +1,79 @@
+"""Pulsar topic names and their Kafka homes.
+
+``persistent://tenant/namespace/local[-partition-N]`` maps to the Kafka topic ``local`` when the
+namespace is ``public/default`` and to ``tenant.namespace.local`` otherwise; ``-partition-N`` is Kafka
+partition N; a non-partitioned Pulsar topic is partition 0. A bare ``local`` name means
+``persistent://public/default/local``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pulsar_txn.errors import InvalidTopicName
+
+_PART = re.compile(r"^(.*)-partition-(\d+)$")
+_KAFKA_OK = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_SEGMENT_OK = re.compile(r"^[A-Za-z0-9_=:.~-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    tenant: str
+    namespace: str
+    local: str
+    partition: int | None = None
+
+    @classmethod
+    def parse(cls, name: str) -> TopicName:
+        text = name.strip()
+        if "://" in text:
+            domain, _, rest = text.partition("://")
+            if domain != "persistent":
+                raise InvalidTopicName(f"{name!r}: only persistent:// topics are supported")
+            parts = rest.split("/")
+            if len(parts) != 3 or not all(parts):
+                raise InvalidTopicName(f"{name!r}: expected persistent://tenant/namespace/topic")
+            tenant, namespace, local = parts
+        else:
+            if "/" in text or not text:
+                raise InvalidTopicName(f"{name!r}: a short topic name has no '/'")
+            tenant, namespace, local = "public", "default", text
+        for seg in (tenant, namespace, local):
+            if not _SEGMENT_OK.match(seg):
+                raise InvalidTopicName(f"{name!r}: {seg!r} has characters a topic name cannot have")
+        partition = None
+        match = _PART.match(local)
+        if match:
+            local, partition = match.group(1), int(match.group(2))
+        topic = cls(tenant, namespace, local, partition)
+        if not _KAFKA_OK.match(topic.kafka_topic):
+            raise InvalidTopicName(f"{name!r}: maps to {topic.kafka_topic!r}, not a valid Kafka topic name")
+        return topic
+
+    @property
+    def kafka_topic(self) -> str:
+        if (self.tenant, self.namespace) == ("public", "default"):
+            return self.local
+        return f"{self.tenant}.{self.namespace}.{self.local}"
+
+    @property
+    def kafka_partition(self) -> int:
+        return 0 if self.partition is None else self.partition
+
+    @property
+    def base(self) -> TopicName:
+        return TopicName(self.tenant, self.namespace, self.local, None)
+
+    def with_partition(self, index: int) -> TopicName:
+        return TopicName(self.tenant, self.namespace, self.local, index)
+
+    def __str__(self) -> str:
+        suffix = "" if self.partition is None else f"-partition-{self.partition}"
+        return f"persistent://{self.tenant}/{self.namespace}/{self.local}{suffix}"
+
+
+def pending_ack_topic(topic: TopicName, subscription: str) -> str:
+    """Kafka topic of a subscription's pending-ack log (Pulsar: ``<topic>-<sub>__transaction_pending_ack``)."""
+    return f"{topic.base.kafka_topic}-{subscription}__transaction_pending_ack"

@@ -1,0 +1,62 @@
+"""TxnID: (most_bits = TC id, least_bits = per-TC sequence), printed as Pulsar prints it: ``(0,3)``."""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+_U64 = (1 << 64) - 1
+_PACK = struct.Struct(">QQ")
+_TEXT = re.compile(r"^\((\d+),(\d+)\)$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TxnID:
+    most_bits: int
+    least_bits: int
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.most_bits <= _U64 and 0 <= self.least_bits <= _U64):
+            raise ValueError(f"TxnID bits out of range: ({self.most_bits},{self.least_bits})")
+
+    @property
+    def tc_id(self) -> int:
+        return self.most_bits
+
+    @property
+    def sequence(self) -> int:
+        return self.least_bits
+
+    def __str__(self) -> str:
+        return f"({self.most_bits},{self.least_bits})"
+
+    def __repr__(self) -> str:
+        return f"TxnID{self}"
+
+    def to_bytes(self) -> bytes:
+        """16 bytes, big-endian most then least bits: the form stored in Kafka headers and keys."""
+        return _PACK.pack(self.most_bits, self.least_bits)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TxnID:
+        if len(data) != _PACK.size:
+            raise ValueError(f"a TxnID is {_PACK.size} bytes, got {len(data)}")
+        most, least = _PACK.unpack(data)
+        return cls(most, least)
+
+    @classmethod
+    def parse(cls, text: str) -> TxnID:
+        """Parse the printed form ``(0,3)``."""
+        match = _TEXT.match(text.strip().replace(" ", ""))
+        if match is None:
+            raise ValueError(f"not a TxnID: {text!r} (expected like '(0,3)')")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+
+class TxnAction(IntEnum):
+    """Pulsar protocol TxnAction."""
+
+    COMMIT = 0
+    ABORT = 1
