@@ -30,7 +30,7 @@ class TopicAdmin:
     @property
     def _admin(self) -> AdminClient:
         if self._client is None:
-            self._client = AdminClient(self._config.to_librdkafka())
+            self._client = AdminClient(self._config.client_conf())
         return self._client
 
     @property

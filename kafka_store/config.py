@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+_LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 _SECRET_WORDS = ("password", "secret", "token", "key.pem", "sasl.oauthbearer.config", "jaas")
 
 
@@ -45,6 +47,12 @@ class KafkaConfig(BaseModel):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"bootstrap server {server.strip()!r} is not host:port")
         return value
+
+    def client_conf(self) -> dict[str, Any]:
+        """``to_librdkafka`` plus a Python logger, so librdkafka's own log lines go through ``logging``."""
+        conf: dict[str, Any] = dict(self.to_librdkafka())
+        conf["logger"] = _LIBRDKAFKA_LOG
+        return conf
 
     def to_librdkafka(self) -> dict[str, str | int]:
         """The librdkafka properties for this connection (secrets revealed: never log the result)."""

@@ -29,7 +29,7 @@ class GroupMembership:
         *,
         session_timeout_ms: int = 6000,
     ) -> None:
-        conf: dict[str, Any] = dict(config.to_librdkafka())
+        conf: dict[str, Any] = config.client_conf()
         conf.update(
             {
                 "group.id": group_id,

@@ -68,7 +68,7 @@ class Appender:
         max_record_bytes: int = 1_000_000,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        self._conf: dict[str, Any] = dict(config.to_librdkafka())
+        self._conf: dict[str, Any] = config.client_conf()
         self._conf.update(
             {
                 "enable.idempotence": True,
@@ -78,6 +78,8 @@ class Appender:
                 "message.timeout.ms": delivery_timeout_ms,
                 "message.max.bytes": max(max_record_bytes + 4096, 1_000_000),
                 "compression.type": "none",
+                # Topics are created explicitly with their configs, never as a side effect of a write.
+                "allow.auto.create.topics": False,
             }
         )
         self._conf.update(extra or {})

@@ -51,7 +51,7 @@ class PartitionReader:
     """An assign-only consumer (no group membership, never commits) for ranged and tailing reads."""
 
     def __init__(self, config: KafkaConfig, *, fetch_wait_ms: int = 10, extra: dict[str, Any] | None = None):
-        conf: dict[str, Any] = dict(config.to_librdkafka())
+        conf: dict[str, Any] = config.client_conf()
         conf.update(
             {
                 "group.id": f"{config.client_id}-reader-{uuid.uuid4().hex[:8]}",

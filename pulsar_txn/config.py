@@ -37,6 +37,8 @@ class CoordinatorConfig(BaseModel):
     log_batch_max_records: int = Field(default=512, ge=1)
     log_batch_max_delay_ms: float = Field(default=0.0, ge=0)
 
+    log_write_timeout_ms: int = Field(default=10_000, ge=100, description="per Kafka write, then retried")
+
     # -- ending transactions ---------------------------------------------------------------------
     end_retry_initial_backoff_ms: int = Field(default=50, ge=1)
     end_retry_max_backoff_ms: int = Field(default=5_000, ge=1)

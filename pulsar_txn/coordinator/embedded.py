@@ -76,7 +76,9 @@ class EmbeddedCoordinator:
         self._loop: LoopThread | None = None
         self.service: CoordinatorService | None = None
         self.server: Any = None
+        self.node: Any = None
         self.url: str | None = None
+        self.admin_url: str | None = None
 
     def start(self, wait_ready: float | None = 30.0) -> EmbeddedCoordinator:
         self._loop = LoopThread("embedded-coordinator")
@@ -86,22 +88,13 @@ class EmbeddedCoordinator:
         return self
 
     async def _start(self) -> None:
-        cfg = self.config
-        if self._serve:
-            from pulsar_txn.server import CoordinatorServer
+        from pulsar_txn.node import start_node  # the node imports the server; keep this module light
 
-            token = cfg.auth_token.get_secret_value() if cfg.auth_token else None
-            # Bind first so the advertised URL (with the real port) goes into ownership claims.
-            self.service = CoordinatorService(self.kafka, cfg, endpoints=self._endpoints)
-            self.server = CoordinatorServer(
-                self.service, host=cfg.host, port=cfg.port, auth_token=token, advertised_url=cfg.advertised_url
-            )
-            await self.server.start()
-            self.url = self.server.url
-            self.service.advertised_url = self.url or ""
-        else:
-            self.service = CoordinatorService(self.kafka, cfg, endpoints=self._endpoints)
-        await self.service.start()
+        self.node = await start_node(self.kafka, self.config, serve=self._serve, endpoints=self._endpoints)
+        self.service = self.node.service
+        self.server = self.node.server
+        self.url = self.node.url if self._serve else None
+        self.admin_url = self.node.admin_url
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until this instance serves the TCs it is meant to own (static) or any TC (group)."""
@@ -141,10 +134,8 @@ class EmbeddedCoordinator:
             self._loop = None
 
     async def _stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
-        if self.service is not None:
-            await self.service.stop()
+        if self.node is not None:
+            await self.node.stop()
 
     def __enter__(self) -> EmbeddedCoordinator:
         return self.start()

@@ -170,6 +170,7 @@ class CoordinatorService:
             self.kafka,
             linger_ms=cfg.log_batch_max_delay_ms if batching else 0.0,
             batch_max_records=cfg.log_batch_max_records if batching else 1,
+            delivery_timeout_ms=cfg.log_write_timeout_ms,
         )
         secret = cfg.marker_secret.get_secret_value().encode() if cfg.marker_secret else None
         self._endpoints = self._endpoints_override or KafkaTxnEndpoints(self._appender, admin, secret)

@@ -1,0 +1,86 @@
+"""A tiny read-only admin HTTP endpoint (stats as JSON), with optional bearer-token auth.
+
+``GET /admin/v2/transactions/coordinatorStats`` answers like ``pulsar-admin transactions
+coordinator-stats``. Plain asyncio, no web framework: it serves a handful of GETs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_MAX_REQUEST = 16 * 1024
+
+
+class AdminHttpServer:
+    def __init__(
+        self,
+        routes: dict[str, Callable[[], Any]],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        auth_token: str | None = None,
+    ) -> None:
+        self._routes = routes
+        self._host = host
+        self._port = port
+        self._token = auth_token
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("admin server not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            writer.close()
+            return
+        status, body = self._respond(head[:_MAX_REQUEST])
+        payload = json.dumps(body, indent=2, sort_keys=True).encode()
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            "Connection: close\r\n\r\n".encode() + payload
+        )
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    def _respond(self, head: bytes) -> tuple[str, Any]:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or parts[0] != "GET":
+            return "405 Method Not Allowed", {"error": "only GET is served"}
+        if self._token is not None:
+            auth = next((ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")), "")
+            if not hmac.compare_digest(auth.encode(), f"Bearer {self._token}".encode()):
+                return "401 Unauthorized", {"error": "missing or wrong bearer token"}
+        route = self._routes.get(parts[1].split("?", 1)[0])
+        if route is None:
+            return "404 Not Found", {"error": f"no such path; try one of {sorted(self._routes)}"}
+        try:
+            return "200 OK", route()
+        except Exception as exc:  # an admin read must never take the service down
+            log.exception("admin route %s failed", parts[1])
+            return "500 Internal Server Error", {"error": type(exc).__name__}

@@ -1,0 +1,183 @@
+"""``pulsar-txn``: standalone, coordinator, coordinator-stats and demo commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kafka_store import KafkaConfig, LocalBroker, StoreError
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.errors import PulsarTxnError
+
+log = logging.getLogger("pulsar_txn.cli")
+
+_SECRET_ENV = {
+    "auth_token": "PULSAR_TXN_AUTH_TOKEN",
+    "marker_secret": "PULSAR_TXN_MARKER_SECRET",
+}
+
+
+def _load_file(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    text = Path(path).read_bytes()
+    data: Any = tomllib.loads(text.decode()) if path.endswith(".toml") else json.loads(text)
+    if not isinstance(data, dict):
+        raise PulsarTxnError(f"{path}: expected a table with 'kafka' and/or 'coordinator' sections")
+    return data
+
+
+def build_configs(args: argparse.Namespace, bootstrap: str | None = None) -> tuple[KafkaConfig, CoordinatorConfig]:
+    """Config file, then environment (secrets only), then flags; pydantic validates the result."""
+    data = _load_file(getattr(args, "config", None))
+    kafka: dict[str, Any] = dict(data.get("kafka", {}))
+    coord: dict[str, Any] = dict(data.get("coordinator", {}))
+    if bootstrap or getattr(args, "bootstrap_servers", None):
+        kafka["bootstrap_servers"] = bootstrap or args.bootstrap_servers
+    if os.environ.get("PULSAR_TXN_SASL_PASSWORD"):
+        kafka["sasl_password"] = os.environ["PULSAR_TXN_SASL_PASSWORD"]
+    for field, env in _SECRET_ENV.items():
+        if os.environ.get(env):
+            coord[field] = os.environ[env]
+    for flag in ("host", "port", "advertised_url", "num_tcs", "admin_port", "ownership"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            coord[flag] = value
+    if getattr(args, "tc_ids", None):
+        coord["ownership"] = "static"
+        coord["static_tc_ids"] = tuple(int(x) for x in args.tc_ids.split(","))
+    try:
+        return KafkaConfig(**kafka), CoordinatorConfig(**coord)
+    except ValidationError as exc:
+        raise PulsarTxnError(f"bad configuration:\n{exc}") from None
+
+
+async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:
+    from pulsar_txn.node import start_node
+
+    node = await start_node(kafka, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    info = {"url": node.url, "admin_url": node.admin_url, "bootstrap_servers": kafka.bootstrap_servers}
+    print(json.dumps(info), flush=True)
+    if ready_file:
+        Path(ready_file).write_text(json.dumps(info))
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping coordinator")
+        await node.stop()
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    kafka, config = build_configs(args)
+    asyncio.run(_serve_forever(kafka, config, args.ready_file))
+    return 0
+
+
+def cmd_standalone(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    broker = LocalBroker(data_dir / "broker", port=args.kafka_port)
+    bootstrap = broker.start()
+    try:
+        kafka, config = build_configs(args, bootstrap)
+        print(f"embedded Kafka broker: {bootstrap}  (data in {data_dir})", flush=True)
+        asyncio.run(_serve_forever(kafka, config, args.ready_file))
+    finally:
+        broker.stop()
+        print("standalone stopped", flush=True)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    request = urllib.request.Request(args.admin_url.rstrip("/") + "/admin/v2/transactions/coordinatorStats")
+    token = os.environ.get("PULSAR_TXN_AUTH_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            print(json.dumps(json.loads(response.read()), indent=2, sort_keys=True))
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise PulsarTxnError(f"cannot read stats from {args.admin_url}: {exc}") from None
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pulsar_txn.demo import run_demo
+
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
+    return run_demo(Path(data_dir), transactions=args.transactions)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="Pulsar-protocol port (default 6650; 0 = any free port)")
+    p.add_argument("--advertised-url", help="pulsar://host:port that clients should use for this instance")
+    p.add_argument("--admin-port", type=int, help="serve stats over HTTP on this port")
+    p.add_argument("--num-tcs", type=int, help="number of TCs (log partitions) when initialising a cluster")
+    p.add_argument("--ownership", choices=["group", "static"], help="how TC ids are shared among instances")
+    p.add_argument("--tc-ids", help="comma-separated TC ids to own (implies --ownership static)")
+    p.add_argument("--ready-file", help="write the listening URLs here as JSON once ready")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__)
+    root.add_argument("-v", "--verbose", action="store_true")
+    sub = root.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("coordinator", help="run a coordinator instance against a Kafka cluster")
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
+    _add_common(p)
+    p.set_defaults(func=cmd_coordinator)
+
+    p = sub.add_parser("standalone", help="embedded Kafka broker + coordinator in the foreground")
+    p.add_argument("--data-dir", default=".noida", help="where the embedded broker keeps its data")
+    p.add_argument("--kafka-port", type=int, help="Kafka port (default: a free port)")
+    _add_common(p)
+    p.set_defaults(func=cmd_standalone)
+
+    p = sub.add_parser("coordinator-stats", help="print a coordinator's stats as JSON")
+    p.add_argument("--admin-url", required=True, help="e.g. http://127.0.0.1:8080")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("demo", help="standalone + a scripted series of transactions with a summary")
+    p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
+    p.add_argument("--transactions", type=int, default=200)
+    p.set_defaults(func=cmd_demo)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+        return code
+    except (PulsarTxnError, StoreError, OSError) as exc:
+        print(f"pulsar-txn: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""A coordinator node: the service, its Pulsar-protocol server and the optional admin endpoint.
+
+Used by ``pulsar-txn coordinator`` / ``standalone`` (foreground) and by ``EmbeddedCoordinator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_store import KafkaConfig
+from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.endpoints import TxnEndpoints
+from pulsar_txn.coordinator.service import CoordinatorService
+from pulsar_txn.server import CoordinatorServer
+
+
+@dataclass
+class Node:
+    service: CoordinatorService
+    server: CoordinatorServer | None
+    admin: AdminHttpServer | None
+
+    @property
+    def url(self) -> str:
+        return self.service.advertised_url
+
+    @property
+    def admin_url(self) -> str | None:
+        return self.admin.url if self.admin is not None else None
+
+    async def stop(self) -> None:
+        if self.admin is not None:
+            await self.admin.stop()
+        if self.server is not None:
+            await self.server.stop()
+        await self.service.stop()
+
+
+async def start_node(
+    kafka: KafkaConfig,
+    config: CoordinatorConfig,
+    *,
+    serve: bool = True,
+    endpoints: TxnEndpoints | None = None,
+) -> Node:
+    service = CoordinatorService(kafka, config, endpoints=endpoints)
+    server: CoordinatorServer | None = None
+    admin: AdminHttpServer | None = None
+    token = config.auth_token.get_secret_value() if config.auth_token else None
+    if serve:
+        # Bind first so the advertised URL (with the real port) goes into ownership records.
+        server = CoordinatorServer(
+            service, host=config.host, port=config.port, auth_token=token, advertised_url=config.advertised_url
+        )
+        await server.start()
+        service.advertised_url = config.advertised_url or server.url
+    if config.admin_port is not None:
+        admin = AdminHttpServer(
+            {
+                "/admin/v2/transactions/coordinatorStats": service.stats,
+                "/admin/v2/health": lambda: {"owned_tcs": service.owned_tcs()},
+            },
+            host=config.host,
+            port=config.admin_port,
+            auth_token=token,
+        )
+        await admin.start()
+    try:
+        await service.start()
+    except BaseException:
+        if server is not None:
+            await server.stop()
+        if admin is not None:
+            await admin.stop()
+        raise
+    return Node(service, server, admin)

@@ -1,0 +1,164 @@
+"""Session fixtures: one real Kafka-protocol broker (noida-db) for the whole run, and factories for
+coordinators (in-process and as separate processes that tests can SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka_store import KafkaConfig, LocalBroker, TopicAdmin
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[LocalBroker]:
+    external = os.environ.get("PULSAR_TXN_TEST_BOOTSTRAP")
+    if external:  # run the suite against an existing Kafka cluster instead
+        b = LocalBroker(tempfile.mkdtemp(), port=int(external.rsplit(":", 1)[1]))
+        yield b
+        return
+    data = Path(tempfile.mkdtemp(prefix="pulsar-txn-test-broker-"))
+    b = LocalBroker(data)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(broker: LocalBroker) -> KafkaConfig:
+    return KafkaConfig(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=15_000)
+
+
+@pytest.fixture(scope="session")
+def admin(kafka: KafkaConfig) -> TopicAdmin:
+    return TopicAdmin(kafka)
+
+
+@pytest.fixture
+def uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def coord_config(uid: str) -> Callable[..., CoordinatorConfig]:
+    """A CoordinatorConfig with topics and group private to this test."""
+
+    def make(**overrides: Any) -> CoordinatorConfig:
+        base: dict[str, Any] = {
+            "log_topic": f"__log_{uid}",
+            "owners_topic": f"__owners_{uid}",
+            "coordinator_group": f"coord_{uid}",
+            "num_tcs": 4,
+            "ownership": "static",
+            "static_tc_ids": (0, 1, 2, 3),
+            "port": 0,
+            "log_write_timeout_ms": 2000,
+            "end_retry_max_backoff_ms": 200,
+        }
+        base.update(overrides)
+        return CoordinatorConfig(**base)
+
+    return make
+
+
+@pytest.fixture
+def embedded(kafka: KafkaConfig) -> Iterator[Callable[..., EmbeddedCoordinator]]:
+    started: list[EmbeddedCoordinator] = []
+
+    def make(config: CoordinatorConfig, *, serve: bool = False, wait: bool = True) -> EmbeddedCoordinator:
+        ec = EmbeddedCoordinator(kafka, config, serve=serve)
+        started.append(ec)
+        ec.start(wait_ready=30 if wait else None)
+        return ec
+
+    yield make
+    for ec in reversed(started):
+        ec.stop()
+
+
+class CoordinatorProcess:
+    """``pulsar-txn coordinator`` in its own process, for SIGKILL tests."""
+
+    def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig, workdir: Path) -> None:
+        self.workdir = workdir
+        self.config_file = workdir / f"coord-{uuid.uuid4().hex[:6]}.json"
+        self.config_file.write_text(
+            json.dumps({"kafka": {"bootstrap_servers": kafka.bootstrap_servers},
+                        "coordinator": json.loads(config.model_dump_json())})
+        )
+        self.ready_file = self.config_file.with_suffix(".ready")
+        self.log_file = self.config_file.with_suffix(".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}
+
+    def start(self, timeout: float = 60.0) -> CoordinatorProcess:
+        self.ready_file.unlink(missing_ok=True)
+        with self.log_file.open("ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pulsar_txn.cli", "coordinator", "--config", str(self.config_file),
+                 "--ready-file", str(self.ready_file)],
+                stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
+            )
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"coordinator exited {self.proc.returncode}: {self.log_file.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"coordinator not ready in {timeout}s: {self.log_file.read_text()[-2000:]}")
+            time.sleep(0.05)
+        self.info = json.loads(self.ready_file.read_text())
+        return self
+
+    @property
+    def url(self) -> str:
+        return str(self.info["url"])
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def coordinator_process(kafka: KafkaConfig, tmp_path: Path) -> Iterator[Callable[[CoordinatorConfig], CoordinatorProcess]]:
+    procs: list[CoordinatorProcess] = []
+
+    def make(config: CoordinatorConfig) -> CoordinatorProcess:
+        proc = CoordinatorProcess(kafka, config, tmp_path)
+        procs.append(proc)
+        return proc
+
+    yield make
+    for proc in procs:
+        proc.kill()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``predicate`` until truthy; fail the test with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)

@@ -1,0 +1,228 @@
+"""The transaction coordinator against the real broker: log, recovery, timeouts, idempotent end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kafka_store import REGISTRY, KafkaConfig, TopicAdmin, read_range
+from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, decode_marker
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+from pulsar_txn.coordinator.records import TXN_META
+from pulsar_txn.coordinator.status import TxnStatus
+from pulsar_txn.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFound,
+)
+from pulsar_txn.txnid import TxnAction, TxnID
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+Factory = Callable[..., EmbeddedCoordinator]
+ConfigFactory = Callable[..., CoordinatorConfig]
+
+
+def _markers(kafka: KafkaConfig, topic: str, partition: int) -> list[tuple[int, TxnID, TxnAction, int]]:
+    out = []
+    for rec in read_range(kafka, topic, partition):
+        if rec.header(CTL_HEADER) == MARKER_CTL:
+            m = decode_marker(rec.value)
+            out.append((rec.offset, m.txn_id, m.action, m.low_watermark))
+    return out
+
+
+def _log_statuses(kafka: KafkaConfig, topic: str, tc: int) -> list[tuple[int, str, bool]]:
+    out = []
+    for rec in read_range(kafka, topic, tc):
+        if rec.key and rec.key.startswith(b"txn/") and rec.value is not None:
+            f = REGISTRY.decode_as(TXN_META, rec.value)
+            out.append((int(f["seq"]), f["status"], bool(f["timed_out"])))
+    return out
+
+
+def test_txn_ids_increase_per_tc_across_restart(embedded: Factory, coord_config: ConfigFactory) -> None:
+    cfg = coord_config(static_tc_ids=(1,))
+    ec = embedded(cfg)
+    ids = [ec.run(ec.service.new_txn(1, 0)) for _ in range(5)]
+    assert [str(i) for i in ids] == ["(1,0)", "(1,1)", "(1,2)", "(1,3)", "(1,4)"]
+    ec.stop()
+    ec2 = embedded(cfg)
+    nxt = ec2.run(ec2.service.new_txn(1, 0))
+    assert nxt == TxnID(1, 5)
+
+
+def test_commit_writes_exactly_one_marker_per_partition_with_low_watermark(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"data_{uid}"
+    admin.ensure_topic(topic, 3)
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    s = ec.service
+    older = ec.run(s.new_txn(0, 0))  # stays open: pins the low watermark below it
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0", f"{topic}-partition-2"]))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))  # repeat: registered once
+    ec.run(s.end_txn(txn, TxnAction.COMMIT))
+    assert _markers(kafka, topic, 1) == []
+    for p in (0, 2):
+        [(_off, tid, action, lwm)] = _markers(kafka, topic, p)
+        assert (tid, action) == (txn, TxnAction.COMMIT)
+        assert lwm == older.least_bits - 1
+    meta = ec.service.coordinator(0).get(txn)
+    assert meta is not None and meta.status is TxnStatus.COMMITTED
+    assert meta.partitions == [f"{topic}-partition-0", f"{topic}-partition-2"]
+
+
+def test_abort_writes_abort_markers_and_subscription_outcome(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"data_{uid}"
+    admin.ensure_topic(topic, 2)
+    admin.ensure_topic(f"{topic}-sub__transaction_pending_ack", 2)
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-1"]))
+    ec.run(s.add_subscriptions(txn, [(topic, "sub"), (topic, "sub")]))
+    ec.run(s.end_txn(txn, TxnAction.ABORT))
+    assert [m[2] for m in _markers(kafka, topic, 1)] == [TxnAction.ABORT]
+    for p in (0, 1):
+        assert [m[1:3] for m in _markers(kafka, f"{topic}-sub__transaction_pending_ack", p)] == [
+            (txn, TxnAction.ABORT)
+        ]
+    meta = s.coordinator(0).get(txn)
+    assert meta is not None and meta.subscriptions == [(topic, "sub")]
+
+
+def test_end_is_idempotent_within_retention_then_txn_is_forgotten(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    cfg = coord_config(static_tc_ids=(0,), end_txn_retention_ms=1500)
+    ec = embedded(cfg)
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.end_txn(txn, TxnAction.COMMIT))
+    ec.run(s.end_txn(txn, TxnAction.COMMIT))  # repeated commit succeeds
+    with pytest.raises(InvalidTxnStatusError, match="actual COMMITTED"):
+        ec.run(s.end_txn(txn, TxnAction.ABORT))
+    with pytest.raises(InvalidTxnStatusError):
+        ec.run(s.add_partitions(txn, ["x"]))
+    # After the retention window the outcome is tombstoned.
+    wait_until(lambda: s.coordinator(0).get(txn) is None, 10, what="txn retired")
+    with pytest.raises(TransactionNotFound):
+        ec.run(s.end_txn(txn, TxnAction.COMMIT))
+    # ... and a restart neither resurrects it nor reuses its sequence.
+    ec.stop()
+    ec2 = embedded(cfg)
+    with pytest.raises(TransactionNotFound):
+        ec2.run(ec2.service.end_txn(txn, TxnAction.COMMIT))
+    assert ec2.run(ec2.service.new_txn(0, 0)) == TxnID(0, txn.least_bits + 1)
+
+
+def test_bad_requests_get_typed_errors(embedded: Factory, coord_config: ConfigFactory) -> None:
+    ec = embedded(coord_config(static_tc_ids=(0,), max_txn_timeout_ms=10_000, default_txn_timeout_ms=5_000))
+    s = ec.service
+    with pytest.raises(TransactionNotFound):
+        ec.run(s.end_txn(TxnID(0, 999), TxnAction.COMMIT))
+    with pytest.raises(NotAllowedError, match="timeout"):
+        ec.run(s.new_txn(0, 60_000))
+    with pytest.raises(TransactionCoordinatorNotFoundError):
+        ec.run(s.new_txn(2, 0))  # exists but is not owned here
+    with pytest.raises(TransactionCoordinatorNotFoundError, match="does not exist"):
+        ec.run(s.new_txn(99, 0))
+    txn = ec.run(s.new_txn(0, 0))
+    meta = s.coordinator(0).get(txn)
+    assert meta is not None and meta.timeout_ms == 5_000
+
+
+def test_timed_out_txn_is_aborted_and_commit_fails_clearly(
+    embedded: Factory, coord_config: ConfigFactory
+) -> None:
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 500))
+    wait_until(lambda: (m := s.coordinator(0).get(txn)) is not None and m.status is TxnStatus.ABORTED, 10)
+    with pytest.raises(InvalidTxnStatusError, match="timed out"):
+        ec.run(s.end_txn(txn, TxnAction.COMMIT))
+    ec.run(s.end_txn(txn, TxnAction.ABORT))  # abort of an aborted txn is idempotent
+    assert s.coordinator(0).stats()["timeout_count"] == 1
+
+
+@pytest.mark.slow
+def test_1000_txns_with_2s_timeouts_all_abort(embedded: Factory, coord_config: ConfigFactory) -> None:
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    s = ec.service
+
+    async def open_many() -> list[TxnID]:
+        import asyncio
+
+        return list(await asyncio.gather(*(s.new_txn(0, 2000) for _ in range(1000))))
+
+    txns = ec.run(open_many())
+    assert len(set(txns)) == 1000
+    tc = s.coordinator(0)
+    wait_until(
+        lambda: all((m := tc.get(t)) is not None and m.status is TxnStatus.ABORTED for t in txns),
+        30, what="1000 timeout aborts",
+    )
+    assert all(tc.get(t).timed_out for t in txns)  # type: ignore[union-attr]
+    assert tc.stats()["timeout_count"] == 1000
+    assert tc.stats()["aborted_count"] == 1000
+
+
+def test_mixed_timeouts_abort_in_deadline_order(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    s = ec.service
+    ttls = [1800, 600, 1400, 1000, 200]
+    txns = [ec.run(s.new_txn(0, ttl)) for ttl in ttls]
+    tc = s.coordinator(0)
+    wait_until(lambda: tc.stats()["timeout_count"] == len(ttls), 15)
+    aborting = [seq for seq, status, timed_out in _log_statuses(kafka, cfg.log_topic, 0)
+                if status == "ABORTING" and timed_out]
+    by_deadline = [t.least_bits for _, t in sorted(zip(ttls, txns, strict=True))]
+    assert aborting == by_deadline
+
+
+def test_open_txn_timeouts_survive_restart(embedded: Factory, coord_config: ConfigFactory) -> None:
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    short = ec.run(ec.service.new_txn(0, 1500))
+    long = ec.run(ec.service.new_txn(0, 60_000))
+    deadline = ec.service.coordinator(0).get(short).deadline_ms  # type: ignore[union-attr]
+    ec.stop()
+    ec2 = embedded(cfg)
+    tc = ec2.service.coordinator(0)
+    assert tc.get(short).deadline_ms == deadline  # type: ignore[union-attr]
+    wait_until(lambda: tc.get(short).status is TxnStatus.ABORTED, 10)  # type: ignore[union-attr]
+    assert time.time() * 1000 >= deadline
+    assert tc.get(long).status is TxnStatus.OPEN  # type: ignore[union-attr]
+    ec2.run(ec2.service.end_txn(long, TxnAction.COMMIT))
+
+
+def test_garbage_in_the_log_is_skipped_and_recovery_continues(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    from kafka_store import Appender
+
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    txn = ec.run(ec.service.new_txn(0, 0))
+    ec.stop()
+    app = Appender(kafka)
+    app.append(cfg.log_topic, 0, b"\x00garbage", key=b"txn/0/77@0").result(10)
+    app.append(cfg.log_topic, 0, b"PT\x01\x09zzz", key=b"txn/0/78@0").result(10)  # unknown version
+    app.close()
+    ec2 = embedded(cfg)
+    tc = ec2.service.coordinator(0)
+    assert tc.get(txn) is not None
+    assert tc.stats()["skipped_log_records"] == 2
+    assert ec2.run(ec2.service.new_txn(0, 0)) == TxnID(0, 1)
