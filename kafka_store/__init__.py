@@ -4,7 +4,6 @@ from kafka_store.admin import TopicAdmin
 from kafka_store.broker import LocalBroker, free_port
 from kafka_store.codec import REGISTRY, CodecRegistry, RecordKind
 from kafka_store.config import KafkaConfig
-from kafka_store.group import GroupMembership
 from kafka_store.errors import (
     BrokerStartError,
     BrokerUnavailableError,
@@ -17,6 +16,7 @@ from kafka_store.errors import (
     UnknownRecordKindError,
     UnsupportedRecordVersionError,
 )
+from kafka_store.group import GroupMembership
 from kafka_store.producer import Appender
 from kafka_store.reader import (
     BEGINNING,
@@ -36,6 +36,7 @@ __all__ = [
     "CodecError",
     "CodecRegistry",
     "CorruptRecordError",
+    "GroupMembership",
     "KafkaConfig",
     "LocalBroker",
     "PartitionReader",
@@ -49,7 +50,6 @@ __all__ = [
     "UnknownRecordKindError",
     "UnsupportedRecordVersionError",
     "end_offsets",
-    "GroupMembership",
     "free_port",
     "read_range",
     "replay_compacted",

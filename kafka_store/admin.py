@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError

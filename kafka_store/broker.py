@@ -65,8 +65,16 @@ class LocalBroker:
         if self.port is None:
             self.port = free_port()
         cmd = [
-            _noida_binary(), "up", "--only", "kafka", "--host", "127.0.0.1",
-            "--kafka-port", str(self.port), "--data-dir", str(self.data_dir),
+            _noida_binary(),
+            "up",
+            "--only",
+            "kafka",
+            "--host",
+            "127.0.0.1",
+            "--kafka-port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
         ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)

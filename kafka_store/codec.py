@@ -93,7 +93,9 @@ class CodecRegistry:
         except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError) as exc:
             raise CorruptRecordError(f"corrupt {kind.name} v{version} record: {exc}") from None
         if buf.tell() != len(data):
-            raise CorruptRecordError(f"{kind.name} v{version} record has {len(data) - buf.tell()} trailing bytes")
+            raise CorruptRecordError(
+                f"{kind.name} v{version} record has {len(data) - buf.tell()} trailing bytes"
+            )
         if not isinstance(fields, dict):
             raise CorruptRecordError(f"{kind.name} v{version} record is not a record")
         return kind, version, fields

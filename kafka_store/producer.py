@@ -162,8 +162,12 @@ class Appender:
         while True:
             try:
                 producer.produce(
-                    topic, value=value, key=key, partition=partition,
-                    headers=list(headers) if headers else None, on_delivery=on_delivery,
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=list(headers) if headers else None,
+                    on_delivery=on_delivery,
                 )
                 return future
             except BufferError:

@@ -106,7 +106,7 @@ class PartitionReader:
                 out.append(_to_record(msg))
                 self._eof.discard((msg.topic(), msg.partition()))
             elif err.code() == KafkaError._PARTITION_EOF:
-                self._eof.add((msg.topic(), msg.partition()))
+                self._eof.add((msg.topic() or "", msg.partition() or 0))
             elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
             elif err.fatal():

@@ -59,7 +59,8 @@ class AdminHttpServer:
         payload = json.dumps(body, indent=2, sort_keys=True).encode()
         writer.write(
             f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            "Connection: close\r\n\r\n".encode() + payload
+            "Connection: close\r\n\r\n".encode()
+            + payload
         )
         try:
             await writer.drain()
@@ -73,7 +74,10 @@ class AdminHttpServer:
         if len(parts) != 3 or parts[0] != "GET":
             return "405 Method Not Allowed", {"error": "only GET is served"}
         if self._token is not None:
-            auth = next((ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")), "")
+            auth = next(
+                (ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")),
+                "",
+            )
             if not hmac.compare_digest(auth.encode(), f"Bearer {self._token}".encode()):
                 return "401 Unauthorized", {"error": "missing or wrong bearer token"}
         route = self._routes.get(parts[1].split("?", 1)[0])

@@ -40,7 +40,9 @@ def _load_file(path: str | None) -> dict[str, Any]:
     return data
 
 
-def build_configs(args: argparse.Namespace, bootstrap: str | None = None) -> tuple[KafkaConfig, CoordinatorConfig]:
+def build_configs(
+    args: argparse.Namespace, bootstrap: str | None = None
+) -> tuple[KafkaConfig, CoordinatorConfig]:
     """Config file, then environment (secrets only), then flags; pydantic validates the result."""
     data = _load_file(getattr(args, "config", None))
     kafka: dict[str, Any] = dict(data.get("kafka", {}))

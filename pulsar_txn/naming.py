@@ -75,5 +75,8 @@ class TopicName:
 
 
 def pending_ack_topic(topic: TopicName, subscription: str) -> str:
-    """Kafka topic of a subscription's pending-ack log (Pulsar: ``<topic>-<sub>__transaction_pending_ack``)."""
+    """Kafka topic of a subscription's pending-ack log.
+
+    Pulsar names it ``<topic>-<sub>__transaction_pending_ack``; so do we.
+    """
     return f"{topic.base.kafka_topic}-{subscription}__transaction_pending_ack"

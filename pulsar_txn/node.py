@@ -51,7 +51,11 @@ async def start_node(
     if serve:
         # Bind first so the advertised URL (with the real port) goes into ownership records.
         server = CoordinatorServer(
-            service, host=config.host, port=config.port, auth_token=token, advertised_url=config.advertised_url
+            service,
+            host=config.host,
+            port=config.port,
+            auth_token=token,
+            advertised_url=config.advertised_url,
         )
         await server.start()
         service.advertised_url = config.advertised_url or server.url

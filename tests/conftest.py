@@ -99,8 +99,12 @@ class CoordinatorProcess:
         self.workdir = workdir
         self.config_file = workdir / f"coord-{uuid.uuid4().hex[:6]}.json"
         self.config_file.write_text(
-            json.dumps({"kafka": {"bootstrap_servers": kafka.bootstrap_servers},
-                        "coordinator": json.loads(config.model_dump_json())})
+            json.dumps(
+                {
+                    "kafka": {"bootstrap_servers": kafka.bootstrap_servers},
+                    "coordinator": json.loads(config.model_dump_json()),
+                }
+            )
         )
         self.ready_file = self.config_file.with_suffix(".ready")
         self.log_file = self.config_file.with_suffix(".log")
@@ -111,16 +115,30 @@ class CoordinatorProcess:
         self.ready_file.unlink(missing_ok=True)
         with self.log_file.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pulsar_txn.cli", "coordinator", "--config", str(self.config_file),
-                 "--ready-file", str(self.ready_file)],
-                stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
+                [
+                    sys.executable,
+                    "-m",
+                    "pulsar_txn.cli",
+                    "coordinator",
+                    "--config",
+                    str(self.config_file),
+                    "--ready-file",
+                    str(self.ready_file),
+                ],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
             )
         deadline = time.monotonic() + timeout
         while not self.ready_file.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"coordinator exited {self.proc.returncode}: {self.log_file.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"coordinator exited {self.proc.returncode}: {self.log_file.read_text()[-2000:]}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"coordinator not ready in {timeout}s: {self.log_file.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"coordinator not ready in {timeout}s: {self.log_file.read_text()[-2000:]}"
+                )
             time.sleep(0.05)
         self.info = json.loads(self.ready_file.read_text())
         return self
@@ -139,7 +157,9 @@ class CoordinatorProcess:
 
 
 @pytest.fixture
-def coordinator_process(kafka: KafkaConfig, tmp_path: Path) -> Iterator[Callable[[CoordinatorConfig], CoordinatorProcess]]:
+def coordinator_process(
+    kafka: KafkaConfig, tmp_path: Path
+) -> Iterator[Callable[[CoordinatorConfig], CoordinatorProcess]]:
     procs: list[CoordinatorProcess] = []
 
     def make(config: CoordinatorConfig) -> CoordinatorProcess:
@@ -152,7 +172,9 @@ def coordinator_process(kafka: KafkaConfig, tmp_path: Path) -> Iterator[Callable
         proc.kill()
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> Any:
     """Poll ``predicate`` until truthy; fail the test with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -31,7 +31,10 @@ TXN_MARKER = REGISTRY.register(
                 "fields": [
                     {"name": "txn_most", "type": "long"},
                     {"name": "txn_least", "type": "long"},
-                    {"name": "action", "type": {"type": "enum", "name": "TxnActionV1", "symbols": ["COMMIT", "ABORT"]}},
+                    {
+                        "name": "action",
+                        "type": {"type": "enum", "name": "TxnActionV1", "symbols": ["COMMIT", "ABORT"]},
+                    },
                     {"name": "low_watermark", "type": "long"},
                     {"name": "written_at_ms", "type": "long"},
                     {"name": "mac", "type": "bytes"},

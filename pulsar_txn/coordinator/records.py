@@ -33,7 +33,10 @@ TXN_META = REGISTRY.register(
                     {"name": "tc_id", "type": "long"},
                     {"name": "seq", "type": "long"},
                     {"name": "epoch", "type": "long"},
-                    {"name": "status", "type": {"type": "enum", "name": "TxnStatusV1", "symbols": _STATUS_SYMBOLS}},
+                    {
+                        "name": "status",
+                        "type": {"type": "enum", "name": "TxnStatusV1", "symbols": _STATUS_SYMBOLS},
+                    },
                     {"name": "partitions", "type": {"type": "array", "items": "string"}},
                     {
                         "name": "subscriptions",
@@ -152,8 +155,15 @@ class TxnMeta:
 
     def copy(self) -> TxnMeta:
         return TxnMeta(
-            self.txn_id, self.status, self.timeout_ms, self.opened_at_ms, self.deadline_ms,
-            self.updated_at_ms, list(self.partitions), list(self.subscriptions), self.ended_at_ms,
+            self.txn_id,
+            self.status,
+            self.timeout_ms,
+            self.opened_at_ms,
+            self.deadline_ms,
+            self.updated_at_ms,
+            list(self.partitions),
+            list(self.subscriptions),
+            self.ended_at_ms,
             self.timed_out,
         )
 

@@ -183,12 +183,17 @@ class CoordinatorService:
                 self._spawn(self.acquire(tc_id))
         else:
             self._group = GroupMembership(
-                self.kafka, cfg.coordinator_group, cfg.log_topic,
-                on_assign=self._threadsafe(self._on_assign), on_revoke=self._threadsafe(self._on_revoke),
+                self.kafka,
+                cfg.coordinator_group,
+                cfg.log_topic,
+                on_assign=self._threadsafe(self._on_assign),
+                on_revoke=self._threadsafe(self._on_revoke),
                 session_timeout_ms=cfg.group_session_timeout_ms,
             )
             await asyncio.to_thread(self._group.start)
-        log.info("coordinator %s started (%s ownership, %d TCs)", self.instance_id, cfg.ownership, cfg.num_tcs)
+        log.info(
+            "coordinator %s started (%s ownership, %d TCs)", self.instance_id, cfg.ownership, cfg.num_tcs
+        )
 
     def _threadsafe(self, fn: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
         def call(partitions: list[int]) -> None:
@@ -237,8 +242,12 @@ class CoordinatorService:
             return
         self._acquisitions += 1
         tc = TransactionCoordinator(
-            tc_id, self.config, self._appender, self._endpoints,
-            owner_id=f"{self.instance_id}-{self._acquisitions}", owner_url=self.advertised_url,
+            tc_id,
+            self.config,
+            self._appender,
+            self._endpoints,
+            owner_id=f"{self.instance_id}-{self._acquisitions}",
+            owner_url=self.advertised_url,
             on_fenced=self._on_fenced,
         )
         self._tcs[tc_id] = tc
@@ -251,7 +260,12 @@ class CoordinatorService:
                 await self.release(tc_id)
             return
         owner = OWNER.encode(
-            {"tc_id": tc_id, "epoch": tc.epoch, "owner_id": self.instance_id, "owner_url": self.advertised_url}
+            {
+                "tc_id": tc_id,
+                "epoch": tc.epoch,
+                "owner_id": self.instance_id,
+                "owner_url": self.advertised_url,
+            }
         )
         self._owners[tc_id] = (tc.epoch, self.advertised_url)
         self._appender.append(self.config.owners_topic, 0, owner, key=str(tc_id).encode())
@@ -317,8 +331,9 @@ class CoordinatorService:
         if tc is None:
             owner = self.owner_url(tc_id)
             where = f"; owned by {owner}" if owner else ""
-            raise TransactionCoordinatorNotFoundError(f"TC {tc_id} is not owned by this instance{where}",
-                                                      owner_url=owner)
+            raise TransactionCoordinatorNotFoundError(
+                f"TC {tc_id} is not owned by this instance{where}", owner_url=owner
+            )
         return tc
 
     def check_serving(self, tc_id: int) -> None:

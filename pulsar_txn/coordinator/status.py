@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pulsar_txn.errors import InvalidTxnStatusError
 
 
-class TxnStatus(str, Enum):
+class TxnStatus(StrEnum):
     OPEN = "OPEN"
     COMMITTING = "COMMITTING"
     COMMITTED = "COMMITTED"

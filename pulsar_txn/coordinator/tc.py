@@ -8,12 +8,13 @@ before the caller hears of it, so a deposed owner can never report an outcome it
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from enum import Enum
+from collections.abc import Awaitable, Callable, Iterable
+from enum import StrEnum
 from typing import Any
 
 from kafka_store import Appender, StoredRecord, StoreError
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 _CLAIM_PREFIX = b"claim/"
 
 
-class TcState(str, Enum):
+class TcState(StrEnum):
     RECOVERING = "Recovering"
     READY = "Ready"
     FENCED = "Fenced"
@@ -135,8 +136,9 @@ class TransactionCoordinator:
         claim = encode_claim(self.tc_id, self._owner_id, self._owner_url, self.recover_started_ms)
         try:
             offset = await asyncio.wrap_future(
-                self._appender.append(self._config.log_topic, self.tc_id, claim,
-                                      key=claim_key(self.tc_id, self._owner_id))
+                self._appender.append(
+                    self._config.log_topic, self.tc_id, claim, key=claim_key(self.tc_id, self._owner_id)
+                )
             )
         except StoreError as exc:
             raise PersistenceError(f"TC {self.tc_id}: cannot write ownership claim: {exc}") from exc
@@ -146,8 +148,9 @@ class TransactionCoordinator:
         await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
         fold = self._fold
         if fold.epoch != offset:
-            log.warning("TC %d: claim at %d superseded by claim at %d during recovery", self.tc_id, offset,
-                        fold.epoch)
+            log.warning(
+                "TC %d: claim at %d superseded by claim at %d during recovery", self.tc_id, offset, fold.epoch
+            )
             self._fence(fold.epoch)
             raise CoordinatorFencedError(f"TC {self.tc_id} was claimed by another instance while recovering")
         self.epoch = offset
@@ -174,7 +177,11 @@ class TransactionCoordinator:
             self._spawn(self._persist([(k, None) for k in stale], confirm=False), "tombstone-stale")
         log.info(
             "TC %d ready at epoch %d: %d txns (%d open/ending), next seq %d, recovery %d ms",
-            self.tc_id, self.epoch, len(self._txns), len(self._unfinished), self._next_seq,
+            self.tc_id,
+            self.epoch,
+            len(self._txns),
+            len(self._unfinished),
+            self._next_seq,
             now - self.recover_started_ms,
         )
 
@@ -182,8 +189,12 @@ class TransactionCoordinator:
     def _fence(self, claim_offset: int) -> None:
         if self.state in (TcState.FENCED, TcState.CLOSED):
             return
-        log.warning("TC %d fenced: a newer owner claimed it at offset %d (our epoch %d)", self.tc_id,
-                    claim_offset, self.epoch)
+        log.warning(
+            "TC %d fenced: a newer owner claimed it at offset %d (our epoch %d)",
+            self.tc_id,
+            claim_offset,
+            self.epoch,
+        )
         self.state = TcState.FENCED
         err = CoordinatorFencedError(f"TC {self.tc_id} is now owned by another coordinator instance")
         self._fail_waiters(err)
@@ -285,7 +296,8 @@ class TransactionCoordinator:
         if meta.status is not TxnStatus.OPEN:
             why = " (timed out)" if meta.timed_out else ""
             raise InvalidTxnStatusError(
-                f"transaction {meta.txn_id} cannot {what}: expected status OPEN, actual {meta.status.value}{why}"
+                f"transaction {meta.txn_id} cannot {what}: expected status OPEN, "
+                f"actual {meta.status.value}{why}"
             )
 
     async def new_txn(self, ttl_ms: int) -> TxnID:
@@ -374,12 +386,13 @@ class TransactionCoordinator:
     async def _drive_end(self, meta: TxnMeta) -> None:
         action = TxnAction.COMMIT if meta.status is TxnStatus.COMMITTING else TxnAction.ABORT
         lwm = self.low_watermark()
-        calls: list[Callable[[], Any]] = [
-            (lambda p=p: self._endpoints.end_on_partition(p, meta.txn_id, action, lwm)) for p in meta.partitions
+        calls: list[Callable[[], Awaitable[None]]] = [
+            functools.partial(self._endpoints.end_on_partition, p, meta.txn_id, action, lwm)
+            for p in meta.partitions
         ]
         calls += [
-            (lambda s=s: self._endpoints.end_on_subscription(s[0], s[1], meta.txn_id, action, lwm))
-            for s in meta.subscriptions
+            functools.partial(self._endpoints.end_on_subscription, topic, sub, meta.txn_id, action, lwm)
+            for topic, sub in meta.subscriptions
         ]
         await asyncio.gather(*(self._retry(call, meta.txn_id) for call in calls))
         final = meta.copy()
@@ -388,7 +401,11 @@ class TransactionCoordinator:
         final.updated_at_ms = final.ended_at_ms
         # The decision was durable since COMMITTING/ABORTING; markers are now written, so the
         # caller may go. The terminal record is housekeeping (a new owner would redo the markers).
-        meta.status, meta.ended_at_ms, meta.updated_at_ms = final.status, final.ended_at_ms, final.updated_at_ms
+        meta.status, meta.ended_at_ms, meta.updated_at_ms = (
+            final.status,
+            final.ended_at_ms,
+            final.updated_at_ms,
+        )
         if action is TxnAction.COMMIT:
             self.counters.committed += 1
         else:
@@ -396,10 +413,12 @@ class TransactionCoordinator:
         fut = self._end_done.get(meta.txn_id.least_bits)
         if fut is not None and not fut.done():
             fut.set_result(None)
-        self._retire_queue.append((final.ended_at_ms + self._config.end_txn_retention_ms, meta.txn_id.least_bits))
+        self._retire_queue.append(
+            (final.ended_at_ms + self._config.end_txn_retention_ms, meta.txn_id.least_bits)
+        )
         await self._write_meta(final, confirm=False)
 
-    async def _retry(self, call: Callable[[], Any], txn_id: TxnID) -> None:
+    async def _retry(self, call: Callable[[], Awaitable[None]], txn_id: TxnID) -> None:
         backoff = self._config.end_retry_initial_backoff_ms / 1000
         while True:
             try:
@@ -409,8 +428,13 @@ class TransactionCoordinator:
                 raise
             except Exception as exc:  # any failure of a participant is retried until it succeeds
                 self.counters.end_retries += 1
-                log.warning("TC %d: ending %s: participant failed (%s); retrying in %.2fs",
-                            self.tc_id, txn_id, exc, backoff)
+                log.warning(
+                    "TC %d: ending %s: participant failed (%s); retrying in %.2fs",
+                    self.tc_id,
+                    txn_id,
+                    exc,
+                    backoff,
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._config.end_retry_max_backoff_ms / 1000)
 
@@ -444,8 +468,12 @@ class TransactionCoordinator:
                 _deadline, seq = heapq.heappop(self._deadlines)
                 meta = self._txns.get(seq)
                 if meta is not None and meta.status is TxnStatus.OPEN:
-                    log.info("TC %d: transaction %s timed out after %d ms; aborting",
-                             self.tc_id, meta.txn_id, meta.timeout_ms)
+                    log.info(
+                        "TC %d: transaction %s timed out after %d ms; aborting",
+                        self.tc_id,
+                        meta.txn_id,
+                        meta.timeout_ms,
+                    )
                     self._spawn(self._end(meta, TxnAction.ABORT, timed_out=True), f"timeout-{meta.txn_id}")
             delay = (self._deadlines[0][0] - now) / 1000 if self._deadlines else 3600.0
             try:

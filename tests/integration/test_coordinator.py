@@ -169,7 +169,8 @@ def test_1000_txns_with_2s_timeouts_all_abort(embedded: Factory, coord_config: C
     tc = s.coordinator(0)
     wait_until(
         lambda: all((m := tc.get(t)) is not None and m.status is TxnStatus.ABORTED for t in txns),
-        30, what="1000 timeout aborts",
+        30,
+        what="1000 timeout aborts",
     )
     assert all(tc.get(t).timed_out for t in txns)  # type: ignore[union-attr]
     assert tc.stats()["timeout_count"] == 1000
@@ -186,8 +187,11 @@ def test_mixed_timeouts_abort_in_deadline_order(
     txns = [ec.run(s.new_txn(0, ttl)) for ttl in ttls]
     tc = s.coordinator(0)
     wait_until(lambda: tc.stats()["timeout_count"] == len(ttls), 15)
-    aborting = [seq for seq, status, timed_out in _log_statuses(kafka, cfg.log_topic, 0)
-                if status == "ABORTING" and timed_out]
+    aborting = [
+        seq
+        for seq, status, timed_out in _log_statuses(kafka, cfg.log_topic, 0)
+        if status == "ABORTING" and timed_out
+    ]
     by_deadline = [t.least_bits for _, t in sorted(zip(ttls, txns, strict=True))]
     assert aborting == by_deadline
 

@@ -17,7 +17,9 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 
 def _meta() -> TxnMeta:
-    return TxnMeta(TxnID(3, 9), TxnStatus.COMMITTING, 5000, 1, 5001, 2, ["t-partition-0"], [("t", "s")], 0, False)
+    return TxnMeta(
+        TxnID(3, 9), TxnStatus.COMMITTING, 5000, 1, 5001, 2, ["t-partition-0"], [("t", "s")], 0, False
+    )
 
 
 def test_txn_meta_round_trips_through_its_versioned_schema() -> None:

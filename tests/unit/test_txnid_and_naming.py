@@ -37,7 +37,9 @@ def test_topic_names_map_to_kafka() -> None:
     assert pending_ack_topic(t, "sub") == "orders-sub__transaction_pending_ack"
 
 
-@pytest.mark.parametrize("bad", ["non-persistent://a/b/c", "persistent://a/b", "a/b", "", "persistent://a/b/c d"])
+@pytest.mark.parametrize(
+    "bad", ["non-persistent://a/b/c", "persistent://a/b", "a/b", "", "persistent://a/b/c d"]
+)
 def test_bad_topic_names_raise_invalid_topic_name(bad: str) -> None:
     with pytest.raises(InvalidTopicName):
         TopicName.parse(bad)
