@@ -652,7 +652,7 @@ def test_client_discovers_tcs_and_runs_a_transaction() -> None:
             assert client.num_tcs == 3
             txns = [await client.new_txn(1500) for _ in range(4)]
             assert [t.tc_id for t in txns] == [0, 1, 2, 0]  # round-robin
-            assert api.new_txn_calls[0] == (0, 2000)  # 1.5 s travels rounded up to whole seconds
+            assert api.new_txn_calls[0] == (0, 1500)  # milliseconds travel unchanged
             txn = txns[1]
             await client.add_partitions(txn, ["a-partition-0"])
             await client.add_subscriptions(txn, [("a", "sub")])
