@@ -98,16 +98,9 @@ class EmbeddedCoordinator:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until this instance serves the TCs it is meant to own (static) or any TC (group)."""
-        import time
-
-        deadline = time.monotonic() + timeout
-        want = set(self.config.static_tc_ids) if self.config.ownership == "static" else None
-        while time.monotonic() < deadline:
-            owned = set(self.owned_tcs())
-            if (want is not None and want <= owned) or (want is None and owned):
-                return
-            time.sleep(0.02)
-        raise Timeout(f"coordinator did not become ready within {timeout}s (owns {self.owned_tcs()})")
+        assert self._loop is not None and self.service is not None
+        if not self._loop.run(self.service.wait_ready(timeout), timeout=timeout + 5):
+            raise Timeout(f"coordinator did not become ready within {timeout}s (owns {self.owned_tcs()})")
 
     def owned_tcs(self) -> list[int]:
         assert self._loop is not None and self.service is not None

@@ -142,6 +142,7 @@ class CoordinatorService:
         self._endpoints_override = endpoints
         self._tcs: dict[int, TransactionCoordinator] = {}
         self._owners: dict[int, tuple[int, str]] = {}
+        self._wanted: set[int] = set()
         self._acquisitions = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tail: LogTail | None = None
@@ -195,6 +196,18 @@ class CoordinatorService:
             "coordinator %s started (%s ownership, %d TCs)", self.instance_id, cfg.ownership, cfg.num_tcs
         )
 
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the static TCs are all served (static ownership) or any TC is (group)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        want = set(self.config.static_tc_ids) if self.config.ownership == "static" else None
+        while loop.time() < deadline:
+            owned = set(self.owned_tcs())
+            if (want is not None and want <= owned) or (want is None and owned):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     def _threadsafe(self, fn: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
         def call(partitions: list[int]) -> None:
             assert self._loop is not None
@@ -236,10 +249,27 @@ class CoordinatorService:
 
     # ------------------------------------------------------------------ ownership
     async def acquire(self, tc_id: int) -> None:
-        """Claim ``tc_id``, replay its log and start serving it."""
+        """Claim ``tc_id``, replay its log and start serving it.
+
+        A failed attempt (Kafka unavailable, slow recovery) is retried with back-off for as long as the
+        TC is still assigned to us. Losing it to a newer claim ends the attempts: the other instance owns
+        it now (retrying would only fence it back and forth).
+        """
+        self._wanted.add(tc_id)
+        backoff = 0.2
+        while self._started and tc_id in self._wanted and tc_id not in self._tcs:
+            try:
+                if await self._acquire_once(tc_id):
+                    return
+            except CoordinatorFencedError:
+                self._wanted.discard(tc_id)
+                return
+            log.info("TC %d: retrying acquisition in %.1fs", tc_id, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    async def _acquire_once(self, tc_id: int) -> bool:
         assert self._appender is not None and self._endpoints is not None and self._tail is not None
-        if tc_id in self._tcs:
-            return
         self._acquisitions += 1
         tc = TransactionCoordinator(
             tc_id,
@@ -254,11 +284,13 @@ class CoordinatorService:
         self._tail.add(self.config.log_topic, tc_id, 0)
         try:
             await tc.recover()
+        except CoordinatorFencedError:
+            await self._drop(tc_id, tc)
+            raise
         except (PulsarTxnError, TimeoutError) as exc:
             log.error("TC %d: recovery failed: %r", tc_id, exc)
-            if self._tcs.get(tc_id) is tc:
-                await self.release(tc_id)
-            return
+            await self._drop(tc_id, tc)
+            return False
         owner = OWNER.encode(
             {
                 "tc_id": tc_id,
@@ -269,8 +301,15 @@ class CoordinatorService:
         )
         self._owners[tc_id] = (tc.epoch, self.advertised_url)
         self._appender.append(self.config.owners_topic, 0, owner, key=str(tc_id).encode())
+        return True
 
-    async def release(self, tc_id: int) -> None:
+    async def _drop(self, tc_id: int, tc: TransactionCoordinator) -> None:
+        if self._tcs.get(tc_id) is tc:
+            await self.release(tc_id, keep_wanted=True)
+
+    async def release(self, tc_id: int, *, keep_wanted: bool = False) -> None:
+        if not keep_wanted:
+            self._wanted.discard(tc_id)
         tc = self._tcs.pop(tc_id, None)
         if tc is None:
             return
@@ -280,7 +319,7 @@ class CoordinatorService:
         log.info("TC %d released", tc_id)
 
     def _on_fenced(self, tc_id: int) -> None:
-        self._spawn(self.release(tc_id))
+        self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it
 
     def _dispatch(self, groups: dict[tuple[str, int], list[StoredRecord]]) -> None:
         for (topic, partition), records in groups.items():
