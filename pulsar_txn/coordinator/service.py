@@ -4,6 +4,7 @@ to them, and keeps the owner directory that lookups answer from."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
@@ -65,24 +66,30 @@ class LogTail:
         self,
         kafka: KafkaConfig,
         loop: asyncio.AbstractEventLoop,
-        dispatch: Callable[[dict[tuple[str, int], list[StoredRecord]]], None],
+        dispatch: Callable[[dict[tuple[str, int], tuple[int, list[StoredRecord]]]], None],
     ) -> None:
         self._reader = PartitionReader(kafka, fetch_wait_ms=5)
         self._loop = loop
         self._dispatch = dispatch
-        self._commands: queue.SimpleQueue[tuple[str, str, int, int]] = queue.SimpleQueue()
-        self._assigned: set[tuple[str, int]] = set()
+        self._commands: queue.SimpleQueue[tuple[str, str, int, int, int]] = queue.SimpleQueue()
+        # Each assignment of a partition gets a generation, so batches read under an earlier
+        # assignment can never reach the component that took the partition on again.
+        self._assigned: dict[tuple[str, int], int] = {}
+        self._generations = itertools.count(1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def add(self, topic: str, partition: int, offset: int = 0) -> None:
-        self._commands.put(("add", topic, partition, offset))
+    def add(self, topic: str, partition: int, offset: int = 0) -> int:
+        """Start reading ``topic[partition]`` at ``offset``; returns the generation its batches carry."""
+        generation = next(self._generations)
+        self._commands.put(("add", topic, partition, offset, generation))
+        return generation
 
     def remove(self, topic: str, partition: int) -> None:
-        self._commands.put(("remove", topic, partition, 0))
+        self._commands.put(("remove", topic, partition, 0, 0))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -97,26 +104,29 @@ class LogTail:
                 self._stop.wait(0.2)
                 continue
             if records:
-                groups: dict[tuple[str, int], list[StoredRecord]] = {}
+                groups: dict[tuple[str, int], tuple[int, list[StoredRecord]]] = {}
                 for rec in records:
-                    groups.setdefault((rec.topic, rec.partition), []).append(rec)
+                    tp = (rec.topic, rec.partition)
+                    generation = self._assigned.get(tp)
+                    if generation is not None:
+                        groups.setdefault(tp, (generation, []))[1].append(rec)
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
 
     def _apply_commands(self) -> None:
         while True:
             try:
-                op, topic, partition, offset = self._commands.get_nowait()
+                op, topic, partition, offset, generation = self._commands.get_nowait()
             except queue.Empty:
                 return
             if op == "add":
                 if (topic, partition) in self._assigned:
                     self._reader.remove(topic, partition)
                 self._reader.add(topic, partition, offset)
-                self._assigned.add((topic, partition))
+                self._assigned[(topic, partition)] = generation
             elif (topic, partition) in self._assigned:
                 self._reader.remove(topic, partition)
-                self._assigned.discard((topic, partition))
+                del self._assigned[(topic, partition)]
 
     def stop(self) -> None:
         self._stop.set()
@@ -281,7 +291,7 @@ class CoordinatorService:
             on_fenced=self._on_fenced,
         )
         self._tcs[tc_id] = tc
-        self._tail.add(self.config.log_topic, tc_id, 0)
+        tc.tail_generation = self._tail.add(self.config.log_topic, tc_id, 0)
         try:
             await tc.recover()
         except CoordinatorFencedError:
@@ -321,13 +331,13 @@ class CoordinatorService:
     def _on_fenced(self, tc_id: int) -> None:
         self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it
 
-    def _dispatch(self, groups: dict[tuple[str, int], list[StoredRecord]]) -> None:
-        for (topic, partition), records in groups.items():
+    def _dispatch(self, groups: dict[tuple[str, int], tuple[int, list[StoredRecord]]]) -> None:
+        for (topic, partition), (generation, records) in groups.items():
             if topic == self.config.owners_topic:
                 self._update_owners(records)
                 continue
             tc = self._tcs.get(partition)
-            if tc is not None:
+            if tc is not None and tc.tail_generation == generation:
                 tc.on_records(records)
 
     def _update_owners(self, records: list[StoredRecord]) -> None:

@@ -79,6 +79,7 @@ class TransactionCoordinator:
         self._owner_url = owner_url
         self._on_fenced = on_fenced
         self.state = TcState.RECOVERING
+        self.tail_generation = 0  # set by the service: which tail assignment feeds this TC
         self.epoch = -1
         self._fold = TcLogFold(tc_id)
         self._txns: dict[int, TxnMeta] = {}
