@@ -40,7 +40,8 @@ class TopicAdmin:
     def ensure_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> int:
         """Create the topic if missing; return its partition count (existing topics are left as they are)."""
         futures = self._admin.create_topics(
-            [NewTopic(name, partitions, 1, config=dict(configs or {}))], request_timeout=self._timeout
+            [NewTopic(name, partitions, self._config.replication_factor, config=dict(configs or {}))],
+            request_timeout=self._timeout,
         )
         try:
             futures[name].result(self._timeout)

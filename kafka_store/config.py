@@ -36,6 +36,8 @@ class KafkaConfig(BaseModel):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     request_timeout_ms: int = Field(default=10_000, gt=0)
+    # Replication factor for the topics we create; -1 takes the cluster's default.replication.factor.
+    replication_factor: int = Field(default=-1, ge=-1)
     # Any other librdkafka property, passed through unchanged (e.g. {"socket.keepalive.enable": "true"}).
     extra: dict[str, str] = Field(default_factory=dict)
 

@@ -231,8 +231,13 @@ class CoordinatorService:
                 self._spawn(self.acquire(tc_id))
 
     def _on_revoke(self, partitions: list[int]) -> None:
+        # Detach synchronously: an assignment that follows at once (a rebalance revokes everything,
+        # then hands some back) must see these TCs as not owned and claim them afresh.
         for tc_id in partitions:
-            self._spawn(self.release(tc_id))
+            self._wanted.discard(tc_id)
+            tc = self._tcs.pop(tc_id, None)
+            if tc is not None:
+                self._spawn(self._close_detached(tc_id, tc))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -317,16 +322,18 @@ class CoordinatorService:
         if self._tcs.get(tc_id) is tc:
             await self.release(tc_id, keep_wanted=True)
 
+    async def _close_detached(self, tc_id: int, tc: TransactionCoordinator) -> None:
+        await tc.close()
+        if self._tail is not None and tc_id not in self._tcs:
+            self._tail.remove(self.config.log_topic, tc_id)
+        log.info("TC %d released", tc_id)
+
     async def release(self, tc_id: int, *, keep_wanted: bool = False) -> None:
         if not keep_wanted:
             self._wanted.discard(tc_id)
         tc = self._tcs.pop(tc_id, None)
-        if tc is None:
-            return
-        await tc.close()
-        if self._tail is not None:
-            self._tail.remove(self.config.log_topic, tc_id)
-        log.info("TC %d released", tc_id)
+        if tc is not None:
+            await self._close_detached(tc_id, tc)
 
     def _on_fenced(self, tc_id: int) -> None:
         self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it

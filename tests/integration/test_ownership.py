@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -38,8 +39,12 @@ def test_two_instances_share_tcs_and_survivor_takes_over_and_recovers(
     txn = b.run(b.service.new_txn(tc_b, 60_000))
     with pytest.raises(TransactionCoordinatorNotFoundError):
         a.run(a.service.new_txn(tc_b, 0))
+    kept = a.owned_tcs()
     b.stop()
     wait_until(lambda: len(a.owned_tcs()) == 4, 45, what="A takes B's TCs over")
+    time.sleep(2)  # the rebalance revokes and reassigns everything: A must keep its own TCs too
+    assert a.owned_tcs() == [0, 1, 2, 3]
+    assert set(kept) <= set(a.owned_tcs())
     meta = a.service.coordinator(tc_b).get(txn)
     assert meta is not None and meta.status is TxnStatus.OPEN
     a.run(a.service.end_txn(txn, TxnAction.COMMIT))

@@ -1,0 +1,27 @@
+"""The shipped deployment config must stay valid against the typed configuration."""
+
+import tomllib
+from pathlib import Path
+
+from kafka_store import KafkaConfig
+from pulsar_txn.config import CoordinatorConfig
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+def test_docker_coordinator_toml_validates_against_the_config_models() -> None:
+    data = tomllib.loads((DOCKER / "config" / "coordinator.toml").read_text())
+    kafka = KafkaConfig(**data["kafka"])
+    coordinator = CoordinatorConfig(**data["coordinator"])
+    assert kafka.bootstrap_servers
+    assert coordinator.num_tcs >= 1
+
+
+def test_secrets_never_appear_in_config_reprs() -> None:
+    kafka = KafkaConfig(
+        bootstrap_servers="k:9092", sasl_password="hunter2", extra={"sasl.oauthbearer.config": "x=sekret"}
+    )
+    coordinator = CoordinatorConfig(auth_token="tok-123", marker_secret="mac-key")
+    for text in (repr(kafka), str(kafka), repr(coordinator), str(coordinator)):
+        for secret in ("hunter2", "sekret", "tok-123", "mac-key"):
+            assert secret not in text
