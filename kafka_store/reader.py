@@ -67,7 +67,7 @@ class PartitionReader:
         self._conf = conf
         self._timeout = config.request_timeout_ms / 1000
         self._consumer: Consumer | None = None
-        self._eof: set[tuple[str, int]] = set()
+        self._eof: dict[tuple[str, int], int] = {}
 
     @property
     def consumer(self) -> Consumer:
@@ -81,13 +81,17 @@ class PartitionReader:
 
     def add(self, topic: str, partition: int, offset: int) -> None:
         self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
-        self._eof.discard((topic, partition))
+        self._eof.pop((topic, partition), None)
 
     def remove(self, topic: str, partition: int) -> None:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
 
     def at_eof(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self._eof
+
+    def eof_offset(self, topic: str, partition: int) -> int | None:
+        """The end offset seen when the reader last reached the end of the partition (None if not)."""
+        return self._eof.get((topic, partition))
 
     def poll_batch(self, max_records: int = 1000, timeout: float = 0.1) -> list[StoredRecord]:
         """Records in offset order per partition; empty on timeout. Records end-of-partition events."""
@@ -104,9 +108,9 @@ class PartitionReader:
             err = msg.error()
             if err is None:
                 out.append(_to_record(msg))
-                self._eof.discard((msg.topic(), msg.partition()))
+                self._eof.pop((msg.topic() or "", msg.partition() or 0), None)
             elif err.code() == KafkaError._PARTITION_EOF:
-                self._eof.add((msg.topic() or "", msg.partition() or 0))
+                self._eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
             elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
             elif err.fatal():

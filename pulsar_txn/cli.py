@@ -72,8 +72,10 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
 
     node = await start_node(kafka, config)
     if not await node.service.wait_ready(config.recovery_timeout_ms / 1000):
-        log.warning("no TC ready after %d ms; serving anyway (clients get ServiceNotReady)",
-                    config.recovery_timeout_ms)
+        log.warning(
+            "no TC ready after %d ms; serving anyway (clients get ServiceNotReady)",
+            config.recovery_timeout_ms,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

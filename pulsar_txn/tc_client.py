@@ -15,6 +15,7 @@ The number of TCs is ``num_tcs`` when given; otherwise ``connect()`` probes LOOK
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -593,7 +594,16 @@ class SyncTcClient:
         self.close()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.submit(coro).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run a coroutine of the underlying ``TcClient`` (``.aio``) without waiting for it."""
         if self._closed:
             coro.close()  # never started; closing it avoids a "never awaited" warning
             raise ConnectionClosed("the TC client is closed", retriable=False)
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    @property
+    def aio(self) -> TcClient:
+        """The asyncio client this facade drives (its coroutines go through ``submit``)."""
+        return self._client

@@ -1,0 +1,267 @@
+"""Read-committed reading of partitions through the transaction-buffer filter.
+
+``CommittedReader`` keeps, per partition, the TB state (recovered from the latest snapshot, then kept
+current by scanning) and a delivery position. Records scanned at or after the delivery position wait
+in a bounded window until ``max_read_position`` passes them, so in the common case every record is
+read from Kafka once. When the window would grow past its bound (a transaction open for a long time
+while traffic continues) it is dropped and those records are fetched again later: memory stays
+bounded whatever the partition's length.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from kafka_store import KafkaConfig, PartitionReader, StoredRecord, read_range
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.state import TxnBufferState
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class BufferOptions:
+    num_tcs: int = 1 << 16
+    marker_secret: bytes | None = None
+    window_max_records: int = 50_000
+    fetch_batch: int = 5_000
+
+
+def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
+    """Fold the partition's records from ``state.scanned_to`` to ``end`` (default: the current end).
+    Returns how many records were read."""
+    count = 0
+    for rec in read_range(kafka, state.topic, state.partition, state.scanned_to, end):
+        state.apply(rec.offset, rec.headers, rec.value)
+        count += 1
+    if end is None:
+        end = PartitionReaderCache.end_offset(kafka, state.topic, state.partition)
+    state.scanned_to = max(state.scanned_to, end)
+    return count
+
+
+class PartitionReaderCache:
+    @staticmethod
+    def end_offset(kafka: KafkaConfig, topic: str, partition: int) -> int:
+        reader = PartitionReader(kafka)
+        try:
+            return reader.watermarks(topic, partition)[1]
+        finally:
+            reader.close()
+
+
+def load_state(
+    kafka: KafkaConfig,
+    topic: str,
+    partition: int,
+    *,
+    store: SnapshotStore | None = None,
+    options: BufferOptions | None = None,
+    end: int | None = None,
+) -> tuple[TxnBufferState, int | None]:
+    """The TB state at the partition's end (or ``end``): latest snapshot + scan of what follows.
+    Returns the state and the snapshot's ``scanned_to`` (None without a snapshot)."""
+    opts = options or BufferOptions()
+    loaded = (
+        store.load(topic, partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+        if store
+        else None
+    )
+    if loaded is not None:
+        state, _taken = loaded
+        from_snapshot: int | None = state.scanned_to
+    else:
+        state = TxnBufferState(topic, partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+        from_snapshot = None
+    scan(state, kafka, end)
+    return state, from_snapshot
+
+
+@dataclass
+class _Partition:
+    state: TxnBufferState
+    position: int  # next offset to deliver
+    window: deque[StoredRecord] = field(default_factory=deque)
+    window_start: int = 0  # the window holds every scanned record in [window_start, state.scanned_to)
+
+
+class CommittedReader:
+    """Delivers plain and committed records of its partitions in offset order, never at or after a
+    partition's ``max_read_position``; markers, aborted and discarded records are skipped."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        starts: dict[TopicPartition, int],
+        *,
+        store: SnapshotStore | None = None,
+        options: BufferOptions | None = None,
+    ) -> None:
+        self._kafka = kafka
+        self._store = store
+        self._opts = options or BufferOptions()
+        self._starts = dict(starts)
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._scanner: PartitionReader | None = None
+        self._fetcher: PartitionReader | None = None
+        self._fetching: tuple[str, int, int] | None = None  # where the fetcher will read next
+        self.snapshot_offsets: dict[TopicPartition, int | None] = {}
+
+    # ------------------------------------------------------------------ setup
+    def _ensure_started(self) -> None:
+        if self._scanner is not None:
+            return
+        self._scanner = PartitionReader(self._kafka, fetch_wait_ms=20)
+        for tp, start in self._starts.items():
+            self._open(tp, start)
+
+    def _open(self, tp: TopicPartition, start: int) -> None:
+        assert self._scanner is not None
+        opts = self._opts
+        loaded = (
+            self._store.load(*tp, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+            if self._store
+            else None
+        )
+        state = (
+            loaded[0]
+            if loaded
+            else TxnBufferState(*tp, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+        )
+        self.snapshot_offsets[tp] = state.scanned_to if loaded is not None else None
+        low, _high = self._scanner.watermarks(*tp)
+        position = max(start, low)
+        state.scanned_to = max(state.scanned_to, low)
+        state.prune(low)
+        part = _Partition(state, position, window_start=max(state.scanned_to, position))
+        self._parts[tp] = part
+        self._scanner.add(tp[0], tp[1], state.scanned_to)
+
+    def add_partition(self, topic: str, partition: int, start: int) -> None:
+        self._starts[(topic, partition)] = start
+        if self._scanner is not None:
+            self._open((topic, partition), start)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        self._starts.pop((topic, partition), None)
+        if self._parts.pop((topic, partition), None) is not None and self._scanner is not None:
+            self._scanner.remove(topic, partition)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Deliver from ``offset`` next (the TB state is kept: it does not depend on the position)."""
+        self._ensure_started()
+        part = self._parts[(topic, partition)]
+        part.position = offset
+        part.window = deque(r for r in part.window if r.offset >= offset)
+        if offset < part.window_start or not part.window:
+            part.window.clear()
+            part.window_start = max(part.state.scanned_to, offset)
+
+    # ------------------------------------------------------------------ reading
+    def state(self, topic: str, partition: int) -> TxnBufferState:
+        self._ensure_started()
+        return self._parts[(topic, partition)].state
+
+    def position(self, topic: str, partition: int) -> int:
+        self._ensure_started()
+        return self._parts[(topic, partition)].position
+
+    def poll(self, timeout: float = 1.0, max_records: int = 5000) -> list[StoredRecord]:
+        """Up to ``max_records`` deliverable records (empty after ``timeout`` if none)."""
+        self._ensure_started()
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self._deliver(max_records)
+            if out:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            self._scan_some(min(remaining, 0.1))
+
+    def _scan_some(self, timeout: float) -> int:
+        assert self._scanner is not None
+        records = self._scanner.poll_batch(self._opts.fetch_batch, timeout)
+        limit = self._opts.window_max_records
+        for rec in records:
+            part = self._parts.get((rec.topic, rec.partition))
+            if part is None:
+                continue
+            part.state.apply(rec.offset, rec.headers, rec.value)
+            if rec.offset >= part.window_start and rec.offset >= part.position:
+                if len(part.window) >= limit:
+                    # Bound memory: forget the window; these records are fetched again when readable.
+                    part.window.clear()
+                    part.window_start = part.state.scanned_to
+                else:
+                    part.window.append(rec)
+            elif rec.offset >= part.window_start:
+                part.window_start = rec.offset + 1
+        for (topic, partition), part in self._parts.items():
+            end = self._scanner.eof_offset(topic, partition)
+            if end is not None and end > part.state.scanned_to:
+                # A caught-up scan: everything below the end is folded in (compaction leaves gaps).
+                part.state.scanned_to = end
+        return len(records)
+
+    def _deliver(self, max_records: int) -> list[StoredRecord]:
+        out: list[StoredRecord] = []
+        for part in self._parts.values():
+            if len(out) >= max_records:
+                break
+            limit = part.state.max_read_position
+            if part.position >= limit:
+                continue
+            if part.position < part.window_start:
+                self._fetch_gap(part, min(part.window_start, limit), out, max_records)
+                continue
+            window, state = part.window, part.state
+            while window and len(out) < max_records:
+                rec = window[0]
+                if rec.offset >= limit:
+                    break
+                window.popleft()
+                if rec.offset >= part.position and state.is_visible(rec.offset, rec.headers):
+                    out.append(rec)
+                part.position = rec.offset + 1
+            if not window and part.position < limit and part.window_start <= part.position:
+                part.position = limit  # nothing else below the limit (compaction gaps, markers)
+        return out
+
+    def _fetch_gap(self, part: _Partition, end: int, out: list[StoredRecord], max_records: int) -> None:
+        """Read [position, end) again from Kafka (records dropped from the window, or before a snapshot)."""
+        if self._fetcher is None:
+            self._fetcher = PartitionReader(self._kafka, fetch_wait_ms=20)
+        topic, partition = part.state.topic, part.state.partition
+        if self._fetching != (topic, partition, part.position):
+            self._fetcher.assign({(topic, partition): part.position})
+        deadline = time.monotonic() + 10
+        while part.position < end and len(out) < max_records:
+            records = self._fetcher.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), 0.2)
+            for rec in records:
+                if rec.offset >= end:
+                    part.position = end
+                    self._fetching = None  # read past the gap: the next fetch must re-position
+                    return
+                if part.state.is_visible(rec.offset, rec.headers):
+                    out.append(rec)
+                part.position = rec.offset + 1
+            if not records:
+                if self._fetcher.at_eof(topic, partition) or time.monotonic() > deadline:
+                    part.position = max(part.position, min(end, part.state.scanned_to))
+                    self._fetching = None
+                    return
+            else:
+                deadline = time.monotonic() + 10
+        self._fetching = (topic, partition, part.position)
+
+    def close(self) -> None:
+        for reader in (self._scanner, self._fetcher):
+            if reader is not None:
+                reader.close()
+        self._scanner = self._fetcher = None

@@ -1,0 +1,249 @@
+"""Transaction-buffer snapshots on the compacted ``__transaction_buffer_snapshot`` topic.
+
+A snapshot is a cache of ``TxnBufferState`` at ``scanned_to``. Head record key ``<topic>/<partition>``;
+when the aborted set is large it goes into segment records ``<topic>/<partition>/seg/<i>`` written
+before the head and tied to it by ``snapshot_id``. A head whose segments are missing is ignored (the
+reader falls back to an older snapshot-free scan), never half-trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import zlib
+from concurrent.futures import Future
+from typing import Any
+
+from kafka_store import REGISTRY, Appender, CodecError, KafkaConfig, RecordKind, TopicAdmin, replay_compacted
+from pulsar_txn.buffer.state import BufferCounters, TxnBufferState
+from pulsar_txn.txnid import TxnID
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
+
+_TXN_OFFSET = {
+    "type": "record",
+    "name": "TxnOffsetV1",
+    "fields": [
+        {"name": "most", "type": "long"},
+        {"name": "least", "type": "long"},
+        {"name": "offset", "type": "long"},
+    ],
+}
+
+TB_SNAPSHOT = REGISTRY.register(
+    RecordKind(
+        "TbSnapshot",
+        code=11,
+        schemas={
+            1: {
+                "type": "record",
+                "name": "TbSnapshotV1",
+                "namespace": "pulsar_txn.buffer",
+                "fields": [
+                    {"name": "topic", "type": "string"},
+                    {"name": "partition", "type": "int"},
+                    {"name": "snapshot_id", "type": "string"},
+                    {"name": "scanned_to", "type": "long"},
+                    {"name": "taken_at_ms", "type": "long"},
+                    {"name": "ongoing", "type": {"type": "array", "items": _TXN_OFFSET}},
+                    {"name": "aborted", "type": {"type": "array", "items": "pulsar_txn.buffer.TxnOffsetV1"}},
+                    {"name": "aborted_segments", "type": "int"},
+                    {
+                        "name": "ended",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "type": "record",
+                                "name": "EndedTxnV1",
+                                "fields": [
+                                    {"name": "most", "type": "long"},
+                                    {"name": "least", "type": "long"},
+                                    {"name": "committed", "type": "boolean"},
+                                ],
+                            },
+                        },
+                    },
+                    {"name": "lwm", "type": {"type": "map", "values": "long"}},
+                    {
+                        "name": "discarded",
+                        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
+                    },
+                    {"name": "counters", "type": {"type": "map", "values": "long"}},
+                ],
+            }
+        },
+    )
+)
+
+TB_ABORTED_SEGMENT = REGISTRY.register(
+    RecordKind(
+        "TbAbortedSegment",
+        code=12,
+        schemas={
+            1: {
+                "type": "record",
+                "name": "TbAbortedSegmentV1",
+                "namespace": "pulsar_txn.buffer",
+                "fields": [
+                    {"name": "snapshot_id", "type": "string"},
+                    {"name": "index", "type": "int"},
+                    {
+                        "name": "aborted",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "type": "record",
+                                "name": "SegTxnOffsetV1",
+                                "fields": [
+                                    {"name": "most", "type": "long"},
+                                    {"name": "least", "type": "long"},
+                                    {"name": "offset", "type": "long"},
+                                ],
+                            },
+                        },
+                    },
+                ],
+            }
+        },
+    )
+)
+
+
+def _txn_offsets(items: dict[TxnID, int]) -> list[dict[str, int]]:
+    return [{"most": t.most_bits, "least": t.least_bits, "offset": o} for t, o in items.items()]
+
+
+def _from_txn_offsets(items: list[dict[str, Any]]) -> dict[TxnID, int]:
+    return {TxnID(int(i["most"]), int(i["least"])): int(i["offset"]) for i in items}
+
+
+class SnapshotStore:
+    """Reads and writes TB snapshots. No I/O until a method is called."""
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        *,
+        topic: str = DEFAULT_SNAPSHOT_TOPIC,
+        partitions: int = 8,
+        segment_size: int = 10_000,
+        appender: Appender | None = None,
+    ) -> None:
+        self._kafka = kafka
+        self.topic = topic
+        self._partitions = partitions
+        self._segment_size = segment_size
+        self._appender = appender
+        self._owns_appender = appender is None
+        self._segments_written: dict[tuple[str, int], int] = {}
+        self._ready = False
+
+    def ensure_topic(self) -> None:
+        if not self._ready:
+            self._partitions = TopicAdmin(self._kafka).ensure_topic(
+                self.topic, self._partitions, {"cleanup.policy": "compact"}
+            )
+            self._ready = True
+
+    def _partition_for(self, topic: str, partition: int) -> int:
+        return zlib.crc32(f"{topic}/{partition}".encode()) % self._partitions
+
+    def _app(self) -> Appender:
+        if self._appender is None:
+            self._appender = Appender(self._kafka)
+        return self._appender
+
+    def write(self, state: TxnBufferState) -> Future[int]:
+        """Append a snapshot of ``state``; the future gives the head record's offset."""
+        self.ensure_topic()
+        tp = (state.topic, state.partition)
+        base = f"{state.topic}/{state.partition}"
+        snap_partition = self._partition_for(*tp)
+        snapshot_id = uuid.uuid4().hex
+        aborted = list(state.aborted.items())
+        inline: dict[TxnID, int] = dict(aborted) if len(aborted) <= self._segment_size else {}
+        segments = 0
+        app = self._app()
+        if not inline and aborted:
+            for index, start in enumerate(range(0, len(aborted), self._segment_size)):
+                chunk = dict(aborted[start : start + self._segment_size])
+                value = TB_ABORTED_SEGMENT.encode(
+                    {"snapshot_id": snapshot_id, "index": index, "aborted": _txn_offsets(chunk)}
+                )
+                app.append(self.topic, snap_partition, value, key=f"{base}/seg/{index}".encode())
+                segments += 1
+        for stale in range(segments, self._segments_written.get(tp, 0)):
+            app.append(self.topic, snap_partition, None, key=f"{base}/seg/{stale}".encode())
+        self._segments_written[tp] = segments
+        head = TB_SNAPSHOT.encode(
+            {
+                "topic": state.topic,
+                "partition": state.partition,
+                "snapshot_id": snapshot_id,
+                "scanned_to": state.scanned_to,
+                "taken_at_ms": int(time.time() * 1000),
+                "ongoing": _txn_offsets(state.ongoing),
+                "aborted": _txn_offsets(inline),
+                "aborted_segments": segments,
+                "ended": [
+                    {"most": t.most_bits, "least": t.least_bits, "committed": c}
+                    for t, c in state.ended.items()
+                ],
+                "lwm": {str(k): v for k, v in state.lwm.items()},
+                "discarded": [list(r) for r in state.discarded],
+                "counters": state.counters.as_dict(),
+            }
+        )
+        return app.append(self.topic, snap_partition, head, key=base.encode())
+
+    def load(
+        self, topic: str, partition: int, *, num_tcs: int = 1 << 16, marker_secret: bytes | None = None
+    ) -> tuple[TxnBufferState, int] | None:
+        """The latest complete snapshot as a state and its taken-at time (ms), or None."""
+        self.ensure_topic()
+        base = f"{topic}/{partition}"
+        table = replay_compacted(self._kafka, self.topic, self._partition_for(topic, partition))
+        head_rec = table.get(base.encode())
+        if head_rec is None:
+            return None
+        try:
+            head = REGISTRY.decode_as(TB_SNAPSHOT, head_rec.value)
+            aborted = _from_txn_offsets(head["aborted"])
+            for index in range(int(head["aborted_segments"])):
+                seg_rec = table.get(f"{base}/seg/{index}".encode())
+                if seg_rec is None:
+                    log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
+                    return None
+                seg = REGISTRY.decode_as(TB_ABORTED_SEGMENT, seg_rec.value)
+                if seg["snapshot_id"] != head["snapshot_id"]:
+                    log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
+                    return None
+                aborted.update(_from_txn_offsets(seg["aborted"]))
+        except CodecError as exc:
+            log.warning("unreadable snapshot of %s ignored: %s", base, exc)
+            return None
+        self._segments_written[(topic, partition)] = int(head["aborted_segments"])
+        state = TxnBufferState(topic, partition, num_tcs=num_tcs, marker_secret=marker_secret)
+        state.scanned_to = int(head["scanned_to"])
+        for t, o in _from_txn_offsets(head["ongoing"]).items():
+            state.ongoing[t] = o
+            state._oldest.append((o, t))
+        state._oldest.sort()
+        state.aborted = aborted
+        state.ended = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in head["ended"]}
+        state.lwm = {int(k): int(v) for k, v in head["lwm"].items()}
+        state.discarded = [[int(a), int(b)] for a, b in head["discarded"]]
+        counters = BufferCounters()
+        for name, value in head["counters"].items():
+            if hasattr(counters, name):
+                setattr(counters, name, int(value))
+        state.counters = counters
+        return state, int(head["taken_at_ms"])
+
+    def close(self) -> None:
+        if self._owns_appender and self._appender is not None:
+            self._appender.close()
+            self._appender = None

@@ -1,0 +1,249 @@
+"""Transaction-buffer state of one partition: a pure function of the partition's records below
+``scanned_to`` (docs/storage-format.md, "Transaction buffer state").
+
+* ``ongoing``  txn -> offset of its first message here; the oldest pins ``max_read_position``.
+* ``aborted``  txn -> offset of its abort marker (upper bound of its messages here); readers skip them.
+* ``ended``    txns above their TC's low watermark that ended here (value: committed?), to spot late
+  messages. Txns at or below the low watermark are known to have ended without an entry.
+* ``lwm``      TC id -> highest low watermark carried by a verified marker.
+* ``discarded`` sorted, merged offset ranges of messages that are never delivered although their txn
+  is not in ``aborted``: late messages of already-ended txns, corrupt TxnID headers, unknown TCs.
+
+A reader delivers a record at offset ``o < max_read_position`` iff it is not a control record, and if
+transactional, its txn is not in ``aborted`` and ``o`` is not in ``discarded``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kafka_store import CodecError
+from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BufferCounters:
+    markers: int = 0
+    duplicate_markers: int = 0
+    forged_markers: int = 0
+    corrupt_markers: int = 0
+    corrupt_txn_headers: int = 0
+    unknown_tc_records: int = 0
+    late_messages: int = 0
+    hanging_resolved: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TxnBufferState:
+    topic: str
+    partition: int
+    num_tcs: int = 1 << 16
+    marker_secret: bytes | None = None
+    scanned_to: int = 0
+    ongoing: dict[TxnID, int] = field(default_factory=dict)
+    aborted: dict[TxnID, int] = field(default_factory=dict)
+    ended: dict[TxnID, bool] = field(default_factory=dict)
+    lwm: dict[int, int] = field(default_factory=dict)
+    discarded: list[list[int]] = field(default_factory=list)
+    counters: BufferCounters = field(default_factory=BufferCounters)
+    changes: int = 0  # state changes folded in (drives snapshot cadence)
+    _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def max_read_position(self) -> int:
+        """First offset of the oldest ongoing txn, else ``scanned_to``: nothing at or after it is read."""
+        heap = self._oldest
+        while heap:
+            first, txn = heap[0]
+            if self.ongoing.get(txn) == first:
+                return first
+            heapq.heappop(heap)
+        return self.scanned_to
+
+    def has_ended(self, txn: TxnID) -> bool:
+        return txn in self.ended or txn in self.aborted or txn.least_bits <= self.lwm.get(txn.most_bits, -1)
+
+    def is_discarded(self, offset: int) -> bool:
+        ranges = self.discarded
+        i = bisect.bisect_right(ranges, [offset, 1 << 62]) - 1
+        return i >= 0 and ranges[i][0] <= offset <= ranges[i][1]
+
+    # ------------------------------------------------------------------ folding
+    def apply_many(
+        self,
+        records: Iterable[tuple[int, list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...], bytes | None]],
+    ) -> None:
+        for offset, headers, value in records:
+            self.apply(offset, headers, value)
+
+    def apply(
+        self,
+        offset: int,
+        headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None,
+        value: bytes | None,
+    ) -> None:
+        """Fold one record in (records must come in offset order; gaps from compaction are fine)."""
+        if offset < self.scanned_to:
+            return
+        self.scanned_to = offset + 1
+        if not headers:
+            return
+        ctl = txn_raw = None
+        for name, raw in headers:
+            if name == TXN_HEADER:
+                txn_raw = raw
+            elif name == CTL_HEADER:
+                ctl = raw
+        if ctl is not None:
+            if ctl == MARKER_CTL:
+                self._marker(offset, value)
+            return  # control records are never delivered, whatever they are
+        if txn_raw is not None:
+            self._message(offset, txn_raw)
+
+    def _message(self, offset: int, raw: bytes) -> None:
+        if len(raw) != 16:
+            self.counters.corrupt_txn_headers += 1
+            log.warning(
+                "%s[%d]@%d: corrupt TxnID header (%d bytes); skipped",
+                self.topic,
+                self.partition,
+                offset,
+                len(raw),
+            )
+            self._discard(offset)
+            return
+        txn = TxnID.from_bytes(raw)
+        if txn in self.ongoing:
+            return
+        if txn.most_bits >= self.num_tcs:
+            self.counters.unknown_tc_records += 1
+            log.warning(
+                "%s[%d]@%d: message of %s from unknown TC; skipped", self.topic, self.partition, offset, txn
+            )
+            self._discard(offset)
+            return
+        if self.has_ended(txn):
+            # A late message of a txn that already ended here: never delivered, never pins.
+            self.counters.late_messages += 1
+            if txn not in self.aborted:
+                self._discard(offset)
+            return
+        self.ongoing[txn] = offset
+        heapq.heappush(self._oldest, (offset, txn))
+        self.changes += 1
+
+    def _marker(self, offset: int, value: bytes | None) -> None:
+        try:
+            marker = decode_marker(value)
+        except CodecError as exc:
+            self.counters.corrupt_markers += 1
+            log.warning("%s[%d]@%d: unreadable marker skipped: %s", self.topic, self.partition, offset, exc)
+            return
+        if self.marker_secret is not None and not verify(
+            marker, self.topic, self.partition, self.marker_secret
+        ):
+            self.counters.forged_markers += 1
+            log.warning(
+                "%s[%d]@%d: marker for %s failed authentication; ignored",
+                self.topic,
+                self.partition,
+                offset,
+                marker.txn_id,
+            )
+            return
+        txn = marker.txn_id
+        if txn.most_bits >= self.num_tcs:
+            self.counters.unknown_tc_records += 1
+            return
+        self.counters.markers += 1
+        if txn in self.ongoing:
+            del self.ongoing[txn]
+            if marker.action is TxnAction.ABORT:
+                self.aborted[txn] = offset
+            self.ended[txn] = marker.action is TxnAction.COMMIT
+            self.changes += 1
+        elif self.has_ended(txn):
+            self.counters.duplicate_markers += 1
+        else:
+            self.ended[txn] = marker.action is TxnAction.COMMIT  # no message here yet: later ones are late
+            self.changes += 1
+        self._advance_lwm(txn.most_bits, marker.low_watermark, offset)
+
+    def _advance_lwm(self, tc: int, lwm: int, offset: int) -> None:
+        if lwm <= self.lwm.get(tc, -1):
+            return
+        self.lwm[tc] = lwm
+        self.changes += 1
+        for txn in [t for t in self.ended if t.most_bits == tc and t.least_bits <= lwm]:
+            del self.ended[txn]
+        # A txn still open here although its TC has ended everything up to ``lwm`` is hanging: this
+        # partition was never registered with the TC, so its messages are not part of the txn.
+        for txn in [t for t in self.ongoing if t.most_bits == tc and t.least_bits <= lwm]:
+            del self.ongoing[txn]
+            self.aborted[txn] = offset
+            self.counters.hanging_resolved += 1
+            log.warning(
+                "%s[%d]: hanging %s resolved as aborted by low watermark %d",
+                self.topic,
+                self.partition,
+                txn,
+                lwm,
+            )
+
+    def _discard(self, offset: int) -> None:
+        ranges = self.discarded
+        if ranges and ranges[-1][1] + 1 >= offset:
+            ranges[-1][1] = max(ranges[-1][1], offset)
+        else:
+            ranges.append([offset, offset])
+        self.changes += 1
+
+    # ------------------------------------------------------------------ visibility and upkeep
+    def is_visible(
+        self, offset: int, headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None
+    ) -> bool:
+        """For a record below ``max_read_position``: should a reader deliver it?"""
+        if not headers:
+            return True
+        txn_raw = None
+        for name, raw in headers:
+            if name == CTL_HEADER:
+                return False
+            if name == TXN_HEADER:
+                txn_raw = raw
+        if txn_raw is None:
+            return True
+        if len(txn_raw) != 16:
+            return False
+        return TxnID.from_bytes(txn_raw) not in self.aborted and not self.is_discarded(offset)
+
+    def prune(self, log_start_offset: int) -> None:
+        """Forget what only concerned records that retention has deleted (keeps the sets bounded)."""
+        for txn in [t for t, off in self.aborted.items() if off < log_start_offset]:
+            del self.aborted[txn]
+        self.discarded = [r for r in self.discarded if r[1] >= log_start_offset]
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "max_read_position": self.max_read_position,
+            "scanned_to": self.scanned_to,
+            "ongoing_txn_size": len(self.ongoing),
+            "aborted_txn_size": len(self.aborted),
+            "discarded_ranges": len(self.discarded),
+            "low_watermarks": {str(k): v for k, v in sorted(self.lwm.items())},
+            **self.counters.as_dict(),
+        }

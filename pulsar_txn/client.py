@@ -1,0 +1,202 @@
+"""Client: the entry point, shaped like Pulsar's Python client."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
+from pulsar_txn.buffer.reader import BufferOptions
+from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.errors import ConfigError, TopicNotFound
+from pulsar_txn.message import EARLIEST, MessageId
+from pulsar_txn.naming import TopicName
+from pulsar_txn.producer import Producer
+from pulsar_txn.reader import Reader, last_message_ids
+from pulsar_txn.tc_client import SyncTcClient
+from pulsar_txn.transaction import Transaction, TransactionBuilder
+
+log = logging.getLogger(__name__)
+
+
+class Client:
+    """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
+
+    ``service_url`` is a coordinator (``pulsar://host:6650``); Kafka is where the data lives. No
+    network I/O happens until the first producer, reader or transaction needs it.
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        bootstrap_servers: str | None = None,
+        kafka: dict[str, Any] | KafkaConfig | None = None,
+        operation_timeout_seconds: float = 30.0,
+        authentication: str | None = None,
+        num_tcs: int | None = None,
+        marker_secret: str | bytes | None = None,
+        snapshot_topic: str = DEFAULT_SNAPSHOT_TOPIC,
+    ) -> None:
+        if isinstance(kafka, KafkaConfig):
+            self.kafka = kafka
+        else:
+            settings = dict(kafka or {})
+            if bootstrap_servers:
+                settings["bootstrap_servers"] = bootstrap_servers
+            if "bootstrap_servers" not in settings:
+                raise ConfigError("Client needs bootstrap_servers= or kafka={'bootstrap_servers': ...}")
+            self.kafka = KafkaConfig(**settings)
+        if operation_timeout_seconds <= 0:
+            raise ConfigError("operation_timeout_seconds must be positive")
+        self.service_url = service_url
+        self.operation_timeout_seconds = operation_timeout_seconds
+        self._auth = authentication
+        self._num_tcs = num_tcs
+        self._secret = marker_secret.encode() if isinstance(marker_secret, str) else marker_secret
+        self._snapshot_topic = snapshot_topic
+        self._lock = threading.Lock()
+        self._tc_client: SyncTcClient | None = None
+        self._appender_: Appender | None = None
+        self._admin = TopicAdmin(self.kafka)
+        self._snapshot_store: SnapshotStore | None = None
+        self._counts: dict[str, int] = {}
+        self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
+
+    # ------------------------------------------------------------------ embedded mode
+    @classmethod
+    def embedded(
+        cls,
+        *,
+        bootstrap_servers: str | None = None,
+        data_dir: str | Path | None = None,
+        coordinator: CoordinatorConfig | None = None,
+        **kwargs: Any,
+    ) -> Client:
+        """A client with the coordinator running in-process, against ``bootstrap_servers`` or, if not
+        given, an embedded broker started here. Everything started is stopped by ``close``."""
+        from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+
+        owned: list[Any] = []
+        if bootstrap_servers is None:
+            broker = LocalBroker(Path(data_dir or tempfile.mkdtemp(prefix="pulsar-txn-")) / "broker")
+            bootstrap_servers = broker.start()
+            owned.append(broker)
+        kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
+        config = coordinator or CoordinatorConfig(
+            port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
+        )
+        ec = EmbeddedCoordinator(kafka, config).start()
+        owned.insert(0, ec)
+        assert ec.url is not None
+        secret = config.marker_secret.get_secret_value() if config.marker_secret else None
+        token = config.auth_token.get_secret_value() if config.auth_token else None
+        client = cls(
+            ec.url, kafka=kafka, num_tcs=config.num_tcs, marker_secret=secret, authentication=token, **kwargs
+        )
+        client._owned = owned
+        return client
+
+    # ------------------------------------------------------------------ factories
+    def new_transaction(self) -> TransactionBuilder:
+        return TransactionBuilder(self)
+
+    def transaction(self, timeout: float = 60.0) -> Transaction:
+        """``with client.transaction(timeout=30) as txn:`` commits on success, aborts on an exception."""
+        return self.new_transaction().with_transaction_timeout(timeout).build()
+
+    def create_producer(self, topic: str, *, producer_name: str | None = None) -> Producer:
+        return Producer(self, topic, producer_name=producer_name)
+
+    def create_reader(self, topic: str, start_message_id: MessageId = EARLIEST) -> Reader:
+        return Reader(self, topic, start_message_id)
+
+    def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
+        return last_message_ids(self, topic)
+
+    def resume_transaction(self, txn_id: Any, timeout_ms: int = 60_000) -> Transaction:
+        """A handle on a transaction begun elsewhere (e.g. to commit it by id from another client)."""
+        from pulsar_txn.txnid import TxnID
+
+        tid = txn_id if isinstance(txn_id, TxnID) else TxnID.parse(str(txn_id))
+        return Transaction(self, tid, timeout_ms)
+
+    # ------------------------------------------------------------------ internals used by the API
+    def _new_txn(self, timeout_ms: int) -> Transaction:
+        txn_id = self._tc().new_txn(timeout_ms)
+        return Transaction(self, txn_id, timeout_ms or 60_000)
+
+    def _tc(self) -> SyncTcClient:
+        with self._lock:
+            if self._tc_client is None:
+                client = SyncTcClient(
+                    self.service_url,
+                    auth_token=self._auth,
+                    operation_timeout=self.operation_timeout_seconds,
+                    num_tcs=self._num_tcs,
+                )
+                client.connect()
+                self._tc_client = client
+            return self._tc_client
+
+    def _appender(self) -> Appender:
+        with self._lock:
+            if self._appender_ is None:
+                self._appender_ = Appender(
+                    self.kafka, delivery_timeout_ms=int(self.operation_timeout_seconds * 1000)
+                )
+            return self._appender_
+
+    def _snapshots(self) -> SnapshotStore:
+        with self._lock:
+            if self._snapshot_store is None:
+                self._snapshot_store = SnapshotStore(self.kafka, topic=self._snapshot_topic)
+            return self._snapshot_store
+
+    def _buffer_options(self) -> BufferOptions:
+        return BufferOptions(num_tcs=self._num_tcs or (1 << 16), marker_secret=self._secret)
+
+    def _partition_count(self, topic: TopicName) -> int:
+        name = topic.kafka_topic
+        count = self._counts.get(name)
+        if count is None:
+            try:
+                count = self._admin.partition_count(name)
+            except TopicNotFoundError:
+                raise TopicNotFound(f"topic {topic.base} (Kafka topic {name}) does not exist") from None
+            self._counts[name] = count
+        if topic.partition is not None and topic.partition >= count:
+            raise TopicNotFound(f"{topic} does not exist: {name} has {count} partitions")
+        return count
+
+    def create_topic(self, topic: str, partitions: int = 1) -> None:
+        """Create a (partitioned) topic; a no-op if it exists."""
+        name = TopicName.parse(topic)
+        self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        if self._appender_ is not None:
+            self._appender_.close()
+            self._appender_ = None
+        if self._tc_client is not None:
+            self._tc_client.close()
+            self._tc_client = None
+        if self._snapshot_store is not None:
+            self._snapshot_store.close()
+        for thing in self._owned:
+            thing.stop()
+        self._owned = []
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

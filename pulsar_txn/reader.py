@@ -1,0 +1,100 @@
+"""Reader: read-committed reading of a topic from a chosen position (Pulsar's Reader)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from kafka_store import read_range
+from pulsar_txn.buffer.reader import CommittedReader
+from pulsar_txn.errors import Timeout
+from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
+from pulsar_txn.naming import TopicName
+
+if TYPE_CHECKING:
+    from pulsar_txn.client import Client
+
+
+class Reader:
+    def __init__(self, client: Client, topic: str, start_message_id: MessageId = EARLIEST) -> None:
+        self._client = client
+        self.topic = TopicName.parse(topic)
+        count = client._partition_count(self.topic)
+        parts = [self.topic.partition] if self.topic.partition is not None else list(range(count))
+        self._tps = [(self.topic.kafka_topic, p) for p in parts]
+        starts: dict[tuple[str, int], int] = {}
+        for tp in self._tps:
+            if start_message_id == EARLIEST:
+                starts[tp] = 0
+            elif start_message_id == LATEST:
+                starts[tp] = 1 << 62  # clamped to the readable end once the state is known
+            elif start_message_id.partition == tp[1]:
+                starts[tp] = start_message_id.offset
+            else:
+                starts[tp] = 0
+        self._latest = start_message_id == LATEST
+        self._committed = CommittedReader(
+            client.kafka, starts, store=client._snapshots(), options=client._buffer_options()
+        )
+        self._buffer: deque[Message] = deque()
+
+    def _start(self) -> None:
+        if self._latest:
+            self._latest = False
+            self._committed._ensure_started()
+            for tp in self._tps:
+                self._committed.poll(0, 1)  # let the scan reach the end before choosing "latest"
+                state = self._committed.state(*tp)
+                self._committed.seek(*tp, state.max_read_position)
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next committed message; raises ``Timeout`` if none arrives in time."""
+        self._start()
+        timeout = (timeout_millis if timeout_millis is not None else 30_000) / 1000
+        if not self._buffer:
+            records = self._committed.poll(timeout)
+            self._buffer.extend(Message.from_record(r) for r in records)
+        if not self._buffer:
+            raise Timeout(f"no committed message on {self.topic} within {timeout}s")
+        return self._buffer.popleft()
+
+    def has_message_available(self) -> bool:
+        self._start()
+        if not self._buffer:
+            self._buffer.extend(Message.from_record(r) for r in self._committed.poll(0.2))
+        return bool(self._buffer)
+
+    def seek(self, message_id: MessageId) -> None:
+        self._buffer.clear()
+        self._committed.seek(message_id.topic, message_id.partition, message_id.offset)
+
+    def close(self) -> None:
+        self._committed.close()
+
+
+def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
+    """Per partition, the last readable message: below maxReadPosition, markers and aborted messages
+    excluded (None where nothing is readable)."""
+    from pulsar_txn.buffer.reader import load_state
+
+    name = TopicName.parse(topic)
+    parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
+    result: dict[int, MessageId | None] = {}
+    for p in parts:
+        state, _ = load_state(
+            client.kafka, name.kafka_topic, p, store=client._snapshots(), options=client._buffer_options()
+        )
+        result[p] = None
+        end, step = state.max_read_position, 64
+        while end > 0:  # walk back in growing windows until a visible record turns up
+            start = max(0, end - step)
+            visible = [
+                r
+                for r in read_range(client.kafka, name.kafka_topic, p, start, end)
+                if state.is_visible(r.offset, r.headers)
+            ]
+            if visible:
+                result[p] = MessageId(name.kafka_topic, p, visible[-1].offset)
+                break
+            end, step = start, step * 4
+    return result

@@ -1,0 +1,192 @@
+"""Client-side transactions: Pulsar's ``Transaction`` with its client states.
+
+A transaction tracks every send (and, later, ack) made in it. ``commit`` waits for all of them; if any
+failed it aborts instead and raises ``TransactionHasOperationFailed``. Used as a context manager it
+commits on success and aborts on an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from enum import StrEnum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from pulsar_txn.errors import (
+    InvalidTxnStatusError,
+    PulsarTxnError,
+    Timeout,
+    TransactionHasOperationFailed,
+    TransactionNotFound,
+)
+from pulsar_txn.txnid import TxnAction, TxnID
+
+if TYPE_CHECKING:
+    from pulsar_txn.client import Client
+
+log = logging.getLogger(__name__)
+
+
+class TransactionState(StrEnum):
+    """The client states of Pulsar's TransactionImpl."""
+
+    OPEN = "OPEN"
+    COMMITTING = "COMMITTING"
+    ABORTING = "ABORTING"
+    COMMITTED = "COMMITTED"
+    ABORTED = "ABORTED"
+    ERROR = "ERROR"
+    TIME_OUT = "TIME_OUT"
+
+
+class Transaction:
+    def __init__(self, client: Client, txn_id: TxnID, timeout_ms: int) -> None:
+        self._client = client
+        self.txn_id = txn_id
+        self.timeout_ms = timeout_ms
+        self._deadline = time.monotonic() + timeout_ms / 1000
+        self._state = TransactionState.OPEN
+        self._lock = threading.Lock()
+        self._ops: list[Future[Any]] = []
+        self._partitions: dict[str, Future[None]] = {}
+        self._subscriptions: dict[tuple[str, str], Future[None]] = {}
+
+    @property
+    def state(self) -> TransactionState:
+        with self._lock:
+            if self._state is TransactionState.OPEN and time.monotonic() >= self._deadline:
+                self._state = TransactionState.TIME_OUT
+            return self._state
+
+    def __repr__(self) -> str:
+        return f"Transaction{self.txn_id}[{self.state.value}]"
+
+    def _check_open(self, what: str) -> None:
+        state = self.state
+        if state is not TransactionState.OPEN:
+            raise InvalidTxnStatusError(
+                f"cannot {what} in transaction {self.txn_id}: its state is {state.value}"
+            )
+
+    # ------------------------------------------------------------------ operations in the txn
+    def register_partition(self, partition: str) -> Future[None]:
+        """ADD_PARTITION_TO_TXN once per partition; later calls share the first call's future."""
+        self._check_open("send")
+        with self._lock:
+            fut = self._partitions.get(partition)
+            if fut is None:
+                fut = self._client._tc().submit(
+                    self._client._tc().aio.add_partitions(self.txn_id, [partition])
+                )
+                self._partitions[partition] = fut
+            return fut
+
+    def register_subscription(self, topic: str, subscription: str) -> Future[None]:
+        """ADD_SUBSCRIPTION_TO_TXN once per subscription."""
+        self._check_open("acknowledge")
+        key = (topic, subscription)
+        with self._lock:
+            fut = self._subscriptions.get(key)
+            if fut is None:
+                tc = self._client._tc()
+                fut = tc.submit(tc.aio.add_subscriptions(self.txn_id, [key]))
+                self._subscriptions[key] = fut
+            return fut
+
+    def track(self, op: Future[Any]) -> None:
+        """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
+        with self._lock:
+            self._ops.append(op)
+
+    # ------------------------------------------------------------------ ending
+    def commit(self) -> None:
+        state = self.state
+        if state is not TransactionState.OPEN:
+            raise InvalidTxnStatusError(
+                f"cannot commit transaction {self.txn_id}: its state is {state.value}"
+            )
+        self._set(TransactionState.COMMITTING)
+        failed = self._wait_ops()
+        if failed is not None:
+            log.warning(
+                "transaction %s: an operation failed (%s); aborting instead of committing",
+                self.txn_id,
+                failed,
+            )
+            self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
+            raise TransactionHasOperationFailed(
+                f"transaction {self.txn_id} was aborted because an operation in it failed: {failed}"
+            ) from failed
+        self._end(TxnAction.COMMIT, TransactionState.COMMITTING, TransactionState.COMMITTED)
+
+    def abort(self) -> None:
+        state = self.state
+        if state not in (TransactionState.OPEN, TransactionState.TIME_OUT, TransactionState.ERROR):
+            raise InvalidTxnStatusError(f"cannot abort transaction {self.txn_id}: its state is {state.value}")
+        self._wait_ops()
+        self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
+
+    def _wait_ops(self) -> BaseException | None:
+        with self._lock:
+            ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
+        timeout = self._client.operation_timeout_seconds
+        first: BaseException | None = None
+        for op in ops:
+            try:
+                op.result(timeout)
+            except TimeoutError:
+                first = first or Timeout(f"an operation of {self.txn_id} did not finish in {timeout}s")
+            except BaseException as exc:  # any failure of an op means the txn must not commit
+                first = first or exc
+        return first
+
+    def _end(self, action: TxnAction, during: TransactionState, after: TransactionState) -> None:
+        self._set(during)
+        try:
+            self._client._tc().end_txn(self.txn_id, action)
+        except (InvalidTxnStatusError, TransactionNotFound):
+            self._set(TransactionState.ERROR)
+            raise
+        except PulsarTxnError:
+            self._set(TransactionState.ERROR)
+            raise
+        self._set(after)
+
+    def _set(self, state: TransactionState) -> None:
+        with self._lock:
+            self._state = state
+
+    # ------------------------------------------------------------------ context manager
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.commit()
+        elif self.state in (TransactionState.OPEN, TransactionState.TIME_OUT):
+            try:
+                self.abort()
+            except PulsarTxnError as abort_error:  # keep the original exception; log this one
+                log.warning("aborting %s after %r failed: %s", self.txn_id, exc, abort_error)
+
+
+class TransactionBuilder:
+    """``client.new_transaction().with_transaction_timeout(seconds).build()``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._timeout_ms = 0
+
+    def with_transaction_timeout(self, seconds: float) -> TransactionBuilder:
+        if seconds <= 0:
+            raise ValueError("transaction timeout must be positive")
+        self._timeout_ms = int(seconds * 1000)
+        return self
+
+    def build(self) -> Transaction:
+        return self._client._new_txn(self._timeout_ms)
