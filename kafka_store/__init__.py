@@ -16,7 +16,7 @@ from kafka_store.errors import (
     UnknownRecordKindError,
     UnsupportedRecordVersionError,
 )
-from kafka_store.group import GroupMembership
+from kafka_store.group import GroupMembership, GroupReader
 from kafka_store.producer import Appender
 from kafka_store.reader import (
     BEGINNING,
@@ -37,6 +37,7 @@ __all__ = [
     "CodecRegistry",
     "CorruptRecordError",
     "GroupMembership",
+    "GroupReader",
     "KafkaConfig",
     "LocalBroker",
     "PartitionReader",

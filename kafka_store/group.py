@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka_store.config import KafkaConfig
 
@@ -90,3 +90,84 @@ class GroupMembership:
             except (KafkaException, RuntimeError) as exc:
                 log.warning("leaving group: %s", exc)
             self._consumer = None
+
+
+class GroupReader:
+    """A consumer-group member that reads its assigned partitions from offsets the owner chooses.
+
+    ``on_assign`` gets the newly assigned (topic, partition) pairs and returns the offset to start each
+    at; ``on_revoke`` hears which ones left. Both run inside ``poll_batch`` on the caller's thread.
+    Offsets are never committed: the owner keeps its own position (e.g. in a snapshot).
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        group_id: str,
+        on_assign: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]],
+        on_revoke: Callable[[list[tuple[str, int]]], None],
+        *,
+        session_timeout_ms: int = 6000,
+    ) -> None:
+        conf: dict[str, Any] = config.client_conf()
+        conf.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        self._consumer = Consumer(conf)
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._topics: list[str] = []
+        self.eof: dict[tuple[str, int], int] = {}
+
+    def subscribe(self, topics: list[str]) -> None:
+        topics = sorted(set(topics))
+        if topics != self._topics and topics:
+            self._topics = topics
+            self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        starts = self._on_assign([(tp.topic, tp.partition) for tp in partitions])
+        consumer.assign([TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
+                         for tp in partitions])
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        pairs = [(tp.topic, tp.partition) for tp in partitions]
+        for pair in pairs:
+            self.eof.pop(pair, None)
+        self._on_revoke(pairs)
+        consumer.unassign()
+
+    def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
+        """Raw messages (confluent ``Message``) without errors; end-of-partition offsets go to ``eof``."""
+        if not self._topics:
+            return []
+        out: list[Any] = []
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return out
+        msgs = [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+                self.eof.pop((msg.topic() or "", msg.partition() or 0), None)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                self.eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+            else:
+                log.debug("group reader: %s", err.str())
+        return out
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing group reader: %s", exc)

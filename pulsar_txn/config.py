@@ -44,6 +44,17 @@ class CoordinatorConfig(BaseModel):
     end_retry_max_backoff_ms: int = Field(default=5_000, ge=1)
     marker_secret: SecretStr | None = None
 
+    # -- transaction buffer service (snapshots, hanging transactions) ---------------------------
+    tb_service_enabled: bool = True
+    tb_group: str = "pulsar-txn-transaction-buffer"
+    snapshot_topic: str = "__transaction_buffer_snapshot"
+    snapshot_partitions: int = Field(default=8, ge=1)
+    tb_snapshot_max_changes: int = Field(default=1000, ge=1, description="Pulsar: 1000")
+    tb_snapshot_interval_ms: int = Field(default=5000, ge=10, description="Pulsar: 5000 ms")
+    tb_snapshot_segment_size: int = Field(default=10_000, ge=1)
+    tb_hanging_check_after_ms: int = Field(default=60_000, ge=100)
+    tb_topic_refresh_ms: int = Field(default=5000, ge=100)
+
     # -- service ---------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(default=6650, ge=0, le=65535)

@@ -5,10 +5,12 @@ Used by ``pulsar-txn coordinator`` / ``standalone`` (foreground) and by ``Embedd
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from kafka_store import KafkaConfig
 from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.buffer.service import TransactionBufferService
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
 from pulsar_txn.coordinator.service import CoordinatorService
@@ -20,6 +22,7 @@ class Node:
     service: CoordinatorService
     server: CoordinatorServer | None
     admin: AdminHttpServer | None
+    buffer: TransactionBufferService | None = None
 
     @property
     def url(self) -> str:
@@ -35,6 +38,8 @@ class Node:
         if self.server is not None:
             await self.server.stop()
         await self.service.stop()
+        if self.buffer is not None:
+            await asyncio.to_thread(self.buffer.stop)
 
 
 async def start_node(
@@ -47,6 +52,7 @@ async def start_node(
     service = CoordinatorService(kafka, config, endpoints=endpoints)
     server: CoordinatorServer | None = None
     admin: AdminHttpServer | None = None
+    buffer = TransactionBufferService(kafka, config) if config.tb_service_enabled else None
     token = config.auth_token.get_secret_value() if config.auth_token else None
     if serve:
         # Bind first so the advertised URL (with the real port) goes into ownership records.
@@ -64,6 +70,9 @@ async def start_node(
             {
                 "/admin/v2/transactions/coordinatorStats": service.stats,
                 "/admin/v2/health": lambda: {"owned_tcs": service.owned_tcs()},
+                "/admin/v2/transactions/transactionBufferStats": (
+                    buffer.stats if buffer is not None else lambda: {"partitions": {}}
+                ),
             },
             host=config.host,
             port=config.admin_port,
@@ -72,10 +81,12 @@ async def start_node(
         await admin.start()
     try:
         await service.start()
+        if buffer is not None:
+            await asyncio.to_thread(buffer.start)
     except BaseException:
         if server is not None:
             await server.stop()
         if admin is not None:
             await admin.stop()
         raise
-    return Node(service, server, admin)
+    return Node(service, server, admin, buffer)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+from collections import deque
 import time
 import uuid
 import zlib
@@ -31,6 +33,11 @@ class Producer:
         self._partitions = client._partition_count(self.topic)
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
+        # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
+        self._order_lock = threading.Lock()
+        self._pending: deque[
+            tuple[Future[None] | None, Callable[[], None], Future[MessageId], SendCallback | None]
+        ] = deque()
 
     def _choose_partition(self, partition_key: str | None) -> int:
         if self.topic.partition is not None:
@@ -84,25 +91,46 @@ class Producer:
                 topic, partition, payload, key=key, headers=headers, callback=done
             )
 
-        if txn is None:
-            append()
-            return result
-        headers.append((TXN_HEADER, txn.txn_id.to_bytes()))
-        registered = txn.register_partition(str(self.topic.with_partition(partition)))
-        txn.track(result)
-
-        def after_registration(fut: Future[None]) -> None:
-            exc = fut.exception()
-            if exc is not None:
-                err = exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc))
-                result.set_exception(err)
-                if callback is not None:
-                    callback(None, err)
-                return
-            append()
-
-        registered.add_done_callback(after_registration)
+        registered: Future[None] | None = None
+        if txn is not None:
+            headers.append((TXN_HEADER, txn.txn_id.to_bytes()))
+            registered = txn.register_partition(str(self.topic.with_partition(partition)))
+            txn.track(result)
+        with self._order_lock:
+            if not self._pending and (registered is None or registered.done()):
+                self._start(registered, append, result, callback)  # the common case: nothing queued
+                return result
+            self._pending.append((registered, append, result, callback))
+        if registered is not None:
+            registered.add_done_callback(lambda _f: self._pump())
+        self._pump()
         return result
+
+    def _pump(self) -> None:
+        """Start queued sends in call order: a send waits for every earlier one to have started."""
+        with self._order_lock:
+            while self._pending:
+                registered, append, result, callback = self._pending[0]
+                if registered is not None and not registered.done():
+                    return
+                self._pending.popleft()
+                self._start(registered, append, result, callback)
+
+    @staticmethod
+    def _start(
+        registered: Future[None] | None,
+        append: Callable[[], None],
+        result: Future[MessageId],
+        callback: SendCallback | None,
+    ) -> None:
+        exc = registered.exception() if registered is not None else None
+        if exc is None:
+            append()
+            return
+        err = exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc))
+        result.set_exception(err)
+        if callback is not None:
+            callback(None, err)
 
     def send(
         self,

@@ -70,6 +70,9 @@ def coord_config(uid: str) -> Callable[..., CoordinatorConfig]:
             "port": 0,
             "log_write_timeout_ms": 2000,
             "end_retry_max_backoff_ms": 200,
+            "tb_service_enabled": False,
+            "tb_group": f"tb_{uid}",
+            "snapshot_topic": f"__tbsnap_{uid}",
         }
         base.update(overrides)
         return CoordinatorConfig(**base)
@@ -184,3 +187,57 @@ def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+class Cluster:
+    """An embedded coordinator (protocol server + TB service) and a Client wired to it."""
+
+    def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig) -> None:
+        from pulsar_txn.client import Client
+
+        self.config = config
+        self.coordinator = EmbeddedCoordinator(kafka, config).start()
+        assert self.coordinator.url is not None
+        secret = config.marker_secret.get_secret_value() if config.marker_secret else None
+        self.client = Client(
+            self.coordinator.url,
+            kafka=kafka,
+            num_tcs=config.num_tcs,
+            marker_secret=secret,
+            snapshot_topic=config.snapshot_topic,
+            operation_timeout_seconds=30,
+        )
+
+    def stop(self) -> None:
+        self.client.close()
+        self.coordinator.stop()
+
+
+@pytest.fixture
+def cluster(
+    kafka: KafkaConfig, coord_config: Callable[..., CoordinatorConfig]
+) -> Iterator[Callable[..., Cluster]]:
+    made: list[Cluster] = []
+
+    def make(**overrides: Any) -> Cluster:
+        overrides.setdefault("tb_service_enabled", True)
+        overrides.setdefault("tb_snapshot_interval_ms", 200)
+        c = Cluster(kafka, coord_config(**overrides))
+        made.append(c)
+        return c
+
+    yield make
+    for c in reversed(made):
+        c.stop()
+
+
+def read_all(reader: Any, timeout_ms: int = 1500) -> list[Any]:
+    """Everything a Reader delivers until it has been quiet for ``timeout_ms``."""
+    from pulsar_txn.errors import Timeout
+
+    out = []
+    while True:
+        try:
+            out.append(reader.read_next(timeout_ms))
+        except Timeout:
+            return out

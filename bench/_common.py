@@ -1,0 +1,221 @@
+"""Shared benchmark plumbing: embedded broker, coordinator subprocess, percentiles, table printing."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from kafka_store import KafkaConfig, LocalBroker, TopicAdmin
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@contextmanager
+def embedded_broker() -> Iterator[tuple[str, Path]]:
+    """A fresh LocalBroker in a temp dir: yields (bootstrap servers, work dir); always stopped."""
+    workdir = Path(tempfile.mkdtemp(prefix="pulsar-txn-bench-"))
+    broker = LocalBroker(workdir / "broker")
+    try:
+        yield broker.start(), workdir
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def ensure_topic(bootstrap: str, name: str, partitions: int) -> list[str]:
+    """Create ``name``; return Pulsar-style partition names (``name-partition-N``)."""
+    TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=15_000)).ensure_topic(
+        name, partitions
+    )
+    return [f"{name}-partition-{i}" for i in range(partitions)]
+
+
+class CoordinatorProcess:
+    """``python -m pulsar_txn.cli coordinator`` as a child process with its own topics and group."""
+
+    def __init__(self, bootstrap: str, workdir: Path, **overrides: Any) -> None:
+        uid = uuid.uuid4().hex[:8]
+        self.coordinator: dict[str, Any] = {
+            "log_topic": f"__bench_log_{uid}",
+            "owners_topic": f"__bench_owners_{uid}",
+            "coordinator_group": f"bench_{uid}",
+            "num_tcs": 4,
+            "ownership": "static",
+            "static_tc_ids": [0, 1, 2, 3],
+            "port": 0,
+            "admin_port": 0,
+            **overrides,
+        }
+        self.config_file = workdir / f"coord-{uid}.json"
+        self.config_file.write_text(
+            json.dumps({"kafka": {"bootstrap_servers": bootstrap}, "coordinator": self.coordinator})
+        )
+        self.ready_file = self.config_file.with_suffix(".ready")
+        self.log_file = self.config_file.with_suffix(".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}
+
+    @property
+    def num_tcs(self) -> int:
+        return int(self.coordinator["num_tcs"])
+
+    @property
+    def url(self) -> str:
+        return str(self.info["url"])
+
+    def start(self, timeout: float = 60.0) -> CoordinatorProcess:
+        cmd = [sys.executable, "-m", "pulsar_txn.cli", "coordinator"]
+        cmd += ["--config", str(self.config_file), "--ready-file", str(self.ready_file)]
+        with self.log_file.open("ab") as logf:
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_file.read_text(errors="replace")[-2000:]
+                self.stop()
+                raise RuntimeError(f"coordinator did not become ready (rc={self.proc.returncode}): {tail}")
+            time.sleep(0.05)
+        time.sleep(0.05)  # the ready file is written in one go, but be safe about a partial read
+        self.info = json.loads(self.ready_file.read_text())
+        return self
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def stats(self) -> dict[str, Any]:
+        """The coordinator's admin stats (empty dict if unavailable)."""
+        admin_url = self.info.get("admin_url")
+        if not admin_url:
+            return {}
+        try:
+            with urllib.request.urlopen(
+                f"{admin_url}/admin/v2/transactions/coordinatorStats", timeout=5
+            ) as r:
+                data: dict[str, Any] = json.loads(r.read())
+                return data
+        except (OSError, ValueError):
+            return {}
+
+    def stop(self, timeout: float = 15.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def __enter__(self) -> CoordinatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def find_pids(marker: str) -> list[int]:
+    """Pids of processes whose command line mentions ``marker`` (e.g. the broker's data dir)."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(marker in part for part in proc.info["cmdline"] or ()):
+            pids.append(proc.pid)
+    return pids
+
+
+class CpuProbe:
+    """CPU use over a window: whole machine (% of all cores) and named processes (% of one core)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self._t0 = 0.0
+        self._start: dict[str, float] = {}
+
+    @staticmethod
+    def _cpu(proc: psutil.Process) -> float:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            return math.nan
+        return float(times.user + times.system)
+
+    def add(self, name: str, pid: int) -> None:
+        self._procs[name] = psutil.Process(pid)
+
+    def start(self) -> None:
+        psutil.cpu_percent(None)
+        self._t0 = time.monotonic()
+        self._start = {name: self._cpu(p) for name, p in self._procs.items()}
+
+    def stop(self) -> dict[str, float]:
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        out = {"machine_pct": float(psutil.cpu_percent(None))}
+        for name, proc in self._procs.items():
+            out[f"{name}_pct"] = (self._cpu(proc) - self._start[name]) / elapsed * 100
+        return out
+
+
+def machine_busy_pct(seconds: float = 1.0) -> float:
+    """How busy the machine is right now (% of all cores), before we add any load."""
+    return float(psutil.cpu_percent(seconds))
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100) of ``samples``; NaN when empty."""
+    if not samples:
+        return math.nan
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def fmt(value: float, unit: str = "", digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table with aligned columns separated by `` | ``."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    rule = "-+-".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf (no samples) become null, so the file is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}-latest.json"
+    text = json.dumps(_json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False)
+    path.write_text(text + "\n")
+    return path

@@ -1,0 +1,257 @@
+"""The transaction-buffer service: keeps TB snapshots current and resolves hanging transactions.
+
+Runs in the coordinator process (or on its own). Data partitions are shared among instances through
+the ``tb_group`` consumer group. Readers never depend on this service for correctness (they compute
+the same state from the partition); it only makes their recovery fast and un-pins partitions where a
+transaction was left hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_store import Appender, GroupReader, KafkaConfig, TopicAdmin, read_range
+from pulsar_txn.buffer.marker import TxnMarker, encode_marker, sign
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator.fold import TcLogFold
+from pulsar_txn.naming import TopicName
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+def _same_partition(registered: str, topic: str, partition: int) -> bool:
+    try:
+        name = TopicName.parse(registered)
+    except ValueError:
+        return False
+    return name.kafka_topic == topic and name.kafka_partition == partition
+
+
+def is_data_topic(name: str) -> bool:
+    return not name.startswith("__") and not name.endswith("__transaction_pending_ack")
+
+
+@dataclass
+class _Owned:
+    state: TxnBufferState
+    snapshot_changes: int = 0
+    snapshot_at: float = field(default_factory=time.monotonic)
+    last_snapshot_ms: int = 0
+    last_snapshot_offset: int = -1
+    recovered_from: int | None = None
+    first_seen: dict[TxnID, float] = field(default_factory=dict)
+
+
+class TransactionBufferService:
+    def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig, *, instance: str = "") -> None:
+        self._kafka = kafka
+        self._config = config
+        self._secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
+        self._instance = instance
+        self._owned: dict[TP, _Owned] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._appender: Appender | None = None
+        self._store: SnapshotStore | None = None
+        self.snapshots_written = 0
+        self.hanging_resolved = 0
+        self._stats: dict[str, Any] = {"partitions": {}}  # refreshed by the service thread only
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._appender = Appender(self._kafka)
+        self._store = SnapshotStore(
+            self._kafka,
+            topic=self._config.snapshot_topic,
+            partitions=self._config.snapshot_partitions,
+            segment_size=self._config.tb_snapshot_segment_size,
+            appender=self._appender,
+        )
+        self._store.ensure_topic()
+        self._thread = threading.Thread(target=self._run, name="tb-service", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(15)
+        if self._appender is not None:
+            self._appender.close()
+
+    # ------------------------------------------------------------------ main loop
+    def _run(self) -> None:
+        cfg = self._config
+        reader = GroupReader(
+            self._kafka,
+            cfg.tb_group,
+            self._on_assign,
+            self._on_revoke,
+            session_timeout_ms=cfg.group_session_timeout_ms,
+        )
+        admin = TopicAdmin(self._kafka)
+        next_refresh = next_stats = 0.0
+        next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    try:
+                        reader.subscribe([t for t in admin.list_topics() if is_data_topic(t)])
+                    except Exception as exc:  # broker hiccup: keep serving what we have
+                        log.warning("TB service: listing topics failed: %s", exc)
+                    next_refresh = now + cfg.tb_topic_refresh_ms / 1000
+                for msg in reader.poll_batch(5000, 0.1):
+                    owned = self._owned.get((msg.topic(), msg.partition()))
+                    if owned is not None:
+                        owned.state.apply(msg.offset(), msg.headers(), msg.value())
+                for tp, end in list(reader.eof.items()):
+                    owned = self._owned.get(tp)
+                    if owned is not None and end > owned.state.scanned_to:
+                        owned.state.scanned_to = end
+                self._maybe_snapshot()
+                if time.monotonic() >= next_stats:
+                    self._refresh_stats()
+                    next_stats = time.monotonic() + 0.5
+                if time.monotonic() >= next_hanging:
+                    self._check_hanging()
+                    next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
+        finally:
+            for tp in list(self._owned):
+                self._snapshot(tp, self._owned[tp])
+            reader.close()
+
+    def _on_assign(self, partitions: list[TP]) -> dict[TP, int]:
+        starts: dict[TP, int] = {}
+        assert self._store is not None
+        for tp in partitions:
+            loaded = self._store.load(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret)
+            state = (
+                loaded[0]
+                if loaded
+                else TxnBufferState(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret)
+            )
+            owned = _Owned(
+                state, snapshot_changes=state.changes, recovered_from=state.scanned_to if loaded else None
+            )
+            if loaded:
+                owned.last_snapshot_ms, owned.last_snapshot_offset = loaded[1], state.scanned_to
+            with self._lock:
+                self._owned[tp] = owned
+            starts[tp] = state.scanned_to
+        log.info("TB service: took %d partitions", len(partitions))
+        return starts
+
+    def _on_revoke(self, partitions: list[TP]) -> None:
+        for tp in partitions:
+            owned = self._owned.get(tp)
+            if owned is not None:
+                self._snapshot(tp, owned)
+            with self._lock:
+                self._owned.pop(tp, None)
+
+    # ------------------------------------------------------------------ snapshots
+    def _maybe_snapshot(self) -> None:
+        cfg = self._config
+        now = time.monotonic()
+        for tp, owned in list(self._owned.items()):
+            pending = owned.state.changes - owned.snapshot_changes
+            if pending >= cfg.tb_snapshot_max_changes or (
+                pending > 0 and now - owned.snapshot_at >= cfg.tb_snapshot_interval_ms / 1000
+            ):
+                self._snapshot(tp, owned)
+
+    def _snapshot(self, tp: TP, owned: _Owned) -> None:
+        assert self._store is not None
+        try:
+            self._store.write(owned.state).result(30)
+        except Exception as exc:  # a missed snapshot only slows recovery down; try again later
+            log.warning("TB service: snapshot of %s[%d] failed: %s", tp[0], tp[1], exc)
+            return
+        owned.snapshot_changes = owned.state.changes
+        owned.snapshot_at = time.monotonic()
+        owned.last_snapshot_ms = int(time.time() * 1000)
+        owned.last_snapshot_offset = owned.state.scanned_to
+        self.snapshots_written += 1
+
+    # ------------------------------------------------------------------ hanging transactions
+    def _check_hanging(self) -> None:
+        now = time.monotonic()
+        after = self._config.tb_hanging_check_after_ms / 1000
+        suspects: dict[int, list[tuple[TP, TxnID]]] = {}
+        for tp, owned in list(self._owned.items()):
+            for txn in owned.state.ongoing:
+                seen = owned.first_seen.setdefault(txn, now)
+                if now - seen >= after:
+                    suspects.setdefault(txn.most_bits, []).append((tp, txn))
+            for txn in [t for t in owned.first_seen if t not in owned.state.ongoing]:
+                del owned.first_seen[txn]
+        for tc_id, items in suspects.items():
+            try:
+                self._resolve(tc_id, items)
+            except Exception as exc:  # retried at the next check
+                log.warning("TB service: resolving hanging txns of TC %d failed: %s", tc_id, exc)
+
+    def _resolve(self, tc_id: int, items: list[tuple[TP, TxnID]]) -> None:
+        fold = TcLogFold(tc_id)
+        for rec in read_range(self._kafka, self._config.log_topic, tc_id):
+            fold.apply(rec.offset, rec.key, rec.value)
+        for (topic, partition), txn in items:
+            meta = fold.txns.get(txn.least_bits)
+            if meta is None and txn.least_bits >= fold.next_seq:
+                continue  # not (yet) a transaction of this TC: nothing may be decided for it
+            if meta is not None and not meta.status.is_terminal:
+                continue  # still open or ending: the TC will write the marker
+            registered = meta is not None and any(
+                _same_partition(x, topic, partition) for x in meta.partitions
+            )
+            committed = meta is not None and meta.status.value == "COMMITTED"
+            action = TxnAction.COMMIT if registered and committed else TxnAction.ABORT
+            self._write_marker(topic, partition, txn, action)
+            self.hanging_resolved += 1
+            log.warning(
+                "TB service: hanging %s in %s[%d] resolved with %s", txn, topic, partition, action.name
+            )
+
+    def _write_marker(self, topic: str, partition: int, txn: TxnID, action: TxnAction) -> None:
+        assert self._appender is not None
+        marker = TxnMarker(txn, action, -1, int(time.time() * 1000))
+        if self._secret is not None:
+            marker = sign(marker, topic, partition, self._secret)
+        value, headers = encode_marker(marker)
+        self._appender.append(topic, partition, value, headers=headers).result(30)
+
+    # ------------------------------------------------------------------ stats
+    def _refresh_stats(self) -> None:
+        partitions = {
+            f"{t}-partition-{p}": {
+                **o.state.stats(),
+                "recovery_state": "Ready",
+                "recovered_from_snapshot_offset": o.recovered_from,
+                "last_snapshot_time": o.last_snapshot_ms,
+                "last_snapshot_offset": o.last_snapshot_offset,
+            }
+            for (t, p), o in sorted(self._owned.items())
+        }
+        stats = {
+            "snapshots_written": self.snapshots_written,
+            "hanging_resolved": self.hanging_resolved,
+            "partitions": partitions,
+        }
+        with self._lock:
+            self._stats = stats
+
+    def stats(self) -> dict[str, Any]:
+        """Per owned partition, as ``pulsar-admin transactions transaction-buffer-stats`` shows it
+        (refreshed twice a second by the service thread)."""
+        with self._lock:
+            return self._stats

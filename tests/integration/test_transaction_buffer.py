@@ -1,0 +1,345 @@
+"""Transaction buffer against the real broker: Pulsar scenarios P1-P8 and R2, plus bad input."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from kafka_store import Appender, KafkaConfig, read_range
+from pulsar_txn.buffer.marker import (
+    CTL_HEADER,
+    MARKER_CTL,
+    TXN_HEADER,
+    TxnMarker,
+    decode_marker,
+    encode_marker,
+)
+from pulsar_txn.buffer.reader import BufferOptions, load_state
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.message import MessageId
+from pulsar_txn.txnid import TxnAction, TxnID
+from tests.conftest import Cluster, read_all, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _markers(kafka: KafkaConfig, topic: str, partition: int) -> list[tuple[TxnID, TxnAction]]:
+    out = []
+    for rec in read_range(kafka, topic, partition):
+        if rec.header(CTL_HEADER) == MARKER_CTL:
+            m = decode_marker(rec.value)
+            out.append((m.txn_id, m.action))
+    return out
+
+
+def _values(messages: list) -> list[str]:  # type: ignore[type-arg]
+    return [m.data.decode() for m in messages]
+
+
+def test_p1_interleaved_transactions_invisible_until_both_commit_then_all_in_order(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"p1_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    reader = c.client.create_reader(topic)
+    t1, t2 = c.client.transaction(60), c.client.transaction(60)
+    sent = []
+    for i in range(1000):
+        txn = t1 if i % 2 == 0 else t2
+        producer.send_async(f"m{i}", txn=txn)
+        sent.append(f"m{i}")
+    producer.flush()
+    assert read_all(reader, 1000) == []
+    t1.commit()
+    # Only m0 is below t2's first message (offset 1), which pins the partition until t2 ends.
+    assert _values(read_all(reader, 500)) == ["m0"]
+    t2.commit()
+    assert ["m0", *_values(read_all(reader))] == sent
+
+
+def test_p2_aborted_messages_are_never_delivered_and_reading_moves_past_them(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"p2_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    with pytest.raises(RuntimeError), c.client.transaction(60) as txn:
+        for i in range(10):
+            producer.send(f"aborted-{i}", txn=txn)
+        raise RuntimeError("abort by exception")
+    producer.send("after")
+    assert _values(read_all(c.client.create_reader(topic))) == ["after"]
+
+
+def test_p3_open_txn_holds_back_later_plain_messages_until_commit(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"p3_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    reader = c.client.create_reader(topic)
+    for i in range(10):
+        producer.send(f"a{i}")
+    txn = c.client.transaction(60)
+    for i in range(10):
+        producer.send(f"t{i}", txn=txn)
+    for i in range(10):
+        producer.send(f"b{i}")
+    assert _values(read_all(reader)) == [f"a{i}" for i in range(10)]
+    txn.commit()
+    assert _values(read_all(reader)) == [f"t{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
+
+
+def test_p4_max_read_position_follows_plain_publishes_is_pinned_by_open_txn_and_moves_past_marker(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    topic = f"p4_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+
+    def mrp() -> int:
+        return load_state(kafka, topic, 0)[0].max_read_position
+
+    for i in range(3):
+        producer.send(f"plain{i}")
+    assert mrp() == 3
+    txn = c.client.transaction(60)
+    first = producer.send("txn", txn=txn)
+    producer.send("plain-after")
+    assert mrp() == first.offset == 3
+    txn.commit()
+    assert mrp() == 6  # past the commit marker at offset 5
+
+
+def test_p5_each_partition_gets_exactly_one_marker_of_the_outcome_and_markers_are_never_delivered(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    topic = f"p5_{uid}"
+    c.client.create_topic(topic, 3)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as committed:
+        for i in range(9):
+            producer.send(f"c{i}", txn=committed, partition_key=f"k{i}")
+    aborted = c.client.transaction(60)
+    for i in range(9):
+        producer.send(f"a{i}", txn=aborted, partition_key=f"k{i}")
+    aborted.abort()
+    for p in range(3):
+        markers = _markers(kafka, topic, p)
+        assert markers.count((committed.txn_id, TxnAction.COMMIT)) == 1
+        assert markers.count((aborted.txn_id, TxnAction.ABORT)) == 1
+        assert len(markers) == 2
+    got = read_all(c.client.create_reader(topic))
+    assert sorted(_values(got)) == sorted(f"c{i}" for i in range(9))
+
+
+def test_p6_ten_transactions_of_1000_messages_keep_publish_order(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"p6_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txns = [c.client.transaction(120) for _ in range(10)]
+    order: list[str] = []
+    for i in range(1000):
+        for t, txn in enumerate(txns):
+            producer.send_async(f"{t}-{i}", txn=txn)
+            order.append(f"{t}-{i}")
+    for txn in txns:
+        txn.commit()
+    assert _values(read_all(c.client.create_reader(topic))) == order
+
+
+def test_p7_a_transaction_over_three_topics_is_visible_together_or_not_at_all(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topics = [f"p7_{uid}_{n}" for n in range(3)]
+    for t in topics:
+        c.client.create_topic(t, 1)
+    producers = [c.client.create_producer(t) for t in topics]
+    readers = [c.client.create_reader(t) for t in topics]
+    aborted = c.client.transaction(60)
+    committed = c.client.transaction(60)
+    for p in producers:
+        p.send("no", txn=aborted)
+        p.send("yes", txn=committed)
+    assert all(read_all(r, 300) == [] for r in readers)
+    aborted.abort()
+    assert all(read_all(r, 300) == [] for r in readers)  # the committed txn is still open
+    committed.commit()
+    assert [_values(read_all(r)) for r in readers] == [["yes"], ["yes"], ["yes"]]
+
+
+def test_p8_transactional_messages_carry_their_txn_id_and_metadata(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"p8_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic, producer_name="p8-producer")
+    with c.client.transaction(60) as txn:
+        producer.send("x", txn=txn, properties={"a": "1"}, partition_key="key-1", event_timestamp=1234)
+    producer.send("plain")
+    msgs = read_all(c.client.create_reader(topic))
+    assert msgs[0].txn_id == txn.txn_id and msgs[1].txn_id is None
+    assert (msgs[0].properties, msgs[0].partition_key, msgs[0].event_timestamp) == ({"a": "1"}, "key-1", 1234)
+    assert msgs[0].producer_name == "p8-producer" and msgs[0].sequence_id == 0
+    assert msgs[0].message_id == MessageId(topic, 0, 0) and msgs[0].publish_timestamp > 0
+
+
+def test_r2_recovery_starts_from_the_latest_snapshot_with_the_same_state(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(tb_snapshot_max_changes=5)
+    topic = f"r2_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(20):
+        with pytest.raises(ValueError), c.client.transaction(60) as txn:
+            producer.send(f"a{i}", txn=txn)
+            raise ValueError
+    producer.send("plain")
+    c.client.transaction(600).txn_id  # noqa: B018 - an open txn with no messages does not pin
+    open_txn = c.client.transaction(600)
+    producer.send("open", txn=open_txn)
+    full, _ = load_state(kafka, topic, 0)  # from the beginning, no snapshot
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+
+    def snapshot_is_current() -> bool:
+        loaded = store.load(topic, 0)
+        return loaded is not None and loaded[0].scanned_to == full.scanned_to
+
+    wait_until(snapshot_is_current, 20, what="TB service snapshot at the end")
+    c.coordinator.stop()  # the snapshotting service is gone; readers recover from the snapshot
+    recovered, from_snapshot = load_state(kafka, topic, 0, store=store)
+    assert from_snapshot == full.scanned_to  # started at the snapshot, not at offset 0
+    assert recovered.max_read_position == full.max_read_position
+    assert recovered.aborted == full.aborted and len(full.aborted) == 20
+    assert recovered.ongoing == full.ongoing == {open_txn.txn_id: full.max_read_position}
+
+
+def test_reader_started_mid_stream_agrees_with_one_started_at_the_beginning(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster(tb_snapshot_max_changes=3)
+    topic = f"mid_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    ids = []
+    for i in range(30):
+        txn = c.client.transaction(60)
+        ids.append(producer.send(f"v{i}", txn=txn))
+        producer.send(f"plain{i}")
+        if i % 3 == 0:
+            txn.abort()
+        else:
+            txn.commit()
+    everything = _values(read_all(c.client.create_reader(topic)))
+    for start in (ids[7], ids[16], ids[25]):
+        tail = _values(read_all(c.client.create_reader(topic, start)))
+        assert tail == [v for v in everything if int(v.lstrip("plainv")) >= int(tail[0].lstrip("plainv"))]
+        assert everything[-len(tail) :] == tail
+
+
+def test_corrupt_headers_forged_and_unknown_version_markers_are_skipped_never_delivered(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(num_tcs=4)
+    topic = f"bad_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    app = Appender(kafka)
+    app.append(topic, 0, b"corrupt txn header", headers=[(TXN_HEADER, b"\x01\x02")]).result(10)
+    app.append(topic, 0, b"unknown TC", headers=[(TXN_HEADER, TxnID(99, 1).to_bytes())]).result(10)
+    app.append(topic, 0, b"PT\x0a\x09zz", headers=[(CTL_HEADER, MARKER_CTL)]).result(10)  # unknown version
+    app.append(topic, 0, b"truncated", headers=[(CTL_HEADER, MARKER_CTL)]).result(10)
+    app.append(topic, 0, b"unknown control", headers=[(CTL_HEADER, b"whatever")]).result(10)
+    producer.send("good")
+    app.close()
+    assert _values(read_all(c.client.create_reader(topic))) == ["good"]
+    state, _ = load_state(kafka, topic, 0, options=BufferOptions(num_tcs=4))
+    counters = state.counters
+    assert (counters.corrupt_txn_headers, counters.unknown_tc_records, counters.corrupt_markers) == (1, 1, 2)
+
+
+def test_forged_marker_cannot_reveal_uncommitted_data_when_marker_authentication_is_on(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(marker_secret="correct horse battery staple")
+    topic = f"forge_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("secret", txn=txn)
+    # A plain Kafka producer writes a COMMIT marker without the secret.
+    value, headers = encode_marker(TxnMarker(txn.txn_id, TxnAction.COMMIT, 0, 1, mac=b"\x00" * 32))
+    app = Appender(kafka)
+    app.append(topic, 0, value, headers=headers).result(10)
+    app.close()
+    producer.send("plain-after")
+    assert read_all(c.client.create_reader(topic), 800) == []
+    state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
+    assert state.counters.forged_markers == 1
+    txn.abort()
+    assert _values(read_all(c.client.create_reader(topic))) == ["plain-after"]
+
+
+def test_hanging_transaction_in_an_unregistered_partition_is_resolved_by_an_abort_marker(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(tb_hanging_check_after_ms=300)
+    topic = f"hang_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    # Written with the TxnID but never registered with the TC (a client bypassing ADD_PARTITION).
+    app = Appender(kafka)
+    app.append(topic, 0, b"unregistered", headers=[(TXN_HEADER, txn.txn_id.to_bytes())]).result(10)
+    app.close()
+    producer.send("plain")
+    txn.commit()  # the TC knows nothing of this partition: no marker there
+    wait_until(
+        lambda: (txn.txn_id, TxnAction.ABORT) in _markers(kafka, topic, 0), 20, what="resolving marker"
+    )
+    assert _values(read_all(c.client.create_reader(topic))) == ["plain"]
+
+
+def test_last_message_id_is_the_last_readable_message(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"last_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    assert c.client.get_last_message_ids(topic) == {0: None}
+    first = producer.send("a")
+    txn = c.client.transaction(60)
+    producer.send("t", txn=txn)
+    producer.send("b")
+    assert c.client.get_last_message_ids(topic) == {0: first}
+    txn.abort()
+    assert c.client.get_last_message_ids(topic) == {0: MessageId(topic, 0, 2)}
+
+
+def test_concurrent_sends_from_threads_all_commit_together(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"threads_{uid}"
+    c.client.create_topic(topic, 4)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+
+    def send(n: int) -> None:
+        for i in range(20):
+            producer.send_async(f"{n}-{i}", txn=txn, partition_key=str(n))
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    txn.commit()  # waits for every in-flight send
+    assert len(read_all(c.client.create_reader(topic))) == 600
