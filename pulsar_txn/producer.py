@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
