@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -149,6 +150,7 @@ class GroupReader:
     def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
         """Raw messages (confluent ``Message``) without errors; end-of-partition offsets go to ``eof``."""
         if not self._topics:
+            time.sleep(timeout)  # nothing subscribed yet: wait like a poll would
             return []
         out: list[Any] = []
         first = self._consumer.poll(timeout)
@@ -165,6 +167,28 @@ class GroupReader:
             else:
                 log.debug("group reader: %s", err.str())
         return out
+
+    def caught_up(self) -> bool:
+        """Every assigned partition has reached its end."""
+        assignment = self._assignment()
+        return bool(assignment) and all((tp.topic, tp.partition) in self.eof for tp in assignment)
+
+    def _assignment(self) -> list[TopicPartition]:
+        try:
+            return list(self._consumer.assignment())
+        except (KafkaException, RuntimeError):
+            return []
+
+    def pause_all(self) -> None:
+        """Stop fetching while idle (brokers that answer empty fetches at once make idle readers spin)."""
+        assignment = self._assignment()
+        if assignment:
+            self._consumer.pause(assignment)
+
+    def resume_all(self) -> None:
+        assignment = self._assignment()
+        if assignment:
+            self._consumer.resume(assignment)
 
     def close(self) -> None:
         try:

@@ -86,6 +86,15 @@ class PartitionReader:
     def remove(self, topic: str, partition: int) -> None:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
 
+    def pause(self, partitions: list[tuple[str, int]]) -> None:
+        """Stop fetching these partitions (an idle consumer would otherwise poll the broker)."""
+        if partitions:
+            self.consumer.pause([TopicPartition(t, p) for t, p in partitions])
+
+    def resume(self, partitions: list[tuple[str, int]]) -> None:
+        if partitions:
+            self.consumer.resume([TopicPartition(t, p) for t, p in partitions])
+
     def at_eof(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self._eof
 

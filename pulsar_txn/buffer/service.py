@@ -118,6 +118,11 @@ class TransactionBufferService:
                     owned = self._owned.get(tp)
                     if owned is not None and end > owned.state.scanned_to:
                         owned.state.scanned_to = end
+                if reader.caught_up():
+                    # Snapshots may lag a little; an idle service must not keep fetching.
+                    reader.pause_all()
+                    self._stop.wait(0.2)
+                    reader.resume_all()
                 self._maybe_snapshot()
                 if time.monotonic() >= next_stats:
                     self._refresh_stats()

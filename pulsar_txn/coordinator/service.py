@@ -8,6 +8,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,9 @@ class LogTail:
         self._assigned: dict[tuple[str, int], int] = {}
         self._generations = itertools.count(1)
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._demand_until = 0.0  # read actively until then (set by ``want``)
+        self._paused: bool | None = False  # None: some partitions paused, some not
         self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
 
     def start(self) -> None:
@@ -86,18 +90,38 @@ class LogTail:
         """Start reading ``topic[partition]`` at ``offset``; returns the generation its batches carry."""
         generation = next(self._generations)
         self._commands.put(("add", topic, partition, offset, generation))
+        self.want(2.0)
         return generation
 
     def remove(self, topic: str, partition: int) -> None:
         self._commands.put(("remove", topic, partition, 0, 0))
 
+    def want(self, seconds: float = 0.5) -> None:
+        """Read actively for a while: a read-back or a recovery is waiting on this tail."""
+        self._demand_until = max(self._demand_until, time.monotonic() + seconds)
+        if self._paused is not False:
+            self._wake.set()
+
     def _run(self) -> None:
+        next_refresh = 0.0
         while not self._stop.is_set():
             try:
                 self._apply_commands()
                 if not self._assigned:
                     self._stop.wait(0.01)
                     continue
+                now = time.monotonic()
+                if now >= self._demand_until and now >= next_refresh:
+                    # Idle: stop fetching (brokers that answer empty fetches at once would make an
+                    # assigned consumer spin) and wake for demand, commands, or a periodic refresh.
+                    self._set_paused(True)
+                    self._wake.wait(1.0)
+                    self._wake.clear()
+                    if time.monotonic() >= self._demand_until:
+                        next_refresh = time.monotonic() + 1.0
+                        self._demand_until = time.monotonic() + 0.05  # one short refresh read
+                    continue
+                self._set_paused(False)
                 records = self._reader.poll_batch(5000, 0.02)
             except StoreError as exc:
                 log.warning("log tail read failed (will retry): %s", exc)
@@ -113,6 +137,11 @@ class LogTail:
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
 
+    def _set_paused(self, paused: bool) -> None:
+        if paused != self._paused:
+            (self._reader.pause if paused else self._reader.resume)(list(self._assigned))
+            self._paused = paused
+
     def _apply_commands(self) -> None:
         while True:
             try:
@@ -124,6 +153,7 @@ class LogTail:
                     self._reader.remove(topic, partition)
                 self._reader.add(topic, partition, offset)
                 self._assigned[(topic, partition)] = generation
+                self._paused = None  # a fresh assignment fetches while the others may be paused
             elif (topic, partition) in self._assigned:
                 self._reader.remove(topic, partition)
                 del self._assigned[(topic, partition)]
@@ -297,6 +327,7 @@ class CoordinatorService:
         )
         self._tcs[tc_id] = tc
         tc.tail_generation = self._tail.add(self.config.log_topic, tc_id, 0)
+        tc.demand_reads = self._tail.want
         try:
             await tc.recover()
         except CoordinatorFencedError:

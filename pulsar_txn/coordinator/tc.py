@@ -80,6 +80,7 @@ class TransactionCoordinator:
         self._on_fenced = on_fenced
         self.state = TcState.RECOVERING
         self.tail_generation = 0  # set by the service: which tail assignment feeds this TC
+        self.demand_reads: Callable[[float], None] = lambda _seconds: None  # wakes the tail
         self.epoch = -1
         self._fold = TcLogFold(tc_id)
         self._txns: dict[int, TxnMeta] = {}
@@ -103,6 +104,8 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- log records from the tail
     def on_records(self, records: Iterable[StoredRecord]) -> None:
         """Records of our log partition in offset order (called on the loop by the tail)."""
+        if self.state is TcState.RECOVERING:
+            self.demand_reads(2.0)
         for rec in records:
             if rec.offset <= self._last_read:
                 continue
@@ -144,6 +147,7 @@ class TransactionCoordinator:
         except StoreError as exc:
             raise PersistenceError(f"TC {self.tc_id}: cannot write ownership claim: {exc}") from exc
         self._claim_offset = offset
+        self.demand_reads(2.0)
         if self._last_read >= offset:
             self._replayed.set()
         await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
@@ -250,6 +254,8 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- persistence with read-back
     async def _persist(self, records: list[tuple[bytes, bytes | None]], *, confirm: bool = True) -> None:
         started = time.perf_counter()
+        if confirm:
+            self.demand_reads(0.5)  # the tail starts fetching while the write is in flight
         futures = [
             asyncio.wrap_future(self._appender.append(self._config.log_topic, self.tc_id, value, key=key))
             for key, value in records
