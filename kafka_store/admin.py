@@ -34,6 +34,10 @@ class TopicAdmin:
         return self._client
 
     @property
+    def config(self) -> KafkaConfig:
+        return self._config
+
+    @property
     def _timeout(self) -> float:
         return self._config.request_timeout_ms / 1000
 

@@ -137,8 +137,12 @@ class GroupReader:
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         starts = self._on_assign([(tp.topic, tp.partition) for tp in partitions])
-        consumer.assign([TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
-                         for tp in partitions])
+        consumer.assign(
+            [
+                TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
+                for tp in partitions
+            ]
+        )
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         pairs = [(tp.topic, tp.partition) for tp in partitions]

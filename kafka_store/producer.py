@@ -183,6 +183,44 @@ class Appender:
             callback(None, error)
         return future
 
+    def append_cb(
+        self,
+        topic: str,
+        partition: int,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        callback: DeliveryCallback,
+    ) -> None:
+        """``append`` without a future: ``callback(offset, error)`` runs on the delivery thread."""
+        if self._fatal is not None:
+            callback(None, self._fatal)
+            return
+        producer = self._ensure_started()
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                callback(int(msg.offset()), None)
+            else:
+                callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
+
+        try:
+            producer.produce(
+                topic,
+                value=value,
+                key=key,
+                partition=partition,
+                headers=list(headers) if headers else None,
+                on_delivery=on_delivery,
+            )
+        except BufferError:
+            self.append(
+                topic, partition, value, key=key, headers=headers, callback=callback
+            )  # waits for room
+        except KafkaException as exc:
+            callback(None, translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]"))
+
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for outstanding appends; returns how many are still in flight."""
         if self._producer is None:

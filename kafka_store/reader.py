@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 BEGINNING = OFFSET_BEGINNING
 
+RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
+
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
@@ -104,19 +106,30 @@ class PartitionReader:
 
     def poll_batch(self, max_records: int = 1000, timeout: float = 0.1) -> list[StoredRecord]:
         """Records in offset order per partition; empty on timeout. Records end-of-partition events."""
-        out: list[StoredRecord] = []
+        return [_to_record(msg) for msg in self._poll_messages(max_records, timeout)]
+
+    def poll_raw(self, max_records: int = 1000, timeout: float = 0.1) -> list[RawRecord]:
+        """Like ``poll_batch`` but only (topic, partition, offset, key, value): for hot paths that need
+        no headers or timestamps."""
+        return [
+            (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+            for msg in self._poll_messages(max_records, timeout)
+        ]
+
+    def _poll_messages(self, max_records: int, timeout: float) -> list[Any]:
         # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
         # then whatever else is already fetched is drained without waiting.
         first = self.consumer.poll(timeout)
         if first is None:
-            return out
+            return []
         msgs = [first]
         if max_records > 1:
             msgs.extend(self.consumer.consume(max_records - 1, 0))
+        out = []
         for msg in msgs:
             err = msg.error()
             if err is None:
-                out.append(_to_record(msg))
+                out.append(msg)
                 self._eof.pop((msg.topic() or "", msg.partition() or 0), None)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self._eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0

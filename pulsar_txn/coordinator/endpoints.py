@@ -12,8 +12,9 @@ import logging
 import time
 from typing import Protocol
 
-from kafka_store import Appender, TopicAdmin, TopicNotFoundError
+from kafka_store import Appender, StoreError, TopicAdmin, TopicNotFoundError
 from pulsar_txn.buffer.marker import TxnMarker, encode_marker, sign
+from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -22,9 +23,16 @@ log = logging.getLogger(__name__)
 
 class TxnEndpoints(Protocol):
     async def end_on_partition(
-        self, partition: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+        self,
+        partition: str,
+        txn_id: TxnID,
+        action: TxnAction,
+        low_watermark: int,
+        *,
+        recovering: bool = False,
     ) -> None:
-        """Make ``action`` durable on one produced partition (idempotent: may be called again)."""
+        """Make ``action`` durable on one produced partition (idempotent: may be called again).
+        ``recovering``: a new owner re-drives a decision; the marker may already be there."""
         ...
 
     async def end_on_subscription(
@@ -37,10 +45,20 @@ class TxnEndpoints(Protocol):
 class KafkaTxnEndpoints:
     """Writes markers with the shared appender; ``await`` returns once Kafka has stored them."""
 
-    def __init__(self, appender: Appender, admin: TopicAdmin, marker_secret: bytes | None = None) -> None:
+    def __init__(
+        self,
+        appender: Appender,
+        admin: TopicAdmin,
+        marker_secret: bytes | None = None,
+        *,
+        snapshots: SnapshotStore | None = None,
+        num_tcs: int = 1 << 16,
+    ) -> None:
         self._appender = appender
         self._admin = admin
         self._secret = marker_secret
+        self._snapshots = snapshots
+        self._num_tcs = num_tcs
         self._partition_counts: dict[str, int] = {}
 
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
@@ -51,11 +69,41 @@ class KafkaTxnEndpoints:
         await asyncio.wrap_future(future)
 
     async def end_on_partition(
-        self, partition: str, txn_id: TxnID, action: TxnAction, low_watermark: int
+        self,
+        partition: str,
+        txn_id: TxnID,
+        action: TxnAction,
+        low_watermark: int,
+        *,
+        recovering: bool = False,
     ) -> None:
         name = TopicName.parse(partition)
+        if recovering and await asyncio.to_thread(
+            self._ended_there, name.kafka_topic, name.kafka_partition, txn_id
+        ):
+            log.info("%s already ended in %s: marker not repeated", txn_id, partition)
+            return
         marker = TxnMarker(txn_id, action, low_watermark, int(time.time() * 1000))
         await self._write_marker(name.kafka_topic, name.kafka_partition, marker)
+
+    def _ended_there(self, topic: str, partition: int, txn_id: TxnID) -> bool:
+        """Has ``txn_id`` already ended in this partition (its marker, or a low watermark past it)?"""
+        from pulsar_txn.buffer.reader import BufferOptions, load_state  # buffer depends on us, not v.v.
+
+        try:
+            state, _ = load_state(
+                self._admin.config,
+                topic,
+                partition,
+                store=self._snapshots,
+                options=BufferOptions(num_tcs=self._num_tcs, marker_secret=self._secret),
+            )
+        except StoreError as exc:
+            log.warning(
+                "cannot read %s[%d] to check for an earlier marker (%s); writing it", topic, partition, exc
+            )
+            return False
+        return state.has_ended(txn_id)
 
     async def end_on_subscription(
         self, topic: str, subscription: str, txn_id: TxnID, action: TxnAction, low_watermark: int

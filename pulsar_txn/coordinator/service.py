@@ -21,13 +21,13 @@ from kafka_store import (
     KafkaConfig,
     PartitionReader,
     RecordKind,
-    StoredRecord,
     StoreError,
     TopicAdmin,
 )
+from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints, TxnEndpoints
-from pulsar_txn.coordinator.tc import TcState, TransactionCoordinator
+from pulsar_txn.coordinator.tc import LogRecord, TcState, TransactionCoordinator
 from pulsar_txn.errors import (
     CoordinatorFencedError,
     PulsarTxnError,
@@ -67,7 +67,7 @@ class LogTail:
         self,
         kafka: KafkaConfig,
         loop: asyncio.AbstractEventLoop,
-        dispatch: Callable[[dict[tuple[str, int], tuple[int, list[StoredRecord]]]], None],
+        dispatch: Callable[[dict[tuple[str, int], tuple[int, list[LogRecord]]]], None],
     ) -> None:
         self._reader = PartitionReader(kafka, fetch_wait_ms=5)
         self._loop = loop
@@ -122,18 +122,18 @@ class LogTail:
                         self._demand_until = time.monotonic() + 0.05  # one short refresh read
                     continue
                 self._set_paused(False)
-                records = self._reader.poll_batch(5000, 0.02)
+                records = self._reader.poll_raw(5000, 0.02)
             except StoreError as exc:
                 log.warning("log tail read failed (will retry): %s", exc)
                 self._stop.wait(0.2)
                 continue
             if records:
-                groups: dict[tuple[str, int], tuple[int, list[StoredRecord]]] = {}
-                for rec in records:
-                    tp = (rec.topic, rec.partition)
+                groups: dict[tuple[str, int], tuple[int, list[LogRecord]]] = {}
+                for topic, partition, offset, key, value in records:
+                    tp = (topic, partition)
                     generation = self._assigned.get(tp)
                     if generation is not None:
-                        groups.setdefault(tp, (generation, []))[1].append(rec)
+                        groups.setdefault(tp, (generation, []))[1].append((offset, key, value))
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
 
@@ -214,7 +214,10 @@ class CoordinatorService:
             delivery_timeout_ms=cfg.log_write_timeout_ms,
         )
         secret = cfg.marker_secret.get_secret_value().encode() if cfg.marker_secret else None
-        self._endpoints = self._endpoints_override or KafkaTxnEndpoints(self._appender, admin, secret)
+        snapshots = SnapshotStore(self.kafka, topic=cfg.snapshot_topic, partitions=cfg.snapshot_partitions)
+        self._endpoints = self._endpoints_override or KafkaTxnEndpoints(
+            self._appender, admin, secret, snapshots=snapshots, num_tcs=cfg.num_tcs
+        )
         self._tail = LogTail(self.kafka, self._loop, self._dispatch)
         self._tail.add(cfg.owners_topic, 0, 0)
         self._tail.start()
@@ -369,7 +372,7 @@ class CoordinatorService:
     def _on_fenced(self, tc_id: int) -> None:
         self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it
 
-    def _dispatch(self, groups: dict[tuple[str, int], tuple[int, list[StoredRecord]]]) -> None:
+    def _dispatch(self, groups: dict[tuple[str, int], tuple[int, list[LogRecord]]]) -> None:
         for (topic, partition), (generation, records) in groups.items():
             if topic == self.config.owners_topic:
                 self._update_owners(records)
@@ -378,12 +381,12 @@ class CoordinatorService:
             if tc is not None and tc.tail_generation == generation:
                 tc.on_records(records)
 
-    def _update_owners(self, records: list[StoredRecord]) -> None:
-        for rec in records:
+    def _update_owners(self, records: list[LogRecord]) -> None:
+        for offset, _key, value in records:
             try:
-                fields = REGISTRY.decode_as(OWNER, rec.value)
+                fields = REGISTRY.decode_as(OWNER, value)
             except CodecError as exc:
-                log.warning("owner directory offset %d skipped: %s", rec.offset, exc)
+                log.warning("owner directory offset %d skipped: %s", offset, exc)
                 continue
             tc_id, epoch = int(fields["tc_id"]), int(fields["epoch"])
             known = self._owners.get(tc_id)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from enum import StrEnum
 from typing import Any
 
-from kafka_store import Appender, StoredRecord, StoreError
+from kafka_store import Appender, StoreError
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
 from pulsar_txn.coordinator.fold import TcLogFold
@@ -46,6 +46,8 @@ from pulsar_txn.txnid import TxnAction, TxnID
 log = logging.getLogger(__name__)
 
 _CLAIM_PREFIX = b"claim/"
+
+LogRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 
 class TcState(StrEnum):
@@ -102,26 +104,27 @@ class TransactionCoordinator:
         self.recover_ended_ms = 0
 
     # ---------------------------------------------------------------- log records from the tail
-    def on_records(self, records: Iterable[StoredRecord]) -> None:
-        """Records of our log partition in offset order (called on the loop by the tail)."""
-        if self.state is TcState.RECOVERING:
+    def on_records(self, records: Iterable[LogRecord]) -> None:
+        """(offset, key, value) of our log partition in offset order (called on the loop by the tail)."""
+        recovering = self.state is TcState.RECOVERING
+        if recovering:
             self.demand_reads(2.0)
-        for rec in records:
-            if rec.offset <= self._last_read:
+        for offset, key, value in records:
+            if offset <= self._last_read:
                 continue
-            self._last_read = rec.offset
-            if self.state is TcState.RECOVERING:
-                self._fold.apply(rec.offset, rec.key, rec.value)
+            self._last_read = offset
+            if recovering:
+                self._fold.apply(offset, key, value)
             elif (
-                self.state is TcState.READY
-                and rec.key is not None
-                and rec.key.startswith(_CLAIM_PREFIX)
-                and rec.offset > self.epoch
-                and self._fold.apply(rec.offset, rec.key, rec.value) is not None
+                key is not None
+                and key.startswith(_CLAIM_PREFIX)
+                and offset > self.epoch
+                and self.state is TcState.READY
+                and self._fold.apply(offset, key, value) is not None
             ):
-                self._last_read = rec.offset - 1
+                self._last_read = offset - 1
                 self._release_waiters()  # writes before the new claim stay valid
-                self._fence(rec.offset)
+                self._fence(offset)
                 return
         if self._claim_offset is not None and self._last_read >= self._claim_offset:
             self._replayed.set()
@@ -169,7 +172,7 @@ class TransactionCoordinator:
                 self._schedule_deadline(meta)
             elif meta.status.is_ending:
                 self._track_unfinished(seq)
-                self._start_end_driver(meta)
+                self._start_end_driver(meta, recovering=True)
             else:
                 self._retire_queue.append((meta.ended_at_ms + self._config.end_txn_retention_ms, seq))
         self._retire_queue = deque(sorted(self._retire_queue))
@@ -256,16 +259,31 @@ class TransactionCoordinator:
         started = time.perf_counter()
         if confirm:
             self.demand_reads(0.5)  # the tail starts fetching while the write is in flight
-        futures = [
-            asyncio.wrap_future(self._appender.append(self._config.log_topic, self.tc_id, value, key=key))
-            for key, value in records
-        ]
-        try:
-            offsets = await asyncio.gather(*futures)
-        except StoreError as exc:
-            raise PersistenceError(f"TC {self.tc_id}: transaction log write failed: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        pending = [len(records), -1]  # records still unacknowledged, highest offset so far
+
+        def acked(offset: int | None, error: StoreError | None) -> None:  # on the loop
+            if done.done():
+                return
+            if error is not None or offset is None:
+                done.set_exception(
+                    PersistenceError(f"TC {self.tc_id}: transaction log write failed: {error}")
+                )
+                return
+            pending[0] -= 1
+            pending[1] = max(pending[1], offset)
+            if pending[0] == 0:
+                done.set_result(pending[1])
+
+        def delivered(offset: int | None, error: StoreError | None) -> None:  # appender thread
+            loop.call_soon_threadsafe(acked, offset, error)
+
+        for key, value in records:
+            self._appender.append_cb(self._config.log_topic, self.tc_id, value, key=key, callback=delivered)
+        last = await done
         if confirm:
-            await self._confirmed(max(offsets))
+            await self._confirmed(last)
         self.counters.append_log.add((time.perf_counter() - started) * 1000)
 
     async def _confirmed(self, offset: int) -> None:
@@ -383,18 +401,20 @@ class TransactionCoordinator:
             await asyncio.shield(fut)
 
     # ---------------------------------------------------------------- driving the end
-    def _start_end_driver(self, meta: TxnMeta) -> None:
+    def _start_end_driver(self, meta: TxnMeta, *, recovering: bool = False) -> None:
         seq = meta.txn_id.least_bits
         if seq in self._end_done:
             return
         self._end_done[seq] = asyncio.get_running_loop().create_future()
-        self._spawn(self._drive_end(meta), f"end-{meta.txn_id}")
+        self._spawn(self._drive_end(meta, recovering), f"end-{meta.txn_id}")
 
-    async def _drive_end(self, meta: TxnMeta) -> None:
+    async def _drive_end(self, meta: TxnMeta, recovering: bool) -> None:
         action = TxnAction.COMMIT if meta.status is TxnStatus.COMMITTING else TxnAction.ABORT
         lwm = self.low_watermark()
         calls: list[Callable[[], Awaitable[None]]] = [
-            functools.partial(self._endpoints.end_on_partition, p, meta.txn_id, action, lwm)
+            functools.partial(
+                self._endpoints.end_on_partition, p, meta.txn_id, action, lwm, recovering=recovering
+            )
             for p in meta.partitions
         ]
         calls += [
