@@ -124,6 +124,38 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tb_stats(args: argparse.Namespace) -> int:
+    """Computed from Kafka (latest snapshot + scan), so it works with or without a coordinator."""
+    from pulsar_txn.buffer.reader import BufferOptions, load_state
+    from pulsar_txn.buffer.snapshot import SnapshotStore
+    from pulsar_txn.naming import TopicName
+
+    kafka, config = build_configs(args)
+    name = TopicName.parse(args.topic)
+    store = SnapshotStore(kafka, topic=config.snapshot_topic, partitions=config.snapshot_partitions)
+    secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
+    options = BufferOptions(num_tcs=config.num_tcs, marker_secret=secret)
+    from kafka_store import TopicAdmin
+
+    partitions = (
+        [name.partition]
+        if name.partition is not None
+        else range(TopicAdmin(kafka).partition_count(name.kafka_topic))
+    )
+    out = {}
+    for p in partitions:
+        loaded = store.load(name.kafka_topic, p, num_tcs=config.num_tcs, marker_secret=secret)
+        state, from_snapshot = load_state(kafka, name.kafka_topic, p, store=store, options=options)
+        out[str(name.with_partition(p))] = {
+            **state.stats(),
+            "recovery_state": "Ready",
+            "last_snapshot_offset": from_snapshot,
+            "last_snapshot_time": loaded[1] if loaded else None,
+        }
+    print(json.dumps(out, indent=2, sort_keys=True))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.demo import run_demo
 
@@ -162,6 +194,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("coordinator-stats", help="print a coordinator's stats as JSON")
     p.add_argument("--admin-url", required=True, help="e.g. http://127.0.0.1:8080")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("transaction-buffer-stats", help="a topic's transaction-buffer state as JSON")
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
+    p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
+    p.add_argument("--topic", required=True, help="topic or topic-partition-N")
+    p.set_defaults(func=cmd_tb_stats)
 
     p = sub.add_parser("demo", help="standalone + a scripted series of transactions with a summary")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")

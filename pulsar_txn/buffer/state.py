@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class BufferCounters:
     markers: int = 0
+    committed_txns: int = 0
+    aborted_txns: int = 0
     duplicate_markers: int = 0
     forged_markers: int = 0
     corrupt_markers: int = 0
@@ -172,6 +174,9 @@ class TxnBufferState:
             del self.ongoing[txn]
             if marker.action is TxnAction.ABORT:
                 self.aborted[txn] = offset
+                self.counters.aborted_txns += 1
+            else:
+                self.counters.committed_txns += 1
             self.ended[txn] = marker.action is TxnAction.COMMIT
             self.changes += 1
         elif self.has_ended(txn):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -343,3 +344,43 @@ def test_concurrent_sends_from_threads_all_commit_together(cluster: ClusterFacto
         t.join()
     txn.commit()  # waits for every in-flight send
     assert len(read_all(c.client.create_reader(topic))) == 600
+
+
+def test_e9_buffer_stats_after_one_committed_one_aborted_one_open_transaction(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    c = cluster()
+    topic = f"e9_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for action in ("commit", "abort", None):
+        txn = c.client.transaction(60)
+        producer.send("x", txn=txn)
+        if action == "commit":
+            txn.commit()
+        elif action == "abort":
+            txn.abort()
+    cmd = [
+        sys.executable,
+        "-m",
+        "pulsar_txn.cli",
+        "transaction-buffer-stats",
+        "--bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--topic",
+        topic,
+    ]
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"coordinator": {"snapshot_topic": c.config.snapshot_topic}}))
+    out = subprocess.run(
+        [*cmd, "--config", str(cfg)], capture_output=True, text=True, cwd=REPO, timeout=60, check=True
+    )
+    stats = json.loads(out.stdout)[f"persistent://public/default/{topic}-partition-0"]
+    assert (stats["committed_txns"], stats["aborted_txns"], stats["ongoing_txn_size"]) == (1, 1, 1)
+    assert stats["aborted_txn_size"] == 1 and stats["max_read_position"] == 4
