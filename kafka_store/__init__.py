@@ -16,7 +16,7 @@ from kafka_store.errors import (
     UnknownRecordKindError,
     UnsupportedRecordVersionError,
 )
-from kafka_store.group import GroupMembership, GroupReader
+from kafka_store.group import GroupMembership, GroupReader, SubscriptionGroup, delete_group, describe_group
 from kafka_store.producer import Appender
 from kafka_store.reader import (
     BEGINNING,
@@ -46,10 +46,13 @@ __all__ = [
     "RecordTooLargeError",
     "StoreError",
     "StoredRecord",
+    "SubscriptionGroup",
     "TopicAdmin",
     "TopicNotFoundError",
     "UnknownRecordKindError",
     "UnsupportedRecordVersionError",
+    "delete_group",
+    "describe_group",
     "end_offsets",
     "free_port",
     "read_range",

@@ -7,14 +7,18 @@ decides who owns what, rebalances when instances come and go, and evicts silent 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kafka_store.config import KafkaConfig
+from kafka_store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -199,3 +203,137 @@ class GroupReader:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("closing group reader: %s", exc)
+
+
+class SubscriptionGroup:
+    """A subscription's consumer group: assignment (records are read elsewhere), committed offsets with
+    metadata (the cursor), and the member list (for exclusivity checks). Callbacks run on its thread."""
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        group_id: str,
+        topics: list[str],
+        on_assign: Callable[[list[tuple[str, int]]], None],
+        on_revoke: Callable[[list[tuple[str, int]]], None],
+        *,
+        client_id: str,
+        session_timeout_ms: int = 6000,
+    ) -> None:
+        conf: dict[str, Any] = config.client_conf()
+        conf.update(
+            {
+                "group.id": group_id,
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
+                "partition.assignment.strategy": "range",
+            }
+        )
+        self._config = config
+        self.group_id = group_id
+        self._topics = topics
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._consumer = Consumer(conf)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._timeout = config.request_timeout_ms / 1000
+        self._commits: queue.SimpleQueue[tuple[list[TopicPartition], Future[None]]] = queue.SimpleQueue()
+
+    def start(self) -> None:
+        self._consumer.subscribe(self._topics, on_assign=self._assigned, on_revoke=self._revoked)
+        self._thread = threading.Thread(target=self._run, name=f"sub-{self.group_id}", daemon=True)
+        self._thread.start()
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        self._on_assign([(tp.topic, tp.partition) for tp in partitions])
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
+        consumer.unassign()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._consumer.poll(0.05)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("subscription %s poll: %s", self.group_id, exc)
+            self._run_commits()
+        self._run_commits()
+
+    def _run_commits(self) -> None:
+        while True:
+            try:
+                tps, done = self._commits.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._consumer.commit(offsets=tps, asynchronous=False)
+                done.set_result(None)
+            except KafkaException as exc:
+                done.set_exception(StoreError(f"commit of {self.group_id} failed: {exc}", retriable=True))
+
+    def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Synchronously commit (offset, metadata) per partition; raises StoreError on failure.
+
+        Commits run on the group's own thread: a blocking commit from another thread while that
+        thread polls never completes with librdkafka here.
+        """
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, o, metadata=m) for (t, p), (o, m) in offsets.items()]
+        if threading.current_thread() is self._thread or self._thread is None or not self._thread.is_alive():
+            try:
+                self._consumer.commit(offsets=tps, asynchronous=False)
+            except KafkaException as exc:
+                raise StoreError(f"commit of {self.group_id} failed: {exc}", retriable=True) from None
+            return
+        done: Future[None] = Future()
+        self._commits.put((tps, done))
+        try:
+            done.result(self._timeout)
+        except TimeoutError:
+            raise StoreError(f"commit of {self.group_id} timed out", retriable=True) from None
+
+    def committed(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Committed (offset, metadata) per partition; partitions with nothing committed are left out."""
+        try:
+            got = self._consumer.committed(
+                [TopicPartition(t, p) for t, p in partitions], timeout=self._timeout
+            )
+        except KafkaException as exc:
+            raise StoreError(f"reading committed offsets of {self.group_id}: {exc}", retriable=True) from None
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in got if tp.offset >= 0}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("leaving %s: %s", self.group_id, exc)
+
+
+def describe_group(config: KafkaConfig, group_id: str) -> list[tuple[str, str]]:
+    """(member_id, client_id) of a group's current members (empty if the group has none)."""
+    admin = AdminClient(config.client_conf())
+    try:
+        desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
+    except KafkaException as exc:
+        raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
+    return [(m.member_id, m.client_id) for m in desc.members]
+
+
+def delete_group(config: KafkaConfig, group_id: str) -> None:
+    admin = AdminClient(config.client_conf())
+    try:
+        admin.delete_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
+    except KafkaException as exc:
+        raise StoreError(f"delete group {group_id}: {exc}") from None

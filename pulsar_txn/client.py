@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNot
 from pulsar_txn.buffer.reader import BufferOptions
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import TopicName
@@ -67,6 +69,7 @@ class Client:
         self._snapshot_store: SnapshotStore | None = None
         self._counts: dict[str, int] = {}
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
+        self._dlq_producers: dict[str, Producer] = {}
 
     # ------------------------------------------------------------------ embedded mode
     @classmethod
@@ -112,6 +115,45 @@ class Client:
 
     def create_producer(self, topic: str, *, producer_name: str | None = None) -> Producer:
         return Producer(self, topic, producer_name=producer_name)
+
+    def subscribe(
+        self,
+        topic: str | list[str],
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ConsumerType.Exclusive,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        pattern: str | None = None,
+        **options: Any,
+    ) -> Consumer:
+        """Subscribe to a topic, a list of topics, or (``pattern=``, a regex on topic names) a pattern."""
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = [TopicName.parse(t) for t in self._admin.list_topics() if regex.fullmatch(t)]
+            names = [
+                n
+                for n in names
+                if not n.local.startswith("__") and "__transaction_pending_ack" not in n.local
+            ]
+            if not names:
+                raise TopicNotFound(f"no topic matches {pattern!r}")
+        else:
+            names = [TopicName.parse(t) for t in ([topic] if isinstance(topic, str) else topic)]
+        return Consumer(
+            self,
+            names,
+            subscription_name,
+            consumer_type=ConsumerType(consumer_type),
+            initial_position=InitialPosition(initial_position),
+            **options,
+        )
+
+    def _dlq_producer(self, topic: str) -> Producer:
+        with self._lock:
+            producer = self._dlq_producers.get(topic)
+            if producer is None:
+                producer = self._dlq_producers[topic] = Producer(self, topic)
+            return producer
 
     def create_reader(self, topic: str, start_message_id: MessageId = EARLIEST) -> Reader:
         return Reader(self, topic, start_message_id)

@@ -1,0 +1,677 @@
+"""Consumer: Pulsar subscriptions (Exclusive, Failover) on Kafka consumer groups, with plain and
+transactional acknowledgement.
+
+A subscription is the consumer group named after it, so Kafka tooling shows its lag. Each assigned
+partition keeps a cursor (mark-delete = the group's committed offset; individually acked ranges in
+the commit metadata) and a pending-ack state (the fold of the subscription's pending-ack log). Records
+come through the transaction-buffer filter, so only committed data is ever delivered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from kafka_store import (
+    PartitionReader,
+    StoreError,
+    SubscriptionGroup,
+    TopicNotFoundError,
+    delete_group,
+    describe_group,
+    read_range,
+)
+from pulsar_txn.buffer.reader import CommittedReader, load_state
+from pulsar_txn.errors import (
+    ConsumerBusy,
+    NotAllowedError,
+    PersistenceError,
+    PulsarTxnError,
+    Timeout,
+)
+from pulsar_txn.message import Message, MessageId
+from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
+from pulsar_txn.pendingack.state import AckKind, PendingAckState
+from pulsar_txn.subscription.cursor import Cursor
+from pulsar_txn.txnid import TxnAction
+
+if TYPE_CHECKING:
+    from pulsar_txn.client import Client
+    from pulsar_txn.transaction import Transaction
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class ConsumerType(StrEnum):
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    KeyShared = "Key_Shared"
+
+
+class InitialPosition(StrEnum):
+    Earliest = "Earliest"
+    Latest = "Latest"
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None  # default: "<topic>-<subscription>-DLQ"
+
+
+@dataclass
+class _Part:
+    tp: TP
+    cursor: Cursor
+    pending: PendingAckState
+    fold: PendingAckFold
+    pa_topic: str
+    dirty: bool = True
+
+
+@dataclass(order=True)
+class _Redelivery:
+    due: float
+    seq: int
+    message: Message = field(compare=False)
+
+
+class Consumer:
+    def __init__(
+        self,
+        client: Client,
+        topics: Sequence[TopicName],
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.Latest,
+        consumer_name: str | None = None,
+        ack_timeout_millis: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        subscribe_timeout: float = 30.0,
+    ) -> None:
+        consumer_type = ConsumerType(consumer_type)
+        if consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise NotAllowedError(
+                f"{consumer_type.value} subscriptions are not supported yet; use Exclusive or Failover"
+            )
+        if not subscription_name or any(c in subscription_name for c in "/ "):
+            raise NotAllowedError(f"bad subscription name {subscription_name!r}")
+        self._client = client
+        self.topics = list(topics)
+        self.subscription = subscription_name
+        self.consumer_type = consumer_type
+        self._initial = InitialPosition(initial_position)
+        self.consumer_name = consumer_name or f"consumer-{uuid.uuid4().hex[:8]}"
+        self._ack_timeout = ack_timeout_millis / 1000
+        self._nack_delay = negative_ack_redelivery_delay_ms / 1000
+        self._dlq = dead_letter_policy
+        self._lock = threading.RLock()
+        self._parts: dict[TP, _Part] = {}
+        self._kafka_topics = {t.kafka_topic: t for t in self.topics}
+        for t in self.topics:
+            client._partition_count(t)  # TopicNotFound early, with a clear message
+        self._reader = CommittedReader(
+            client.kafka, {}, store=client._snapshots(), options=client._buffer_options()
+        )
+        self._pa_reader: PartitionReader | None = None
+        self._incoming: deque[Message] = deque()
+        self._redeliveries: list[_Redelivery] = []
+        self._seq = itertools.count()
+        self._unacked: dict[tuple[str, int, int], tuple[Message, float]] = {}
+        self._in_txn: dict[tuple[str, int, int], Message] = {}
+        self._redelivery_counts: dict[tuple[str, int, int], int] = {}
+        self._pa_topics_ready: set[str] = set()
+        self._closed = False
+        self._assigned_once = threading.Event()
+        client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        self._client_id = client_id
+        if consumer_type is ConsumerType.Exclusive and describe_group(client.kafka, subscription_name):
+            raise ConsumerBusy(f"exclusive subscription {subscription_name!r} already has a consumer")
+        self._group = SubscriptionGroup(
+            client.kafka,
+            subscription_name,
+            [t.kafka_topic for t in self.topics],
+            self._on_assign,
+            self._on_revoke,
+            client_id=client_id,
+        )
+        self._group.start()
+        if not self._assigned_once.wait(subscribe_timeout):
+            self._group.stop()
+            raise Timeout(f"subscribing {subscription_name!r} got no assignment within {subscribe_timeout}s")
+        if consumer_type is ConsumerType.Exclusive:
+            self._check_exclusive()
+        self._maintenance = threading.Thread(
+            target=self._maintain, name=f"consumer-{subscription_name}", daemon=True
+        )
+        self._maintenance.start()
+
+    # ------------------------------------------------------------------ exclusivity
+    def _check_exclusive(self) -> None:
+        members = describe_group(self._client.kafka, self.subscription)
+        others = [cid for _mid, cid in members if cid != self._client_id]
+        # Two racing subscribers: the one that came later (larger join time in its client id) yields.
+        if any(_joined(cid) < _joined(self._client_id) for cid in others):
+            self._group.stop()
+            raise ConsumerBusy(f"exclusive subscription {self.subscription!r} already has a consumer")
+
+    # ------------------------------------------------------------------ assignment (group thread)
+    def _on_assign(self, partitions: list[TP]) -> None:
+        try:
+            committed = self._group.committed(partitions) if partitions else {}
+            for tp in partitions:
+                self._open_partition(tp, committed.get(tp))
+        except (PulsarTxnError, StoreError):
+            log.exception("subscription %s: opening partitions failed", self.subscription)
+        finally:
+            self._assigned_once.set()
+
+    def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None) -> None:
+        topic, partition = tp
+        opts = self._client._buffer_options()
+        pa_low = 0
+        if committed is not None:
+            mark_delete, metadata = committed
+            pa_low, ranges = _split_metadata(metadata)
+            try:
+                cursor = Cursor.decode(mark_delete, ranges)
+            except ValueError as exc:
+                log.warning(
+                    "%s %s[%d]: unreadable acked ranges (%s); using mark-delete only",
+                    self.subscription,
+                    topic,
+                    partition,
+                    exc,
+                )
+                cursor = Cursor(mark_delete)
+        elif self._initial is InitialPosition.Earliest:
+            cursor = Cursor(0)
+        else:
+            state, _ = load_state(
+                self._client.kafka, topic, partition, store=self._client._snapshots(), options=opts
+            )
+            cursor = Cursor(state.max_read_position)
+        pending = PendingAckState(cursor)
+        name = self._kafka_topics[topic]
+        pa_topic = pending_ack_topic(name, self.subscription)
+        fold = PendingAckFold(pending, pa_topic, partition, marker_secret=opts.marker_secret)
+        fold.next_offset = pa_low
+        released: list[int] = []
+        try:
+            for rec in read_range(self._client.kafka, pa_topic, partition, pa_low):
+                for _txn, action, offsets in fold.apply(rec):
+                    if action is TxnAction.ABORT:
+                        released.extend(offsets)
+            self._pa_topics_ready.add(pa_topic)
+        except TopicNotFoundError:
+            pass  # no transactional ack ever happened on this subscription
+        part = _Part(tp, cursor, pending, fold, pa_topic)
+        with self._lock:
+            self._parts[tp] = part
+            self._reader.add_partition(topic, partition, cursor.mark_delete)
+            if pa_topic in self._pa_topics_ready:
+                self._pa().add(pa_topic, partition, fold.next_offset)
+        self._flush_part(part)
+        log.info(
+            "%s: %s[%d] from %d (%d acked ranges, %d pending acks)",
+            self.subscription,
+            topic,
+            partition,
+            cursor.mark_delete,
+            len(cursor.acked),
+            pending.pending_count(),
+        )
+
+    def _on_revoke(self, partitions: list[TP]) -> None:
+        with self._lock:
+            for tp in partitions:
+                part = self._parts.pop(tp, None)
+                if part is None:
+                    continue
+                self._flush_part(part)
+                self._reader.remove_partition(*tp)
+                if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
+                    self._pa_reader.remove(part.pa_topic, tp[1])
+                self._forget_partition(tp)
+
+    def _forget_partition(self, tp: TP) -> None:
+        """Drop everything queued or tracked for a partition (revoked, or sought)."""
+
+        def other(mid: MessageId) -> bool:
+            return (mid.topic, mid.partition) != tp
+
+        self._incoming = deque(m for m in self._incoming if other(m.message_id))
+        self._redeliveries = [r for r in self._redeliveries if other(r.message.message_id)]
+        heapq.heapify(self._redeliveries)
+        self._unacked = {k: v for k, v in self._unacked.items() if (k[0], k[1]) != tp}
+        self._in_txn = {k: v for k, v in self._in_txn.items() if (k[0], k[1]) != tp}
+
+    def _pa(self) -> PartitionReader:
+        if self._pa_reader is None:
+            self._pa_reader = PartitionReader(self._client.kafka, fetch_wait_ms=50)
+        return self._pa_reader
+
+    # ------------------------------------------------------------------ receiving
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
+        deadline = time.monotonic() + (timeout_millis if timeout_millis is not None else 1 << 30) / 1000
+        while True:
+            msg = self._next_ready()
+            if msg is not None:
+                return msg
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(f"no message for subscription {self.subscription!r} within {timeout_millis} ms")
+            self._fill(min(remaining, 0.1))
+
+    def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message]:
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_millis / 1000
+        while len(out) < max_messages:
+            msg = self._next_ready()
+            if msg is not None:
+                out.append(msg)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._fill(min(remaining, 0.05))
+        return out
+
+    def _fill(self, timeout: float) -> None:
+        with self._lock:
+            if self._closed:
+                raise NotAllowedError("consumer is closed")
+            if not self._parts:
+                records = []
+            else:
+                records = self._reader.poll(timeout if not self._incoming else 0, 2000)
+            self._incoming.extend(Message.from_record(r) for r in records)
+        if not records:
+            time.sleep(0.005 if self._parts else timeout)
+
+    def _next_ready(self) -> Message | None:
+        with self._lock:
+            now = time.monotonic()
+            while self._redeliveries and self._redeliveries[0].due <= now:
+                msg = heapq.heappop(self._redeliveries).message
+                if self._deliverable(msg):
+                    return self._delivered(msg, now)
+            while self._incoming:
+                msg = self._incoming.popleft()
+                if self._deliverable(msg):
+                    return self._delivered(msg, now)
+        return None
+
+    def _deliverable(self, msg: Message) -> bool:
+        mid = msg.message_id
+        part = self._parts.get((mid.topic, mid.partition))
+        if part is None or part.cursor.is_acked(mid.offset) or part.pending.is_pending(mid.offset):
+            return False
+        key = (mid.topic, mid.partition, mid.offset)
+        count = self._redelivery_counts.get(key, 0)
+        if self._dlq is not None and count > self._dlq.max_redeliver_count:
+            self._dead_letter(msg, part)
+            return False
+        return True
+
+    def _delivered(self, msg: Message, now: float) -> Message:
+        mid = msg.message_id
+        key = (mid.topic, mid.partition, mid.offset)
+        count = self._redelivery_counts.get(key, 0)
+        if count != msg.redelivery_count:
+            msg = dataclasses.replace(msg, redelivery_count=count)
+        self._unacked[key] = (msg, now)
+        return msg
+
+    def _dead_letter(self, msg: Message, part: _Part) -> None:
+        assert self._dlq is not None
+        name = self._kafka_topics[msg.message_id.topic]
+        dlq = self._dlq.dead_letter_topic or f"{name.base}-{self.subscription}-DLQ"
+        self._client.create_topic(dlq, 1)
+        props = dict(msg.properties)
+        props.update({"REAL_TOPIC": str(name.base), "ORIGIN_MESSAGE_ID": str(msg.message_id)})
+        self._client._dlq_producer(dlq).send(msg.data, properties=props, partition_key=msg.partition_key)
+        self._ack_offset(part, msg.message_id.offset)
+        log.info(
+            "%s: %s moved to %s after %d redeliveries",
+            self.subscription,
+            msg.message_id,
+            dlq,
+            self._dlq.max_redeliver_count,
+        )
+
+    # ------------------------------------------------------------------ acknowledging
+    def _part_for(self, mid: MessageId) -> _Part:
+        part = self._parts.get((mid.topic, mid.partition))
+        if part is None:
+            raise NotAllowedError(
+                f"cannot acknowledge {mid}: partition {mid.topic}[{mid.partition}] is no longer assigned to this "
+                f"consumer (moved to another consumer of {self.subscription!r}); it will be redelivered there"
+            )
+        return part
+
+    def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
+        mid = message.message_id if isinstance(message, Message) else message
+        if txn is not None:
+            self._ack_in_txn(txn, AckKind.INDIVIDUAL, [mid])
+            return
+        with self._lock:
+            self._ack_offset(self._part_for(mid), mid.offset)
+
+    def acknowledge_cumulative(
+        self, message: Message | MessageId | Sequence[MessageId], txn: Transaction | None = None
+    ) -> None:
+        if isinstance(message, Message):
+            mids = [message.message_id]
+        elif isinstance(message, MessageId):
+            mids = [message]
+        else:
+            mids = list(message)
+        if txn is not None:
+            self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
+            return
+        if len(mids) != 1:
+            raise NotAllowedError("a cumulative ack takes exactly one message id")
+        mid = mids[0]
+        with self._lock:
+            part = self._part_for(mid)
+            part.cursor.ack_cumulative(mid.offset)
+            part.dirty = True
+            for key in [k for k in self._unacked if (k[0], k[1]) == part.tp and k[2] <= mid.offset]:
+                self._unacked.pop(key, None)
+
+    def _ack_offset(self, part: _Part, offset: int) -> None:
+        part.cursor.ack(offset)
+        part.dirty = True
+        key = (part.tp[0], part.tp[1], offset)
+        self._unacked.pop(key, None)
+        self._redelivery_counts.pop(key, None)
+
+    def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> None:
+        if not mids:
+            raise NotAllowedError("nothing to acknowledge")
+        if kind is AckKind.CUMULATIVE and len(mids) != 1:
+            failed: Future[None] = Future()
+            failed.set_exception(
+                NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
+            )
+            txn.track(failed)
+            raise failed.exception()  # type: ignore[misc]
+        if len({(m.topic, m.partition) for m in mids}) != 1:
+            raise NotAllowedError("acknowledge messages of one partition per call")
+        first = mids[0]
+        name = self._kafka_topics[first.topic]
+        registered = txn.register_subscription(str(name.base), self.subscription)
+        offsets = [m.offset for m in mids]
+        with self._lock:
+            part = self._part_for(first)
+            try:
+                part.pending.check(txn.txn_id, kind, offsets)
+            except PulsarTxnError as exc:
+                failed = Future()
+                failed.set_exception(exc)
+                txn.track(failed)  # Pulsar: a failed ack op makes the commit abort
+                raise
+            part.pending.apply_ack(txn.txn_id, kind, offsets)
+            for o in offsets:
+                key = (first.topic, first.partition, o)
+                entry = self._unacked.pop(key, None)
+                if entry is not None:
+                    self._in_txn[key] = entry[0]
+        written: Future[None] = Future()
+        txn.track(written)
+
+        def write(reg: Future[None]) -> None:
+            exc = reg.exception()
+            if exc is not None:
+                written.set_exception(exc)
+                return
+            try:
+                self._ensure_pa_topic(part)
+            except PulsarTxnError as err:
+                written.set_exception(err)
+                return
+            value, headers = encode_pending_ack(txn.txn_id, kind, offsets)
+
+            def stored(offset: int | None, error: StoreError | None) -> None:
+                if error is not None or offset is None:
+                    written.set_exception(PersistenceError(f"pending ack write failed: {error}"))
+                    return
+                with self._lock:
+                    part.fold.note_written(txn.txn_id, offset)
+                written.set_result(None)
+
+            self._client._appender().append(
+                part.pa_topic, part.tp[1], value, headers=headers, callback=stored
+            )
+
+        registered.add_done_callback(write)
+
+    def _ensure_pa_topic(self, part: _Part) -> None:
+        if part.pa_topic in self._pa_topics_ready:
+            return
+        count = self._client._partition_count(self._kafka_topics[part.tp[0]])
+        self._client._admin.ensure_topic(part.pa_topic, count)
+        with self._lock:
+            if part.pa_topic not in self._pa_topics_ready:
+                self._pa_topics_ready.add(part.pa_topic)
+                for tp, p in self._parts.items():
+                    if p.pa_topic == part.pa_topic:
+                        self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        mid = message.message_id if isinstance(message, Message) else message
+        with self._lock:
+            key = (mid.topic, mid.partition, mid.offset)
+            entry = self._unacked.pop(key, None)
+            if entry is not None:
+                self._redeliver(entry[0], self._nack_delay)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        with self._lock:
+            for msg, _at in list(self._unacked.values()):
+                self._redeliver(msg, 0)
+            self._unacked.clear()
+
+    def _redeliver(self, msg: Message, delay: float) -> None:
+        mid = msg.message_id
+        key = (mid.topic, mid.partition, mid.offset)
+        self._redelivery_counts[key] = self._redelivery_counts.get(key, 0) + 1
+        heapq.heappush(self._redeliveries, _Redelivery(time.monotonic() + delay, next(self._seq), msg))
+
+    # ------------------------------------------------------------------ background upkeep
+    def _maintain(self) -> None:
+        next_flush = 0.0
+        while not self._closed:
+            try:
+                self._apply_outcomes()
+                now = time.monotonic()
+                if self._ack_timeout > 0:
+                    self._expire_unacked(now)
+                if now >= next_flush:
+                    with self._lock:
+                        parts = list(self._parts.values())
+                    for part in parts:
+                        if part.dirty:
+                            self._flush_part(part)
+                    next_flush = now + 0.1
+            except Exception:  # upkeep must go on; the next round retries
+                log.exception("subscription %s: upkeep failed", self.subscription)
+            time.sleep(0.02)
+
+    def _apply_outcomes(self) -> None:
+        with self._lock:
+            if self._pa_reader is None or not self._pa_topics_ready:
+                return
+            records = self._pa_reader.poll_batch(1000, 0)
+            refetch: list[tuple[TP, list[int]]] = []
+            for rec in records:
+                part = self._parts.get((self._data_topic_of(rec.topic), rec.partition))
+                if part is None or part.pa_topic != rec.topic:
+                    continue
+                for _txn, action, released in part.fold.apply(rec, acks=False):
+                    part.dirty = True
+                    if action is TxnAction.COMMIT:
+                        for key in [
+                            k for k in self._in_txn if (k[0], k[1]) == part.tp and part.cursor.is_acked(k[2])
+                        ]:
+                            self._in_txn.pop(key, None)
+                        continue
+                    missing = []
+                    for offset in released:
+                        key = (part.tp[0], part.tp[1], offset)
+                        msg = self._in_txn.pop(key, None)
+                        if msg is not None:
+                            self._redeliver(msg, 0)
+                        else:
+                            missing.append(offset)
+                    if missing:
+                        refetch.append((part.tp, missing))
+        for tp, offsets in refetch:
+            self._refetch(tp, offsets)
+
+    def _data_topic_of(self, pa_topic: str) -> str:
+        for kafka_topic, name in self._kafka_topics.items():
+            if pending_ack_topic(name, self.subscription) == pa_topic:
+                return kafka_topic
+        return ""
+
+    def _refetch(self, tp: TP, offsets: list[int]) -> None:
+        """Messages released by an abort that this process never delivered (e.g. after a restart)."""
+        wanted = set(offsets)
+        lo, hi = min(offsets), max(offsets) + 1
+        for rec in read_range(self._client.kafka, tp[0], tp[1], lo, hi):
+            if rec.offset in wanted:
+                with self._lock:
+                    part = self._parts.get(tp)
+                    if part is not None and part.pending.is_pending(rec.offset) is False:
+                        state_ok = self._reader.state(*tp).is_visible(rec.offset, rec.headers)
+                        if state_ok:
+                            self._redeliver(Message.from_record(rec), 0)
+
+    def _expire_unacked(self, now: float) -> None:
+        with self._lock:
+            expired = [k for k, (_m, at) in self._unacked.items() if now - at >= self._ack_timeout]
+            for key in expired:
+                msg, _at = self._unacked.pop(key)
+                self._redeliver(msg, 0)
+
+    def _flush_part(self, part: _Part) -> None:
+        with self._lock:
+            if not part.dirty:
+                return
+            ranges, dropped = part.cursor.encode_ranges()
+            metadata = f"{part.fold.replay_start()};{ranges}"
+            offsets = {part.tp: (part.cursor.mark_delete, metadata)}
+            part.dirty = False
+        if dropped:
+            log.warning(
+                "%s %s: %d acked ranges too many to persist; they may be redelivered after a restart",
+                self.subscription,
+                part.tp,
+                dropped,
+            )
+        try:
+            self._group.commit(offsets)
+        except StoreError as exc:
+            part.dirty = True
+            log.warning("%s: cursor commit failed (will retry): %s", self.subscription, exc)
+
+    # ------------------------------------------------------------------ position and lifecycle
+    def seek(self, message_id: MessageId) -> None:
+        """Reset the subscription's cursor on that partition to ``message_id`` (its acks beyond are forgotten)."""
+        with self._lock:
+            part = self._part_for(message_id)
+            part.cursor.reset(message_id.offset)
+            part.dirty = True
+            self._reader.seek(message_id.topic, message_id.partition, message_id.offset)
+            self._forget_partition(part.tp)
+        self._flush_part(part)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "subscription": self.subscription,
+                "type": self.consumer_type.value,
+                "partitions": {
+                    f"{tp[0]}-partition-{tp[1]}": {
+                        "mark_delete": p.cursor.mark_delete,
+                        "acked_ranges": len(p.cursor.acked),
+                        **p.pending.stats(),
+                    }
+                    for tp, p in sorted(self._parts.items())
+                },
+                "unacked": len(self._unacked),
+                "pending_redeliveries": len(self._redeliveries),
+            }
+
+    def assigned_partitions(self) -> list[TP]:
+        with self._lock:
+            return sorted(self._parts)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._maintenance.join(5)
+        with self._lock:
+            parts = list(self._parts.values())
+        for part in parts:
+            self._flush_part(part)
+        self._group.stop()
+        with self._lock:
+            self._reader.close()
+            if self._pa_reader is not None:
+                self._pa_reader.close()
+
+    def unsubscribe(self) -> None:
+        """Close and delete the subscription (its consumer group and pending-ack logs)."""
+        self.close()
+        pa_topics = sorted({pending_ack_topic(t, self.subscription) for t in self.topics})
+        try:
+            delete_group(self._client.kafka, self.subscription)
+            self._client._admin.delete_topics([t for t in pa_topics if self._client._admin.topic_exists(t)])
+        except StoreError as exc:
+            raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _joined(client_id: str) -> int:
+    try:
+        return int(client_id.split("-")[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _split_metadata(metadata: str | None) -> tuple[int, str | None]:
+    """Commit metadata is ``<pending-ack replay start>;<acked ranges>``."""
+    if not metadata:
+        return 0, None
+    head, _, ranges = metadata.partition(";")
+    try:
+        return int(head), ranges or None
+    except ValueError:
+        return 0, metadata

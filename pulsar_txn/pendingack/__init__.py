@@ -1,0 +1,1 @@
+"""Pending acks: acknowledgements made inside transactions that have not ended yet."""

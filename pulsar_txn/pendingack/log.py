@@ -1,0 +1,125 @@
+"""The pending-ack log of a subscription: ``<topic>-<sub>__transaction_pending_ack``, partitioned like
+the data topic. It is the redo log of transactional acks: ``PendingAck`` records written by the
+consumer (header ``ptxn.ctl = b"pending-ack"``) and the TC's COMMIT/ABORT markers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
+from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
+from pulsar_txn.pendingack.state import AckKind, PendingAckState
+from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
+
+PENDING_ACK_CTL = b"pending-ack"
+
+PENDING_ACK = REGISTRY.register(
+    RecordKind(
+        "PendingAck",
+        code=20,
+        schemas={
+            1: {
+                "type": "record",
+                "name": "PendingAckV1",
+                "namespace": "pulsar_txn.pendingack",
+                "fields": [
+                    {"name": "txn_most", "type": "long"},
+                    {"name": "txn_least", "type": "long"},
+                    {
+                        "name": "kind",
+                        "type": {
+                            "type": "enum",
+                            "name": "AckKindV1",
+                            "symbols": ["INDIVIDUAL", "CUMULATIVE"],
+                        },
+                    },
+                    {"name": "offsets", "type": {"type": "array", "items": "long"}},
+                    {"name": "written_at_ms", "type": "long"},
+                ],
+            }
+        },
+    )
+)
+
+
+def encode_pending_ack(
+    txn: TxnID, kind: AckKind, offsets: Sequence[int]
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    value = PENDING_ACK.encode(
+        {
+            "txn_most": txn.most_bits,
+            "txn_least": txn.least_bits,
+            "kind": kind.value,
+            "offsets": list(offsets),
+            "written_at_ms": int(time.time() * 1000),
+        }
+    )
+    return value, [(CTL_HEADER, PENDING_ACK_CTL), (TXN_HEADER, txn.to_bytes())]
+
+
+class PendingAckFold:
+    """Folds pending-ack log records into a ``PendingAckState``; remembers where each unfinished
+    transaction's first ack record is, so a restart can replay from the lowest of them."""
+
+    def __init__(
+        self, state: PendingAckState, topic: str, partition: int, *, marker_secret: bytes | None = None
+    ) -> None:
+        self.state = state
+        self.topic = topic
+        self.partition = partition
+        self._secret = marker_secret
+        self.first_record: dict[TxnID, int] = {}
+        self.next_offset = 0
+        self.skipped = 0
+
+    def replay_start(self) -> int:
+        """Replaying from here rebuilds every unfinished transaction's acks."""
+        return min(self.first_record.values(), default=self.next_offset)
+
+    def apply(self, rec: StoredRecord, *, acks: bool = True) -> list[tuple[TxnID, TxnAction, Sequence[int]]]:
+        """Fold one record; returns [(txn, outcome, offsets released by an abort)] for outcome markers.
+        ``acks=False`` skips ack records (the live consumer applied them when it wrote them)."""
+        self.next_offset = max(self.next_offset, rec.offset + 1)
+        ctl = rec.header(CTL_HEADER)
+        if ctl == PENDING_ACK_CTL:
+            if not acks:
+                return []
+            try:
+                f = REGISTRY.decode_as(PENDING_ACK, rec.value)
+            except CodecError as exc:
+                self._skip(rec.offset, str(exc))
+                return []
+            txn = TxnID(int(f["txn_most"]), int(f["txn_least"]))
+            self.state.apply_ack(txn, AckKind(f["kind"]), [int(o) for o in f["offsets"]])
+            self.first_record.setdefault(txn, rec.offset)
+            return []
+        if ctl == MARKER_CTL:
+            try:
+                marker = decode_marker(rec.value)
+            except CodecError as exc:
+                self._skip(rec.offset, str(exc))
+                return []
+            if self._secret is not None and not verify(marker, self.topic, self.partition, self._secret):
+                self._skip(rec.offset, f"marker for {marker.txn_id} failed authentication")
+                return []
+            released = self.state.apply_outcome(marker.txn_id, marker.action)
+            self.first_record.pop(marker.txn_id, None)
+            return [(marker.txn_id, marker.action, released)]
+        self._skip(rec.offset, "not a pending-ack record")
+        return []
+
+    def note_written(self, txn: TxnID, offset: int) -> None:
+        """The live consumer wrote an ack record of ``txn`` at ``offset``."""
+        self.first_record.setdefault(txn, offset)
+
+    def apply_many(self, records: Iterable[StoredRecord]) -> None:
+        for rec in records:
+            self.apply(rec)
+
+    def _skip(self, offset: int, why: str) -> None:
+        self.skipped += 1
+        log.warning("%s[%d]@%d pending-ack record skipped: %s", self.topic, self.partition, offset, why)

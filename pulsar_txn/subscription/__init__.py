@@ -1,0 +1,1 @@
+"""Subscription cursors: which offsets of a partition a subscription has acknowledged."""

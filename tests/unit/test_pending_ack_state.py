@@ -1,0 +1,483 @@
+"""PendingAckState: Pulsar's pending-ack rules (conflicts, commit, abort) as a pure fold over a Cursor;
+scenarios A1-A8 and R3 at the state level."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulsar_txn.errors import NotAllowedError, TransactionConflict
+from pulsar_txn.pendingack.state import AckKind, PendingAckState
+from pulsar_txn.subscription.cursor import Cursor
+from pulsar_txn.txnid import TxnAction, TxnID
+
+A, B, C = TxnID(0, 1), TxnID(0, 2), TxnID(1, 3)
+IND, CUM = AckKind.INDIVIDUAL, AckKind.CUMULATIVE
+COMMIT, ABORT = TxnAction.COMMIT, TxnAction.ABORT
+
+LogEntry = tuple[TxnID, AckKind, list[int]] | tuple[TxnID, TxnAction]
+
+
+class Sub:
+    """A PendingAckState plus the pending-ack log it was folded from (what a consumer would write)."""
+
+    def __init__(self, mark_delete: int = 0) -> None:
+        self.start = mark_delete
+        self.state = PendingAckState(Cursor(mark_delete))
+        self.log: list[LogEntry] = []
+
+    def ack(self, txn: TxnID, kind: AckKind, *offsets: int) -> None:
+        self.state.check(txn, kind, offsets)
+        self.state.apply_ack(txn, kind, offsets)
+        self.log.append((txn, kind, list(offsets)))
+
+    def end(self, txn: TxnID, action: TxnAction) -> Sequence[int]:
+        self.log.append((txn, action))
+        return self.state.apply_outcome(txn, action)
+
+    def deliverable(self, offsets: Sequence[int]) -> list[int]:
+        s = self.state
+        return [o for o in offsets if not s.cursor.is_acked(o) and not s.is_pending(o)]
+
+
+def replay(log: Sequence[LogEntry], cursor: Cursor) -> PendingAckState:
+    state = PendingAckState(cursor)
+    for entry in log:
+        if len(entry) == 3:
+            state.apply_ack(entry[0], entry[1], entry[2])
+        else:
+            state.apply_outcome(entry[0], entry[1])
+    return state
+
+
+# ---------------------------------------------------------------------- check: cumulative
+def test_cumulative_ack_with_more_than_one_message_id_is_not_allowed() -> None:
+    s = PendingAckState(Cursor())
+    with pytest.raises(NotAllowedError, match=r"\(0,1\).*exactly one message id, got 2"):
+        s.check(A, CUM, [1, 2])
+    with pytest.raises(NotAllowedError, match="got 0"):
+        s.check(A, CUM, [])
+
+
+def test_cumulative_ack_below_mark_delete_conflicts() -> None:
+    s = PendingAckState(Cursor(5))
+    with pytest.raises(TransactionConflict, match=r"\(0,1\).*offset 4: already acked"):
+        s.check(A, CUM, [4])
+    s.check(A, CUM, [5])
+
+
+def test_cumulative_ack_conflicts_while_another_txn_holds_the_cumulative_ack() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 3)
+    with pytest.raises(
+        TransactionConflict, match=r"\(0,2\).*offset 7: transaction \(0,1\) holds.*at offset 3"
+    ):
+        sub.state.check(B, CUM, [7])
+
+
+def test_repeating_cumulative_ack_at_same_or_lower_position_conflicts_a4() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 5)
+    for pos in (5, 4, 0):
+        with pytest.raises(
+            TransactionConflict, match=rf"offset {pos}: it already has a pending cumulative ack"
+        ):
+            sub.state.check(A, CUM, [pos])
+    with pytest.raises(NotAllowedError):
+        sub.state.check(A, CUM, [6, 7])
+
+
+def test_repeating_cumulative_ack_further_on_moves_the_position() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 5)
+    sub.ack(A, CUM, 8)
+    assert sub.state.stats()["cumulative"] == "(0,1)@8"
+    assert sub.state.pending_txns() == {A: 1}
+    sub.end(A, COMMIT)
+    assert sub.state.cursor.mark_delete == 9
+
+
+def test_cumulative_ack_conflicts_with_individual_ack_of_another_txn_at_or_below_it() -> None:
+    sub = Sub()
+    sub.ack(B, IND, 4, 9)
+    with pytest.raises(
+        TransactionConflict, match=r"\(0,1\).*offset 6: offset 4 is pending in transaction \(0,2\)"
+    ):
+        sub.state.check(A, CUM, [6])
+    with pytest.raises(TransactionConflict, match="offset 4 is pending"):
+        sub.state.check(A, CUM, [4])
+    sub.state.check(A, CUM, [3])
+
+
+def test_cumulative_ack_over_own_individual_acks_is_allowed() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 2, 4)
+    sub.ack(A, CUM, 6)
+    assert sub.state.pending_txns() == {A: 3}
+    sub.end(A, COMMIT)
+    assert sub.state.cursor.mark_delete == 7 and sub.state.pending_count() == 0
+
+
+# ---------------------------------------------------------------------- check: individual
+def test_individual_ack_of_committed_offset_conflicts() -> None:
+    sub = Sub()
+    sub.state.cursor.ack(3)
+    with pytest.raises(
+        TransactionConflict, match=r"\(0,1\) cannot ack offset 3: already acked \(committed\)"
+    ):
+        sub.state.check(A, IND, [1, 3])
+    sub.state.cursor.ack_cumulative(10)
+    with pytest.raises(TransactionConflict, match="offset 7: already acked"):
+        sub.state.check(A, IND, [7])
+
+
+def test_individual_ack_of_offset_pending_in_another_txn_conflicts_a3() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 5)
+    with pytest.raises(
+        TransactionConflict, match=r"\(0,2\) cannot ack offset 5: already pending in transaction \(0,1\)"
+    ):
+        sub.state.check(B, IND, [6, 5])
+
+
+def test_individual_ack_of_offset_pending_in_same_txn_conflicts() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 5)
+    with pytest.raises(TransactionConflict, match="offset 5: already pending in this transaction"):
+        sub.state.check(A, IND, [5])
+
+
+def test_individual_ack_listing_an_offset_twice_conflicts() -> None:
+    with pytest.raises(TransactionConflict, match="offset 2: listed twice"):
+        PendingAckState(Cursor()).check(A, IND, [2, 3, 2])
+
+
+def test_individual_ack_at_or_below_another_txns_cumulative_ack_conflicts_a5() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 3)
+    for o in (0, 3):
+        with pytest.raises(
+            TransactionConflict, match=rf"offset {o}: transaction \(0,1\) holds a pending cumulative"
+        ):
+            sub.state.check(B, IND, [o])
+    sub.state.check(B, IND, [4])
+
+
+def test_individual_ack_below_own_cumulative_ack_is_allowed() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 3)
+    sub.ack(A, IND, 2)
+    assert sub.state.pending_txns() == {A: 2}
+
+
+def test_empty_individual_ack_is_allowed_and_records_nothing() -> None:
+    sub = Sub()
+    sub.ack(A, IND)
+    assert sub.state.pending_txns() == {} and sub.state.pending_count() == 0
+
+
+def test_check_does_not_change_state() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 1)
+    before = replay(sub.log, Cursor())
+    sub.state.check(B, IND, [2, 3])
+    sub.state.check(B, CUM, [0])
+    with pytest.raises(TransactionConflict):
+        sub.state.check(B, IND, [1])
+    assert sub.state == before
+
+
+# ---------------------------------------------------------------------- is_pending, commit, abort
+def test_individual_pending_offsets_are_not_deliverable() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 2, 5)
+    assert [sub.state.is_pending(o) for o in range(7)] == [False, False, True, False, False, True, False]
+
+
+def test_offsets_up_to_a_pending_cumulative_ack_are_pending_unless_acked() -> None:
+    sub = Sub()
+    sub.state.cursor.ack(1)
+    sub.ack(A, CUM, 3)
+    assert [sub.state.is_pending(o) for o in range(5)] == [True, False, True, True, False]
+
+
+def test_commit_acks_individual_offsets_in_the_cursor() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 0, 1, 4)
+    assert sub.end(A, COMMIT) == []
+    c = sub.state.cursor
+    assert c.mark_delete == 2 and c.acked.ranges() == [(4, 4)]
+    assert not sub.state.is_pending(4) and sub.state.pending_count() == 0
+
+
+def test_commit_of_cumulative_ack_moves_mark_delete() -> None:
+    sub = Sub()
+    sub.state.cursor.ack(6)
+    sub.ack(A, CUM, 5)
+    sub.end(A, COMMIT)
+    assert sub.state.cursor.mark_delete == 7 and sub.state.stats()["cumulative"] is None
+
+
+def test_abort_returns_individual_offsets_sorted() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 9, 2, 5)
+    assert list(sub.end(A, ABORT)) == [2, 5, 9]
+    assert sub.state.pending_count() == 0 and sub.state.cursor.mark_delete == 0
+
+
+def test_abort_leaves_out_offsets_acked_meanwhile() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 2, 5)
+    sub.state.cursor.ack(5)  # e.g. a non-transactional ack reached the cursor
+    assert list(sub.end(A, ABORT)) == [2]
+
+
+def test_abort_of_cumulative_ack_releases_unacked_offsets_not_pending_elsewhere() -> None:
+    sub = Sub(2)
+    sub.state.cursor.ack(4)
+    sub.ack(B, IND, 9)
+    sub.ack(A, CUM, 7)
+    sub.ack(A, IND, 8)
+    sub.ack(C, IND, 10)
+    assert list(sub.end(A, ABORT)) == [2, 3, 5, 6, 7, 8]
+    assert sub.state.pending_txns() == {B: 1, C: 1}
+
+
+def test_outcome_of_unknown_txn_is_a_no_op() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 1)
+    assert sub.state.apply_outcome(B, COMMIT) == [] and sub.state.apply_outcome(B, ABORT) == []
+    assert sub.state.pending_txns() == {A: 1} and sub.state.cursor.mark_delete == 0
+
+
+@pytest.mark.parametrize("action", [COMMIT, ABORT])
+def test_outcome_applied_twice_is_a_no_op_the_second_time(action: TxnAction) -> None:
+    sub = Sub()
+    sub.ack(A, IND, 1, 3)
+    sub.ack(A, CUM, 0)
+    sub.end(A, action)
+    after = replay(sub.log, Cursor())
+    assert list(sub.end(A, action)) == [] and list(sub.end(A, COMMIT if action == ABORT else ABORT)) == []
+    assert sub.state == after
+
+
+def test_apply_ack_moves_a_conflicting_offset_to_the_later_txn() -> None:
+    s = PendingAckState(Cursor())
+    s.apply_ack(A, IND, [1, 2])
+    s.apply_ack(B, IND, [2])
+    s.apply_ack(B, CUM, [0])
+    s.apply_ack(C, CUM, [5])
+    assert s.pending_txns() == {A: 1, B: 1, C: 1}
+    assert s.apply_outcome(A, COMMIT) == [] and s.cursor.acked.ranges() == [(1, 1)]
+
+
+def test_stats_report_counts_cumulative_and_mark_delete() -> None:
+    sub = Sub(3)
+    sub.ack(A, IND, 4, 5)
+    sub.ack(B, CUM, 3)
+    assert sub.state.stats() == {
+        "pending_ack_count": 3,
+        "txns": {"(0,1)": 2, "(0,2)": 1},
+        "cumulative": "(0,2)@3",
+        "mark_delete": 3,
+    }
+
+
+# ---------------------------------------------------------------------- scenarios
+def test_a1_abort_of_1000_acks_redelivers_all_and_a_committed_reack_never_redelivers() -> None:
+    sub = Sub()
+    offsets = list(range(1000))
+    sub.ack(A, IND, *offsets)
+    assert sub.deliverable(offsets) == []
+    assert list(sub.end(A, ABORT)) == offsets
+    assert sub.deliverable(offsets) == offsets
+    sub.ack(B, IND, *offsets)
+    sub.end(B, COMMIT)
+    assert sub.deliverable(offsets) == [] and sub.state.cursor.mark_delete == 1000
+    restarted = Cursor.decode(sub.state.cursor.mark_delete, sub.state.cursor.encode_ranges()[0])
+    assert PendingAckState(restarted).cursor.is_acked(999)
+
+
+@pytest.mark.parametrize(("action", "redelivered"), [(COMMIT, []), (ABORT, list(range(10)))])
+def test_a2_pending_ack_count_is_10_then_0_after_commit_or_abort(
+    action: TxnAction, redelivered: list[int]
+) -> None:
+    sub = Sub()
+    for o in range(10):
+        sub.ack(A, IND, o)
+    assert sub.state.pending_count() == 10 and sub.state.pending_txns() == {A: 10}
+    assert sub.state.stats()["pending_ack_count"] == 10
+    assert list(sub.end(A, action)) == redelivered
+    assert sub.state.pending_count() == 0 and sub.state.pending_txns() == {}
+    assert sub.deliverable(range(10)) == redelivered
+
+
+def test_a3_second_txn_conflicts_then_ack_succeeds_after_first_aborts() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 7)
+    with pytest.raises(TransactionConflict):
+        sub.ack(B, IND, 7)
+    assert list(sub.end(A, ABORT)) == [7]
+    assert sub.deliverable([7]) == [7]
+    sub.ack(B, IND, 7)
+    sub.end(B, COMMIT)
+    assert sub.state.cursor.is_acked(7)
+
+
+def test_a4_repeat_cumulative_ack_conflicts_and_multi_id_cumulative_not_allowed() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 4)
+    with pytest.raises(TransactionConflict):
+        sub.ack(A, CUM, 4)
+    with pytest.raises(TransactionConflict):
+        sub.ack(A, CUM, 2)
+    with pytest.raises(NotAllowedError):
+        sub.ack(A, CUM, 5, 6)
+    assert sub.state.stats()["cumulative"] == "(0,1)@4"
+
+
+def test_a5_cumulative_ack_blocks_others_and_abort_redelivers_all_five() -> None:
+    sub = Sub()
+    sub.ack(A, CUM, 3)
+    with pytest.raises(TransactionConflict):
+        sub.ack(B, IND, 3)
+    with pytest.raises(TransactionConflict):
+        sub.ack(B, CUM, 3)
+    assert sub.deliverable(range(5)) == [4]
+    assert list(sub.end(A, ABORT)) == [0, 1, 2, 3]
+    assert sub.deliverable(range(5)) == [0, 1, 2, 3, 4]
+    sub.ack(B, CUM, 3)
+
+
+def test_a6_committed_offsets_conflict_and_aborted_offsets_can_be_acked_again() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 0, 1, 2)
+    sub.end(A, COMMIT)
+    sub.ack(B, IND, 3, 4)
+    sub.end(B, ABORT)
+    with pytest.raises(TransactionConflict, match="offset 1: already acked"):
+        sub.ack(C, IND, 1)
+    with pytest.raises(TransactionConflict, match="offset 2: already acked"):
+        sub.ack(C, CUM, 2)
+    sub.ack(C, IND, 3, 4)
+    sub.end(C, COMMIT)
+    assert sub.state.cursor.mark_delete == 5
+
+
+def test_a7_one_txn_acking_on_two_subscriptions_commits_both() -> None:
+    sub1, sub2 = Sub(), Sub()
+    sub1.ack(A, IND, 3)
+    sub2.ack(A, IND, 3)
+    with pytest.raises(TransactionConflict):
+        sub1.ack(B, IND, 3)
+    sub1.end(A, COMMIT)
+    sub2.end(A, COMMIT)
+    assert sub1.state.cursor.is_acked(3) and sub2.state.cursor.is_acked(3)
+    assert sub1.state.pending_count() == sub2.state.pending_count() == 0
+
+
+def test_a8_crash_before_commit_redelivers_the_input_after_restart() -> None:
+    sub = Sub()
+    sub.ack(A, IND, 0, 1, 2)  # the attempt; the process dies before committing
+    restarted = replay(sub.log, Cursor())
+    assert [restarted.is_pending(o) for o in range(3)] == [True, True, True]
+    assert list(restarted.apply_outcome(A, ABORT)) == [0, 1, 2]  # the coordinator's timeout aborts it
+    restarted.check(B, IND, [0, 1, 2])
+    restarted.apply_ack(B, IND, [0, 1, 2])
+    restarted.apply_outcome(B, COMMIT)
+    assert restarted.cursor.mark_delete == 3 and restarted.pending_count() == 0
+
+
+def _r3_sub() -> Sub:
+    sub = Sub(2)
+    sub.ack(A, IND, 2, 3)
+    sub.ack(B, IND, 5, 6)
+    sub.ack(TxnID(0, 9), IND, 8, 12)
+    sub.end(A, COMMIT)
+    sub.ack(C, CUM, 4)
+    sub.end(TxnID(0, 9), ABORT)
+    sub.ack(TxnID(0, 10), IND, 8)
+    return sub
+
+
+def test_r3_replaying_the_log_on_a_fresh_cursor_rebuilds_the_same_state() -> None:
+    sub = _r3_sub()
+    rebuilt = replay(sub.log, Cursor(sub.start))
+    assert rebuilt == sub.state
+    assert rebuilt.stats() == sub.state.stats()
+    assert repr(rebuilt) == repr(sub.state)
+
+
+def test_r3_replaying_onto_the_committed_cursor_gives_the_same_state() -> None:
+    sub = _r3_sub()
+    committed = sub.state.cursor
+    persisted = Cursor.decode(committed.mark_delete, committed.encode_ranges()[0])
+    assert replay(sub.log, persisted) == sub.state
+
+
+def test_r3_pending_acks_survive_restart_conflict_and_resolve() -> None:
+    sub = _r3_sub()
+    restarted = replay(sub.log, Cursor(sub.start))
+    with pytest.raises(TransactionConflict):
+        restarted.check(TxnID(0, 11), IND, [5])
+    with pytest.raises(TransactionConflict):
+        restarted.check(TxnID(0, 11), IND, [4])
+    with pytest.raises(TransactionConflict):
+        restarted.check(TxnID(0, 11), IND, [2])
+    restarted.apply_outcome(B, COMMIT)
+    assert list(restarted.apply_outcome(C, ABORT)) == [4]
+    assert restarted.cursor.is_acked(5) and restarted.cursor.is_acked(6)
+    assert not restarted.cursor.is_acked(4) and not restarted.is_pending(4)
+
+
+# ---------------------------------------------------------------------- properties
+_TXNS = [TxnID(0, i) for i in range(4)]
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("ind"), st.integers(0, 3), st.lists(st.integers(0, 30), max_size=4)),
+        st.tuples(st.just("cum"), st.integers(0, 3), st.integers(0, 30).map(lambda o: [o])),
+        st.tuples(st.just("commit"), st.integers(0, 3), st.just([])),
+        st.tuples(st.just("abort"), st.integers(0, 3), st.just([])),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 5), _ops)
+def test_checked_acks_keep_invariants_and_replay_to_the_same_state(
+    start: int, ops: list[tuple[str, int, list[int]]]
+) -> None:
+    sub = Sub(start)
+    s = sub.state
+    pending: dict[TxnID, set[int]] = {}  # model: every offset a txn's acks made undeliverable
+    for op, t, offsets in ops:
+        txn = _TXNS[t]
+        if op in ("ind", "cum"):
+            kind = IND if op == "ind" else CUM
+            try:
+                sub.ack(txn, kind, *offsets)
+            except TransactionConflict:
+                continue
+            covered = set(offsets) if kind == IND else set(range(offsets[0] + 1))
+            pending.setdefault(txn, set()).update(o for o in covered if not s.cursor.is_acked(o))
+        else:
+            mine = pending.pop(txn, set())
+            before = {o for o in range(40) if s.cursor.is_acked(o)}
+            released = sub.end(txn, COMMIT if op == "commit" else ABORT)
+            others = set[int]().union(*pending.values())
+            if op == "commit":
+                assert released == []
+                assert {o for o in range(40) if s.cursor.is_acked(o)} == before | mine
+            else:
+                assert list(released) == sorted(mine - others)
+        # nothing is both acked and pending; pending is exactly what open txns cover
+        for o in range(40):
+            acked = s.cursor.is_acked(o)
+            assert not (acked and o in s._individual)
+            assert s.is_pending(o) == (not acked and any(o in p for p in pending.values()))
+        assert s.pending_count() == sum(s.pending_txns().values())
+    assert replay(sub.log, Cursor(start)) == s
