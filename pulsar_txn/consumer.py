@@ -299,10 +299,8 @@ class Consumer:
         with self._lock:
             if self._closed:
                 raise NotAllowedError("consumer is closed")
-            if not self._parts:
-                records = []
-            else:
-                records = self._reader.poll(timeout if not self._incoming else 0, 2000)
+            wait = timeout if not self._incoming else 0
+            records = self._reader.poll(wait, 2000) if self._parts else []
             self._incoming.extend(Message.from_record(r) for r in records)
         if not records:
             time.sleep(0.005 if self._parts else timeout)
