@@ -361,7 +361,8 @@ class Consumer:
         part = self._parts.get((mid.topic, mid.partition))
         if part is None:
             raise NotAllowedError(
-                f"cannot acknowledge {mid}: partition {mid.topic}[{mid.partition}] is no longer assigned to this "
+                f"cannot acknowledge {mid}: partition {mid.topic}[{mid.partition}] is no longer assigned to "
+                "this "
                 f"consumer (moved to another consumer of {self.subscription!r}); it will be redelivered there"
             )
         return part
@@ -595,7 +596,9 @@ class Consumer:
 
     # ------------------------------------------------------------------ position and lifecycle
     def seek(self, message_id: MessageId) -> None:
-        """Reset the subscription's cursor on that partition to ``message_id`` (its acks beyond are forgotten)."""
+        """Reset the subscription's cursor on that partition to ``message_id``.
+
+        Acks beyond it are forgotten, as Pulsar's seek does."""
         with self._lock:
             part = self._part_for(message_id)
             part.cursor.reset(message_id.offset)
