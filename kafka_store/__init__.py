@@ -16,7 +16,14 @@ from kafka_store.errors import (
     UnknownRecordKindError,
     UnsupportedRecordVersionError,
 )
-from kafka_store.group import GroupMembership, GroupReader, SubscriptionGroup, delete_group, describe_group
+from kafka_store.group import (
+    GroupMembership,
+    GroupReader,
+    SubscriptionGroup,
+    delete_group,
+    describe_group,
+    group_offsets,
+)
 from kafka_store.producer import Appender
 from kafka_store.reader import (
     BEGINNING,
@@ -55,6 +62,7 @@ __all__ = [
     "describe_group",
     "end_offsets",
     "free_port",
+    "group_offsets",
     "read_range",
     "replay_compacted",
 ]

@@ -273,6 +273,14 @@ class SubscriptionGroup:
                 tps, done = self._commits.get_nowait()
             except queue.Empty:
                 return
+            # A commit queued before a revocation must not land after it (it could move the offset back).
+            held = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+            tps = [tp for tp in tps if (tp.topic, tp.partition) in held]
+            if not tps:
+                done.set_exception(
+                    StoreError(f"{self.group_id}: partitions no longer assigned", retriable=False)
+                )
+                continue
             try:
                 self._consumer.commit(offsets=tps, asynchronous=False)
                 done.set_result(None)
@@ -337,3 +345,22 @@ def delete_group(config: KafkaConfig, group_id: str) -> None:
         admin.delete_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
         raise StoreError(f"delete group {group_id}: {exc}") from None
+
+
+def group_offsets(
+    config: KafkaConfig, group_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """A group's committed (offset, metadata) per partition, read without joining the group."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient(config.client_conf())
+    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])
+    try:
+        result = admin.list_consumer_group_offsets([request])[group_id].result(
+            config.request_timeout_ms / 1000
+        )
+    except KafkaException as exc:
+        raise StoreError(f"offsets of group {group_id}: {exc}", retriable=True) from None
+    return {
+        (tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in result.topic_partitions if tp.offset >= 0
+    }

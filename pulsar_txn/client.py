@@ -70,6 +70,7 @@ class Client:
         self._counts: dict[str, int] = {}
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
         self._dlq_producers: dict[str, Producer] = {}
+        self._consumers: list[Consumer] = []
 
     # ------------------------------------------------------------------ embedded mode
     @classmethod
@@ -139,7 +140,7 @@ class Client:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
         else:
             names = [TopicName.parse(t) for t in ([topic] if isinstance(topic, str) else topic)]
-        return Consumer(
+        consumer = Consumer(
             self,
             names,
             subscription_name,
@@ -147,6 +148,8 @@ class Client:
             initial_position=InitialPosition(initial_position),
             **options,
         )
+        self._consumers.append(consumer)
+        return consumer
 
     def _dlq_producer(self, topic: str) -> Producer:
         with self._lock:
@@ -223,6 +226,9 @@ class Client:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
+        for consumer in self._consumers:
+            consumer.close()
+        self._consumers = []
         if self._appender_ is not None:
             self._appender_.close()
             self._appender_ = None

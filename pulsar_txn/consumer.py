@@ -27,7 +27,6 @@ from kafka_store import (
     PartitionReader,
     StoreError,
     SubscriptionGroup,
-    TopicNotFoundError,
     delete_group,
     describe_group,
     read_range,
@@ -44,8 +43,9 @@ from pulsar_txn.message import Message, MessageId
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
+from pulsar_txn.pendingack.stats import recover_partition
 from pulsar_txn.subscription.cursor import Cursor
-from pulsar_txn.txnid import TxnAction
+from pulsar_txn.txnid import TxnAction, TxnID
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
@@ -138,6 +138,7 @@ class Consumer:
         self._in_txn: dict[tuple[str, int, int], Message] = {}
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
         self._pa_topics_ready: set[str] = set()
+        self._retained: dict[TP, _Part] = {}
         self._closed = False
         self._assigned_once = threading.Event()
         client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
@@ -175,8 +176,13 @@ class Consumer:
     # ------------------------------------------------------------------ assignment (group thread)
     def _on_assign(self, partitions: list[TP]) -> None:
         try:
-            committed = self._group.committed(partitions) if partitions else {}
-            for tp in partitions:
+            with self._lock:
+                held = [tp for tp in partitions if tp in self._parts]
+                for tp in held:
+                    self._parts[tp].dirty = True  # still ours: keep its state, re-commit it
+            fresh = [tp for tp in partitions if tp not in held]
+            committed = self._group.committed(fresh) if fresh else {}
+            for tp in fresh:
                 self._open_partition(tp, committed.get(tp))
         except (PulsarTxnError, StoreError):
             log.exception("subscription %s: opening partitions failed", self.subscription)
@@ -185,43 +191,32 @@ class Consumer:
 
     def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None) -> None:
         topic, partition = tp
-        opts = self._client._buffer_options()
-        pa_low = 0
-        if committed is not None:
-            mark_delete, metadata = committed
-            pa_low, ranges = _split_metadata(metadata)
-            try:
-                cursor = Cursor.decode(mark_delete, ranges)
-            except ValueError as exc:
-                log.warning(
-                    "%s %s[%d]: unreadable acked ranges (%s); using mark-delete only",
-                    self.subscription,
-                    topic,
-                    partition,
-                    exc,
-                )
-                cursor = Cursor(mark_delete)
-        elif self._initial is InitialPosition.Earliest:
-            cursor = Cursor(0)
-        else:
+        retained = self._retained.pop(tp, None)
+        if retained is not None and (committed is None or committed[0] <= retained.cursor.mark_delete):
+            # Our last commit before the rebalance failed; what we hold is newer than what Kafka has.
+            with self._lock:
+                self._parts[tp] = retained
+                self._reader.add_partition(topic, partition, retained.cursor.mark_delete)
+                if retained.pa_topic in self._pa_topics_ready:
+                    self._pa().add(retained.pa_topic, partition, retained.fold.next_offset)
+            retained.dirty = True
+            self._flush_part(retained)
+            return
+        default_start = 0
+        if committed is None and self._initial is InitialPosition.Latest:
             state, _ = load_state(
-                self._client.kafka, topic, partition, store=self._client._snapshots(), options=opts
+                self._client.kafka,
+                topic,
+                partition,
+                store=self._client._snapshots(),
+                options=self._client._buffer_options(),
             )
-            cursor = Cursor(state.max_read_position)
-        pending = PendingAckState(cursor)
+            default_start = state.max_read_position
         name = self._kafka_topics[topic]
-        pa_topic = pending_ack_topic(name, self.subscription)
-        fold = PendingAckFold(pending, pa_topic, partition, marker_secret=opts.marker_secret)
-        fold.next_offset = pa_low
-        released: list[int] = []
-        try:
-            for rec in read_range(self._client.kafka, pa_topic, partition, pa_low):
-                for _txn, action, offsets in fold.apply(rec):
-                    if action is TxnAction.ABORT:
-                        released.extend(offsets)
+        fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
+        cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
+        if self._client._admin.topic_exists(pa_topic):
             self._pa_topics_ready.add(pa_topic)
-        except TopicNotFoundError:
-            pass  # no transactional ack ever happened on this subscription
         part = _Part(tp, cursor, pending, fold, pa_topic)
         with self._lock:
             self._parts[tp] = part
@@ -245,7 +240,8 @@ class Consumer:
                 part = self._parts.pop(tp, None)
                 if part is None:
                     continue
-                self._flush_part(part)
+                if not self._flush_part(part, force=True):
+                    self._retained[tp] = part  # reused if the partition comes back to us
                 self._reader.remove_partition(*tp)
                 if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
                     self._pa_reader.remove(part.pa_topic, tp[1])
@@ -437,6 +433,7 @@ class Consumer:
                     self._in_txn[key] = entry[0]
         written: Future[None] = Future()
         txn.track(written)
+        txn.add_end_listener(self._txn_ended)
 
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
@@ -547,6 +544,30 @@ class Consumer:
         for tp, offsets in refetch:
             self._refetch(tp, offsets)
 
+    def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
+        """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
+        caller sees its effect at once (Pulsar applies it before END_TXN returns)."""
+        with self._lock:
+            for part in self._parts.values():
+                released = part.fold.apply_outcome(txn_id, action)
+                part.dirty = True
+                self._after_outcome(part, action, released)
+
+    def _after_outcome(self, part: _Part, action: TxnAction, released: Sequence[int]) -> list[int]:
+        """Commit: forget the messages now acked. Abort: redeliver what we hold; return the rest."""
+        if action is TxnAction.COMMIT:
+            for key in [k for k in self._in_txn if (k[0], k[1]) == part.tp and part.cursor.is_acked(k[2])]:
+                self._in_txn.pop(key, None)
+            return []
+        missing = []
+        for offset in released:
+            msg = self._in_txn.pop((part.tp[0], part.tp[1], offset), None)
+            if msg is not None:
+                self._redeliver(msg, 0)
+            else:
+                missing.append(offset)
+        return missing
+
     def _data_topic_of(self, pa_topic: str) -> str:
         for kafka_topic, name in self._kafka_topics.items():
             if pending_ack_topic(name, self.subscription) == pa_topic:
@@ -573,10 +594,11 @@ class Consumer:
                 msg, _at = self._unacked.pop(key)
                 self._redeliver(msg, 0)
 
-    def _flush_part(self, part: _Part) -> None:
+    def _flush_part(self, part: _Part, *, force: bool = False) -> bool:
+        """Commit the partition's cursor if it changed (or ``force``); False if the commit failed."""
         with self._lock:
-            if not part.dirty:
-                return
+            if not part.dirty and not force:
+                return True
             ranges, dropped = part.cursor.encode_ranges()
             metadata = f"{part.fold.replay_start()};{ranges}"
             offsets = {part.tp: (part.cursor.mark_delete, metadata)}
@@ -593,6 +615,8 @@ class Consumer:
         except StoreError as exc:
             part.dirty = True
             log.warning("%s: cursor commit failed (will retry): %s", self.subscription, exc)
+            return False
+        return True
 
     # ------------------------------------------------------------------ position and lifecycle
     def seek(self, message_id: MessageId) -> None:
@@ -665,14 +689,3 @@ def _joined(client_id: str) -> int:
         return int(client_id.split("-")[1])
     except (IndexError, ValueError):
         return 0
-
-
-def _split_metadata(metadata: str | None) -> tuple[int, str | None]:
-    """Commit metadata is ``<pending-ack replay start>;<acked ranges>``."""
-    if not metadata:
-        return 0, None
-    head, _, ranges = metadata.partition(";")
-    try:
-        return int(head), ranges or None
-    except ValueError:
-        return 0, metadata

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from enum import StrEnum
 from types import TracebackType
@@ -53,6 +54,7 @@ class Transaction:
         self._ops: list[Future[Any]] = []
         self._partitions: dict[str, Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], Future[None]] = {}
+        self._end_listeners: list[Callable[[TxnID, TxnAction], None]] = []
 
     @property
     def state(self) -> TransactionState:
@@ -95,6 +97,13 @@ class Transaction:
                 fut = tc.submit(tc.aio.add_subscriptions(self.txn_id, [key]))
                 self._subscriptions[key] = fut
             return fut
+
+    def add_end_listener(self, listener: Callable[[TxnID, TxnAction], None]) -> None:
+        """Called with the outcome once this client has ended the transaction (consumers use it to
+        apply their pending acks' outcome at once)."""
+        with self._lock:
+            if listener not in self._end_listeners:
+                self._end_listeners.append(listener)
 
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
@@ -154,6 +163,13 @@ class Transaction:
             self._set(TransactionState.ERROR)
             raise
         self._set(after)
+        with self._lock:
+            listeners = list(self._end_listeners)
+        for listener in listeners:
+            try:
+                listener(self.txn_id, action)
+            except Exception:  # the outcome is durable; a listener's failure must not undo the end
+                log.exception("transaction %s: end listener failed", self.txn_id)
 
     def _set(self, state: TransactionState) -> None:
         with self._lock:

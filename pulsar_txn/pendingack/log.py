@@ -112,6 +112,12 @@ class PendingAckFold:
         self._skip(rec.offset, "not a pending-ack record")
         return []
 
+    def apply_outcome(self, txn: TxnID, action: TxnAction) -> Sequence[int]:
+        """Apply an outcome learnt first-hand (the txn's END_TXN succeeded); the marker that follows in
+        the log is then a no-op."""
+        self.first_record.pop(txn, None)
+        return self.state.apply_outcome(txn, action)
+
     def note_written(self, txn: TxnID, offset: int) -> None:
         """The live consumer wrote an ack record of ``txn`` at ``offset``."""
         self.first_record.setdefault(txn, offset)

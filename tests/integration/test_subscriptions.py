@@ -1,0 +1,434 @@
+"""Subscriptions and transactional acknowledgement against the real broker: A1-A8, E4, R3 and more."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pulsar_txn.consumer import Consumer, DeadLetterPolicy
+from pulsar_txn.errors import ConsumerBusy, NotAllowedError, Timeout, TransactionConflict
+from pulsar_txn.message import Message
+from pulsar_txn.pendingack.stats import pending_ack_stats
+from pulsar_txn.transaction import TransactionState
+from tests.conftest import REPO, Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _drain(consumer: Consumer, timeout_ms: int = 1500) -> list[Message]:
+    out = []
+    while True:
+        try:
+            out.append(consumer.receive(timeout_ms))
+        except Timeout:
+            return out
+
+
+def _values(msgs: list[Message]) -> list[str]:
+    return sorted(m.data.decode() for m in msgs)
+
+
+def _setup(c: Cluster, topic: str, n: int, partitions: int = 1) -> None:
+    c.client.create_topic(topic, partitions)
+    producer = c.client.create_producer(topic)
+    for i in range(n):
+        producer.send_async(f"m{i:04d}", partition_key=str(i))
+    producer.flush()
+
+
+def _pending_total(consumer: Consumer) -> int:
+    return sum(int(p["pending_ack_count"]) for p in consumer.stats()["partitions"].values())
+
+
+def test_a1_pending_acks_are_not_redelivered_abort_redelivers_all_then_commit_holds_across_restart(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic, sub = f"a1_{uid}", f"sub_{uid}"
+    _setup(c, topic, 1000)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(1000)]
+    txn = c.client.transaction(120)
+    for m in msgs:
+        consumer.acknowledge(m, txn=txn)
+    consumer.redeliver_unacknowledged_messages()  # nothing unacked outside the txn
+    assert _drain(consumer, 800) == []
+    txn.abort()
+    again = _drain(consumer)
+    assert len(again) == 1000 and _values(again) == _values(msgs)
+    assert {m.redelivery_count for m in again} == {1}
+    with c.client.transaction(120) as txn2:
+        for m in again:
+            consumer.acknowledge(m, txn=txn2)
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    assert _drain(consumer, 800) == []
+    consumer.close()
+    restarted = c.client.subscribe(topic, sub)
+    assert _drain(restarted, 1000) == []
+
+
+def test_a2_pending_count_goes_to_zero_on_commit_without_redelivery_and_on_abort_with_it(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a2_{uid}"
+    _setup(c, topic, 20)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(20)]
+    committed, aborted = c.client.transaction(60), c.client.transaction(60)
+    for m in msgs[:10]:
+        consumer.acknowledge(m, txn=committed)
+    committed._wait_ops()
+    assert _pending_total(consumer) == 10
+    committed.commit()
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    assert _drain(consumer, 500) == []
+    for m in msgs[10:]:
+        consumer.acknowledge(m, txn=aborted)
+    aborted._wait_ops()
+    assert _pending_total(consumer) == 10
+    aborted.abort()
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    assert _values(_drain(consumer)) == _values(msgs[10:])
+
+
+def test_a3_second_txn_acking_the_same_message_conflicts_until_the_first_aborts(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a3_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    m = consumer.receive(5000)
+    a, b = c.client.transaction(60), c.client.transaction(60)
+    consumer.acknowledge(m, txn=a)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge(m, txn=b)
+    a.abort()
+    again = consumer.receive(5000)
+    assert again.message_id == m.message_id
+    c3 = c.client.transaction(60)
+    consumer.acknowledge(again, txn=c3)
+    c3.commit()
+    assert _drain(consumer, 500) == []
+
+
+def test_a4_repeated_cumulative_ack_in_one_txn_conflicts_and_multiple_ids_are_not_allowed(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a4_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(5)]
+    txn = c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[3], txn=txn)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge_cumulative(msgs[3], txn=txn)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge_cumulative(msgs[1], txn=txn)
+    other = c.client.transaction(60)
+    with pytest.raises(NotAllowedError):
+        consumer.acknowledge_cumulative([msgs[0].message_id, msgs[1].message_id], txn=other)
+
+
+def test_a5_cumulative_ack_blocks_other_txns_and_abort_redelivers_all_five(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a5_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(5)]
+    a, b = c.client.transaction(60), c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[3], txn=a)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge_cumulative(msgs[3], txn=b)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge(msgs[2], txn=b)
+    a.abort()
+    consumer.redeliver_unacknowledged_messages()  # msgs[4] was never acked
+    assert _values(_drain(consumer)) == _values(msgs)
+
+
+def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackable_again(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a6_{uid}"
+    _setup(c, topic, 4)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(4)]
+    with c.client.transaction(60) as t1:
+        consumer.acknowledge(msgs[0], txn=t1)
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    t2 = c.client.transaction(60)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge(msgs[0], txn=t2)
+    t3 = c.client.transaction(60)
+    consumer.acknowledge(msgs[1], txn=t3)
+    t3.abort()
+    t4 = c.client.transaction(60)
+    consumer.acknowledge(msgs[1], txn=t4)  # allowed again after the abort
+    t4.commit()
+
+
+def test_a7_one_txn_acks_on_two_subscriptions_and_both_commit_together(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"a7_{uid}"
+    _setup(c, topic, 1)
+    s1 = c.client.subscribe(topic, f"s1_{uid}", initial_position="Earliest")
+    s2 = c.client.subscribe(topic, f"s2_{uid}", initial_position="Earliest")
+    m1, m2 = s1.receive(5000), s2.receive(5000)
+    txn = c.client.transaction(60)
+    s1.acknowledge(m1, txn=txn)
+    s2.acknowledge(m2, txn=txn)
+    txn._wait_ops()
+    tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
+    full = f"persistent://public/default/{topic}"
+    assert sorted(tc.get(txn.txn_id).subscriptions) == [(full, f"s1_{uid}"), (full, f"s2_{uid}")]  # type: ignore[union-attr]
+    txn.commit()
+    wait_until(lambda: _pending_total(s1) == 0 and _pending_total(s2) == 0, 10)
+    assert _drain(s1, 500) == [] and _drain(s2, 500) == []
+
+
+def test_a8_consume_process_produce_in_one_txn_survives_crashes_exactly_once(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    src, dst = f"a8in_{uid}", f"a8out_{uid}"
+    _setup(c, src, 30)
+    c.client.create_topic(dst, 1)
+    producer = c.client.create_producer(dst)
+    attempt = 0
+    while True:
+        consumer = c.client.subscribe(src, "pipeline", initial_position="Earliest")
+        batch = _drain(consumer, 800)[:10]
+        if not batch:
+            consumer.close()
+            break
+        txn = c.client.transaction(60)
+        for m in batch:
+            producer.send(m.data.decode().upper(), txn=txn)
+            consumer.acknowledge(m, txn=txn)
+        attempt += 1
+        if attempt % 2 == 1:
+            txn.abort()  # "crash" before commit: nothing of this attempt may survive
+        else:
+            txn.commit()
+        consumer.close()
+    out = sorted(m.data.decode() for m in _read_committed(c, dst))
+    assert out == sorted(f"M{i:04d}" for i in range(30))
+
+
+def _read_committed(c: Cluster, topic: str) -> list[Message]:
+    from tests.conftest import read_all
+
+    return read_all(c.client.create_reader(topic))
+
+
+def test_e4_ack_in_a_txn_that_never_ends_is_redelivered_only_after_the_timeout_abort(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"e4_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    m = consumer.receive(5000)
+    started = time.monotonic()
+    txn = c.client.transaction(3)
+    consumer.acknowledge(m, txn=txn)
+    with pytest.raises(Timeout):
+        consumer.receive(2000)
+    again = consumer.receive(10_000)
+    assert again.message_id == m.message_id and time.monotonic() - started >= 3
+    assert txn.state is TransactionState.TIME_OUT
+
+
+def test_r3_pending_acks_survive_a_consumer_restart_with_conflicts_commits_and_aborts(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"r3_{uid}"
+    _setup(c, topic, 6)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(6)]
+    keep, drop = c.client.transaction(60), c.client.transaction(60)
+    for m in msgs[:3]:
+        consumer.acknowledge(m, txn=keep)
+    for m in msgs[3:]:
+        consumer.acknowledge(m, txn=drop)
+    keep._wait_ops()
+    drop._wait_ops()
+    consumer.close()
+    restarted = c.client.subscribe(topic, f"sub_{uid}")
+    assert _drain(restarted, 800) == []  # all six are pending, not redelivered
+    with pytest.raises(TransactionConflict):
+        restarted.acknowledge(msgs[0].message_id, txn=c.client.transaction(60))
+    keep.commit()
+    drop.abort()
+    assert _values(_drain(restarted)) == _values(msgs[3:])
+
+
+def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"fo_{uid}"
+    _setup(c, topic, 40, partitions=4)
+    first = c.client.subscribe(topic, f"ex_{uid}", initial_position="Earliest")
+    with pytest.raises(ConsumerBusy):
+        c.client.subscribe(topic, f"ex_{uid}")
+    first.close()
+    f1 = c.client.subscribe(topic, f"fo_{uid}", consumer_type="Failover", initial_position="Earliest")
+    f2 = c.client.subscribe(topic, f"fo_{uid}", consumer_type="Failover", initial_position="Earliest")
+    wait_until(
+        lambda: (
+            f1.assigned_partitions()
+            and f2.assigned_partitions()
+            and len(f1.assigned_partitions()) + len(f2.assigned_partitions()) == 4
+        ),
+        30,
+        what="split",
+    )
+    lost = f2.assigned_partitions()[0]
+    got = _drain(f2, 800)
+    mine = next(m for m in got if (m.message_id.topic, m.message_id.partition) == lost)
+    f1_msgs = _drain(f1, 800)
+    for m in f1_msgs:
+        f1.acknowledge(m)
+    f2.close()
+    wait_until(lambda: len(f1.assigned_partitions()) == 4, 30, what="f1 takes over")
+    with pytest.raises(NotAllowedError, match="no longer assigned"):
+        f2.acknowledge(mine)
+    # f2 acked nothing: f1 now gets exactly f2's messages; together 40, none lost, none twice.
+    taken_over = _drain(f1)
+    assert _values(taken_over) == _values(got)
+    assert len({m.message_id for m in f1_msgs + taken_over}) == 40
+
+
+def test_plain_acks_persist_across_restart_and_unacked_ones_come_back(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"persist_{uid}"
+    _setup(c, topic, 10)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(10)]
+    for m in msgs[::2]:
+        consumer.acknowledge(m)
+    consumer.close()
+    again = c.client.subscribe(topic, f"sub_{uid}")
+    assert _values(_drain(again)) == _values(msgs[1::2])
+    again.acknowledge_cumulative(msgs[-1])
+    again.close()
+    assert _drain(c.client.subscribe(topic, f"sub_{uid}"), 800) == []
+
+
+def test_nack_ack_timeout_and_dead_letter_after_max_redeliveries(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"dlq_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(
+        topic,
+        f"sub_{uid}",
+        initial_position="Earliest",
+        negative_ack_redelivery_delay_ms=100,
+        ack_timeout_millis=300,
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2),
+    )
+    m = consumer.receive(5000)
+    consumer.negative_acknowledge(m)
+    assert consumer.receive(5000).redelivery_count == 1
+    # not acked: the ack timeout redelivers it
+    assert consumer.receive(5000).redelivery_count == 2
+    with pytest.raises(Timeout):
+        consumer.receive(1500)  # third redelivery goes to the DLQ instead
+    dlq = c.client.subscribe(f"{topic}-sub_{uid}-DLQ", "dlq-reader", initial_position="Earliest")
+    dead = dlq.receive(10_000)
+    assert dead.data == m.data and dead.properties["ORIGIN_MESSAGE_ID"] == str(m.message_id)
+
+
+def test_seek_and_unsubscribe(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"seek_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(5)]
+    for m in msgs:
+        consumer.acknowledge(m)
+    consumer.seek(msgs[2].message_id)
+    assert _values(_drain(consumer)) == _values(msgs[2:])
+    consumer.unsubscribe()
+    fresh = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    assert len(_drain(fresh)) == 5
+
+
+def test_shared_subscriptions_say_not_supported_yet(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    c.client.create_topic(f"sh_{uid}", 1)
+    with pytest.raises(NotAllowedError, match="not supported yet"):
+        c.client.subscribe(f"sh_{uid}", f"sub_{uid}", consumer_type="Shared")
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_sigkill_of_consumer_between_txn_ack_and_end(cluster: ClusterFactory, uid: str, outcome: str) -> None:
+    c = cluster()
+    topic = f"kill_{outcome}_{uid}"
+    _setup(c, topic, 5)
+    cfg = {
+        "url": c.coordinator.url,
+        "bootstrap": c.client.kafka.bootstrap_servers,
+        "num_tcs": c.config.num_tcs,
+        "snapshot_topic": c.config.snapshot_topic,
+        "topic": topic,
+        "subscription": f"sub_{uid}",
+        "n": 5,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration._ack_then_wait", json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        txn_id = json.loads(line)["txn"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    handle = c.client.resume_transaction(txn_id)
+    if outcome == "commit":
+        handle.commit()
+    else:
+        handle.abort()
+    # The embedded broker never evicts a SIGKILLed group member (docs/broker-quirks.md), so a new
+    # consumer cannot join this group here. Check what it would recover instead: the cursor committed
+    # by the dead consumer plus the pending-ack log replayed, exactly as Consumer does on assignment.
+    stats = pending_ack_stats(c.client, topic, f"sub_{uid}")[
+        f"persistent://public/default/{topic}-partition-0"
+    ]
+    assert stats["pending_ack_count"] == 0
+    if outcome == "commit":
+        assert stats["mark_delete"] == 5  # offsets 0-4 acked: nothing is redelivered
+    else:
+        assert stats["mark_delete"] == 0 and stats["acked_ranges"] == []  # all five come back, once
+
+
+def _try_subscribe(c: Cluster, topic: str, sub: str) -> Consumer | None:
+    try:
+        return c.client.subscribe(topic, sub, subscribe_timeout=60)
+    except ConsumerBusy:
+        return None
