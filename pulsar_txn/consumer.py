@@ -547,11 +547,16 @@ class Consumer:
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
         """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
         caller sees its effect at once (Pulsar applies it before END_TXN returns)."""
+        refetch: list[tuple[TP, list[int]]] = []
         with self._lock:
             for part in self._parts.values():
                 released = part.fold.apply_outcome(txn_id, action)
                 part.dirty = True
-                self._after_outcome(part, action, released)
+                missing = self._after_outcome(part, action, released)
+                if missing:
+                    refetch.append((part.tp, missing))
+        for tp, offsets in refetch:
+            self._refetch(tp, offsets)
 
     def _after_outcome(self, part: _Part, action: TxnAction, released: Sequence[int]) -> list[int]:
         """Commit: forget the messages now acked. Abort: redeliver what we hold; return the rest."""
@@ -561,10 +566,11 @@ class Consumer:
             return []
         missing = []
         for offset in released:
-            msg = self._in_txn.pop((part.tp[0], part.tp[1], offset), None)
+            key = (part.tp[0], part.tp[1], offset)
+            msg = self._in_txn.pop(key, None)
             if msg is not None:
                 self._redeliver(msg, 0)
-            else:
+            elif key not in self._unacked:  # delivered and unacked: still the application's
                 missing.append(offset)
         return missing
 
@@ -576,8 +582,20 @@ class Consumer:
 
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""
-        wanted = set(offsets)
-        lo, hi = min(offsets), max(offsets) + 1
+        with self._lock:
+            if tp not in self._parts:
+                return
+            # Offsets the reader has not passed yet, or has queued, will be delivered anyway.
+            ahead = self._reader.position(*tp)
+            queued = {
+                m.message_id.offset
+                for m in self._incoming
+                if (m.message_id.topic, m.message_id.partition) == tp
+            }
+            wanted = {o for o in offsets if o < ahead and o not in queued}
+        if not wanted:
+            return
+        lo, hi = min(wanted), max(wanted) + 1
         for rec in read_range(self._client.kafka, tp[0], tp[1], lo, hi):
             if rec.offset in wanted:
                 with self._lock:
