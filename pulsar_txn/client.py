@@ -226,20 +226,26 @@ class Client:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        for consumer in self._consumers:
-            consumer.close()
-        self._consumers = []
-        if self._appender_ is not None:
-            self._appender_.close()
-            self._appender_ = None
-        if self._tc_client is not None:
-            self._tc_client.close()
-            self._tc_client = None
-        if self._snapshot_store is not None:
-            self._snapshot_store.close()
-        for thing in self._owned:
-            thing.stop()
-        self._owned = []
+        """Close consumers, producers and connections; then stop what ``embedded`` started (always)."""
+        try:
+            for consumer in self._consumers:
+                consumer.close()
+            self._consumers = []
+            if self._appender_ is not None:
+                self._appender_.close()
+                self._appender_ = None
+            if self._tc_client is not None:
+                self._tc_client.close()
+                self._tc_client = None
+            if self._snapshot_store is not None:
+                self._snapshot_store.close()
+        finally:
+            owned, self._owned = self._owned, []
+            for thing in owned:
+                try:
+                    thing.stop()
+                except Exception:  # keep stopping the rest (the broker last)
+                    log.exception("stopping %r failed", thing)
 
     def __enter__(self) -> Client:
         return self
