@@ -23,6 +23,21 @@ from kafka_store.errors import StoreError
 log = logging.getLogger(__name__)
 
 
+def _group_conf(config: KafkaConfig, group_id: str, session_timeout_ms: int, **extra: Any) -> dict[str, Any]:
+    """Consumer-group settings shared by every group member we run; ``extra`` overrides."""
+    conf: dict[str, Any] = config.client_conf()
+    conf.update(
+        {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "session.timeout.ms": session_timeout_ms,
+            "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
+        }
+    )
+    conf.update(extra)
+    return conf
+
+
 class GroupMembership:
     def __init__(
         self,
@@ -34,18 +49,12 @@ class GroupMembership:
         *,
         session_timeout_ms: int = 6000,
     ) -> None:
-        conf: dict[str, Any] = config.client_conf()
-        conf.update(
-            {
-                "group.id": group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "latest",
-                "session.timeout.ms": session_timeout_ms,
-                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
-                "partition.assignment.strategy": "range",
-            }
+        self._conf = _group_conf(
+            config,
+            group_id,
+            session_timeout_ms,
+            **{"auto.offset.reset": "latest", "partition.assignment.strategy": "range"},
         )
-        self._conf = conf
         self._topic = topic
         self._on_assign = on_assign
         self._on_revoke = on_revoke
@@ -114,18 +123,16 @@ class GroupReader:
         *,
         session_timeout_ms: int = 6000,
     ) -> None:
-        conf: dict[str, Any] = config.client_conf()
-        conf.update(
-            {
-                "group.id": group_id,
-                "enable.auto.commit": False,
+        conf = _group_conf(
+            config,
+            group_id,
+            session_timeout_ms,
+            **{
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
-                "session.timeout.ms": session_timeout_ms,
-                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
                 "fetch.wait.max.ms": 50,
-            }
+            },
         )
         self._consumer = Consumer(conf)
         self._on_assign = on_assign
@@ -220,17 +227,15 @@ class SubscriptionGroup:
         client_id: str,
         session_timeout_ms: int = 6000,
     ) -> None:
-        conf: dict[str, Any] = config.client_conf()
-        conf.update(
-            {
-                "group.id": group_id,
+        conf = _group_conf(
+            config,
+            group_id,
+            session_timeout_ms,
+            **{
                 "client.id": client_id,
-                "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
-                "session.timeout.ms": session_timeout_ms,
-                "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
                 "partition.assignment.strategy": "range",
-            }
+            },
         )
         self._config = config
         self.group_id = group_id

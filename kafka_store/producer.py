@@ -128,59 +128,26 @@ class Appender:
         """Append one record; returns a future of its offset (and calls ``callback`` if given)."""
         future: Future[int] = Future()
 
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        def done(offset: int | None, error: StoreError | None) -> None:
             # The future may have been cancelled by an impatient waiter: the record is stored anyway.
-            if err is not None:
-                error = translate_kafka_error(err, f"append to {topic}[{partition}]")
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(error)
-                if callback is not None:
-                    callback(None, error)
-            else:
-                offset = int(msg.offset())
-                if future.set_running_or_notify_cancel():
+            if future.set_running_or_notify_cancel():
+                if error is not None or offset is None:
+                    future.set_exception(error or ProduceError("no offset"))
+                else:
                     future.set_result(offset)
-                if callback is not None:
-                    callback(offset, None)
+            if callback is not None:
+                callback(offset, error)
 
         size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in headers or ())
         if size > self._max_record_bytes:
-            error: StoreError = RecordTooLargeError(
-                f"record of {size} bytes exceeds the {self._max_record_bytes}-byte limit"
+            done(
+                None,
+                RecordTooLargeError(
+                    f"record of {size} bytes exceeds the {self._max_record_bytes}-byte limit"
+                ),
             )
-            future.set_exception(error)
-            if callback is not None:
-                callback(None, error)
-            return future
-        if self._fatal is not None:
-            future.set_exception(self._fatal)
-            if callback is not None:
-                callback(None, self._fatal)
-            return future
-        producer = self._ensure_started()
-        deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    headers=list(headers) if headers else None,
-                    on_delivery=on_delivery,
-                )
-                return future
-            except BufferError:
-                if time.monotonic() > deadline:
-                    error = BrokerUnavailableError("producer queue stayed full: broker not keeping up")
-                    break
-                time.sleep(0.005)
-            except KafkaException as exc:
-                error = translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]")
-                break
-        future.set_exception(error)
-        if callback is not None:
-            callback(None, error)
+        else:
+            self.append_cb(topic, partition, value, key=key, headers=headers, callback=done)
         return future
 
     def append_cb(
@@ -193,7 +160,8 @@ class Appender:
         headers: Headers | None = None,
         callback: DeliveryCallback,
     ) -> None:
-        """``append`` without a future: ``callback(offset, error)`` runs on the delivery thread."""
+        """``append`` without a future: ``callback(offset, error)`` runs once, on the delivery thread (or
+        here, at once, if the record cannot even be queued)."""
         if self._fatal is not None:
             callback(None, self._fatal)
             return
@@ -205,21 +173,24 @@ class Appender:
             else:
                 callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
 
-        try:
-            producer.produce(
-                topic,
-                value=value,
-                key=key,
-                partition=partition,
-                headers=list(headers) if headers else None,
-                on_delivery=on_delivery,
-            )
-        except BufferError:
-            self.append(
-                topic, partition, value, key=key, headers=headers, callback=callback
-            )  # waits for room
-        except KafkaException as exc:
-            callback(None, translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]"))
+        deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
+        hdrs: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
+        while True:
+            try:
+                producer.produce(
+                    topic, value=value, key=key, partition=partition, headers=hdrs, on_delivery=on_delivery
+                )
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    callback(
+                        None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
+                    )
+                    return
+                time.sleep(0.005)
+            except KafkaException as exc:
+                callback(None, translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]"))
+                return
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for outstanding appends; returns how many are still in flight."""
