@@ -84,6 +84,16 @@ class _Part:
     dirty: bool = True
 
 
+_ACK_BATCH_MAX = 5000  # offsets per PendingAck record
+
+
+@dataclass
+class _AckBatch:
+    registered: Future[None]
+    offsets: list[int] = field(default_factory=list)
+    written: Future[None] = field(default_factory=Future)
+
+
 @dataclass(order=True)
 class _Redelivery:
     due: float
@@ -139,6 +149,7 @@ class Consumer:
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
+        self._ack_batches: dict[tuple[TxnID, TP, AckKind], _AckBatch] = {}
         self._closed = False
         self._assigned_once = threading.Event()
         client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
@@ -410,7 +421,7 @@ class Consumer:
             )
             txn.track(failed)
             raise failed.exception()  # type: ignore[misc]
-        if len({(m.topic, m.partition) for m in mids}) != 1:
+        if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
             raise NotAllowedError("acknowledge messages of one partition per call")
         first = mids[0]
         name = self._kafka_topics[first.topic]
@@ -431,9 +442,34 @@ class Consumer:
                 entry = self._unacked.pop(key, None)
                 if entry is not None:
                     self._in_txn[key] = entry[0]
-        written: Future[None] = Future()
-        txn.track(written)
-        txn.add_end_listener(self._txn_ended)
+        self._batch_ack(txn, part, kind, offsets, registered)
+
+    def _batch_ack(
+        self, txn: Transaction, part: _Part, kind: AckKind, offsets: list[int], registered: Future[None]
+    ) -> None:
+        """Acks of one transaction on one partition go into one PendingAck record, written when the
+        transaction waits for its operations (commit/abort) or when the batch grows large."""
+        key = (txn.txn_id, part.tp, kind)
+        with self._lock:
+            batch = self._ack_batches.get(key)
+            if batch is None:
+                batch = self._ack_batches[key] = _AckBatch(registered)
+                txn.track(batch.written)
+                txn.add_end_listener(self._txn_ended)
+                txn.add_flush_hook(lambda: self._flush_batch(key, txn, part))
+            batch.offsets.extend(offsets)
+            full = len(batch.offsets) >= _ACK_BATCH_MAX
+        if full:
+            self._flush_batch(key, txn, part)
+
+    def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
+        with self._lock:
+            batch = self._ack_batches.pop(key, None)
+        if batch is None or not batch.offsets:
+            return
+        kind = key[2]
+        value, headers = encode_pending_ack(txn.txn_id, kind, batch.offsets)
+        written = batch.written
 
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
@@ -445,7 +481,6 @@ class Consumer:
             except PulsarTxnError as err:
                 written.set_exception(err)
                 return
-            value, headers = encode_pending_ack(txn.txn_id, kind, offsets)
 
             def stored(offset: int | None, error: StoreError | None) -> None:
                 if error is not None or offset is None:
@@ -455,11 +490,11 @@ class Consumer:
                     part.fold.note_written(txn.txn_id, offset)
                 written.set_result(None)
 
-            self._client._appender().append(
+            self._client._appender().append_cb(
                 part.pa_topic, part.tp[1], value, headers=headers, callback=stored
             )
 
-        registered.add_done_callback(write)
+        batch.registered.add_done_callback(write)
 
     def _ensure_pa_topic(self, part: _Part) -> None:
         if part.pa_topic in self._pa_topics_ready:

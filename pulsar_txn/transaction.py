@@ -55,6 +55,7 @@ class Transaction:
         self._partitions: dict[str, Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], Future[None]] = {}
         self._end_listeners: list[Callable[[TxnID, TxnAction], None]] = []
+        self._flush_hooks: list[Callable[[], None]] = []
 
     @property
     def state(self) -> TransactionState:
@@ -105,6 +106,11 @@ class Transaction:
             if listener not in self._end_listeners:
                 self._end_listeners.append(listener)
 
+    def add_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Called before the transaction waits for its operations (batched writes go out then)."""
+        with self._lock:
+            self._flush_hooks.append(hook)
+
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
         with self._lock:
@@ -139,6 +145,10 @@ class Transaction:
         self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
 
     def _wait_ops(self) -> BaseException | None:
+        with self._lock:
+            hooks, self._flush_hooks = self._flush_hooks, []
+        for hook in hooks:
+            hook()
         with self._lock:
             ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
         timeout = self._client.operation_timeout_seconds
