@@ -13,6 +13,8 @@ from types import FrameType
 # suite name -> (module, one-line description). Each module exposes ``run(quick: bool) -> int``.
 SUITES: dict[str, tuple[str, str]] = {
     "coordinator": ("bench.coordinator", "TC throughput/latency, batching, memory, Kafka baselines"),
+    "buffer": ("bench.buffer", "transaction buffer: produce, read-committed read, recovery, reader memory"),
+    "acks": ("bench.acks", "acks/s: plain individual/cumulative, transactional, Kafka commit baselines"),
 }
 
 

@@ -219,3 +219,17 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     text = json.dumps(_json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False)
     path.write_text(text + "\n")
     return path
+
+
+def wait_until_quiet(
+    threshold_pct: float = 20.0, max_wait_s: float = 60.0, sample_s: float = 1.0
+) -> tuple[float, float]:
+    """Sample machine CPU until it is below ``threshold_pct`` or ``max_wait_s`` has passed.
+
+    Returns (the last sample in % of all cores, seconds waited). The caller warns if still busy.
+    """
+    started = time.monotonic()
+    busy = machine_busy_pct(sample_s)
+    while busy > threshold_pct and time.monotonic() - started + sample_s <= max_wait_s:
+        busy = machine_busy_pct(sample_s)
+    return busy, time.monotonic() - started

@@ -132,6 +132,7 @@ class GroupReader:
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 50,
+                "receive.message.max.bytes": 2_147_483_647,  # see PartitionReader
             },
         )
         self._consumer = Consumer(conf)

@@ -6,8 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -19,12 +18,13 @@ log = logging.getLogger(__name__)
 
 BEGINNING = OFFSET_BEGINNING
 
+MAX_RESPONSE_BYTES = 2_147_483_647
+
 RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
 
-@dataclass(frozen=True, slots=True)
-class StoredRecord:
-    """One Kafka record as read back."""
+class StoredRecord(NamedTuple):
+    """One Kafka record as read back (a tuple: cheap to build on hot read paths)."""
 
     topic: str
     partition: int
@@ -41,9 +41,15 @@ class StoredRecord:
         return None
 
 
+_NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
+
+
 def _to_record(msg: Any) -> StoredRecord:
-    raw_headers = msg.headers() or ()
-    headers = tuple((k, v if v is not None else b"") for k, v in raw_headers)
+    raw = msg.headers()
+    # A null header value is rare (foreign producers); readers treat b"" like a missing value.
+    headers = tuple(raw) if raw else _NO_HEADERS
+    if raw and any(v is None for _, v in raw):
+        headers = tuple((k, v if v is not None else b"") for k, v in raw)
     return StoredRecord(
         msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]
     )
@@ -63,6 +69,9 @@ class PartitionReader:
                 "fetch.wait.max.ms": fetch_wait_ms,
                 "fetch.min.bytes": 1,
                 "auto.offset.reset": "earliest",
+                # Brokers that ignore fetch.max.bytes answer with the whole partition at once; without
+                # this librdkafka rejects responses over 100 MB and retries forever (docs/broker-quirks.md).
+                "receive.message.max.bytes": MAX_RESPONSE_BYTES,
             }
         )
         conf.update(extra or {})
@@ -130,7 +139,6 @@ class PartitionReader:
             err = msg.error()
             if err is None:
                 out.append(msg)
-                self._eof.pop((msg.topic() or "", msg.partition() or 0), None)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self._eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
             elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
@@ -139,6 +147,12 @@ class PartitionReader:
                 raise translate_kafka_error(err, "read")
             else:
                 log.debug("consumer error (will retry): %s", err.str())
+        if out and self._eof:
+            for msg in out:  # data at or past a recorded end: that end is stale
+                tp = (msg.topic() or "", msg.partition() or 0)
+                end = self._eof.get(tp)
+                if end is not None and end <= (msg.offset() or 0):
+                    del self._eof[tp]
         return out
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:

@@ -87,7 +87,7 @@ class Producer:
                 callback(mid, None)
 
         def append() -> None:
-            self._client._appender().append(
+            self._client._appender().append_cb(
                 topic, partition, payload, key=key, headers=headers, callback=done
             )
 

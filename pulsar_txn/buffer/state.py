@@ -60,6 +60,8 @@ class TxnBufferState:
     counters: BufferCounters = field(default_factory=BufferCounters)
     changes: int = 0  # state changes folded in (drives snapshot cadence)
     _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
+    _last_raw: bytes = field(default=b"", repr=False, compare=False)
+    _last_txn: TxnID = field(default=TxnID(0, 0), repr=False, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -114,8 +116,14 @@ class TxnBufferState:
         if txn_raw is not None:
             self._message(offset, txn_raw)
 
+    def _txn(self, raw: bytes) -> TxnID:
+        """Parse a 16-byte TxnID header; consecutive records of one txn reuse the last parse."""
+        if raw != self._last_raw:
+            self._last_raw, self._last_txn = raw, TxnID.from_bytes(raw)
+        return self._last_txn
+
     def _message(self, offset: int, raw: bytes) -> None:
-        if len(raw) != 16:
+        if not raw or len(raw) != 16:
             self.counters.corrupt_txn_headers += 1
             log.warning(
                 "%s[%d]@%d: corrupt TxnID header (%d bytes); skipped",
@@ -126,7 +134,7 @@ class TxnBufferState:
             )
             self._discard(offset)
             return
-        txn = TxnID.from_bytes(raw)
+        txn = self._txn(raw)
         if txn in self.ongoing:
             return
         if txn.most_bits >= self.num_tcs:
@@ -232,7 +240,7 @@ class TxnBufferState:
             return True
         if len(txn_raw) != 16:
             return False
-        return TxnID.from_bytes(txn_raw) not in self.aborted and not self.is_discarded(offset)
+        return self._txn(txn_raw) not in self.aborted and not (self.discarded and self.is_discarded(offset))
 
     def prune(self, log_start_offset: int) -> None:
         """Forget what only concerned records that retention has deleted (keeps the sets bounded)."""
