@@ -6,8 +6,10 @@ cluster works instead by giving bootstrap servers.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -91,16 +93,30 @@ class LocalBroker:
         log.info("embedded broker up at %s (data %s)", self.bootstrap_servers, self.data_dir)
         return self.bootstrap_servers
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the broker (data is kept). If ``noida-db down`` does not finish in time (a large data
+        dir can take long to flush), the broker process is killed: the caller asked it to go."""
         if not self._running:
             return
         cmd = [_noida_binary(), "down", "--data-dir", str(self.data_dir)]
         try:
             subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise BrokerStartError(f"noida-db down did not return within {timeout}s") from None
+            log.warning("noida-db down did not return within %ss; killing the broker", timeout)
+            self._kill()
         self._running = False
         log.info("embedded broker stopped")
+
+    def _kill(self) -> None:
+        control = self.data_dir / "noida.control.json"
+        try:
+            pid = int(json.loads(control.read_text())["pid"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise BrokerStartError(f"cannot find the broker's pid in {control}: {exc}") from None
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def __enter__(self) -> LocalBroker:
         self.start()
