@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
