@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -12,10 +13,10 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -233,3 +234,31 @@ def wait_until_quiet(
     while busy > threshold_pct and time.monotonic() - started + sample_s <= max_wait_s:
         busy = machine_busy_pct(sample_s)
     return busy, time.monotonic() - started
+
+
+T = TypeVar("T")
+
+
+class Probes:
+    """CPU of the machine, the broker, an optional coordinator and this process over one measurement."""
+
+    def __init__(self, workdir: Path, coordinator_pid: int | None = None) -> None:
+        self.pids = {f"broker{i}": pid for i, pid in enumerate(find_pids(str(workdir / "broker")))}
+        if coordinator_pid is not None:
+            self.pids["coordinator"] = coordinator_pid
+        self.pids["bench"] = os.getpid()
+
+    def measure(self, fn: Callable[[], T]) -> tuple[T, dict[str, float]]:
+        probe = CpuProbe(self.pids)
+        probe.start()
+        value = fn()
+        return value, probe.stop()
+
+
+def step(label: str, fn: Callable[[], T]) -> T:
+    """Run one labelled step, printing how long it took."""
+    print(f"  {label} ...", end="", flush=True)
+    t0 = time.monotonic()
+    value = fn()
+    print(f" {time.monotonic() - t0:.1f}s", flush=True)
+    return value

@@ -39,12 +39,12 @@ from confluent_kafka.admin import AdminClient
 
 from bench._common import (
     CoordinatorProcess,
-    CpuProbe,
+    Probes,
     embedded_broker,
-    find_pids,
     fmt,
     format_table,
     percentile,
+    step,
     wait_until_quiet,
     write_results,
 )
@@ -348,30 +348,6 @@ def _kafka_conf(bootstrap: str, group: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- run
-class Probes:
-    """CPU of the machine, the broker, the coordinator and this process over one variant."""
-
-    def __init__(self, workdir: Path, coord: CoordinatorProcess) -> None:
-        self.pids = {f"broker{i}": pid for i, pid in enumerate(find_pids(str(workdir / "broker")))}
-        assert coord.proc is not None
-        self.pids["coordinator"] = coord.proc.pid
-        self.pids["bench"] = os.getpid()
-
-    def measure(self, fn: Callable[[], T]) -> tuple[T, dict[str, float]]:
-        probe = CpuProbe(self.pids)
-        probe.start()
-        value = fn()
-        return value, probe.stop()
-
-
-def _step(label: str, fn: Callable[[], T]) -> T:
-    print(f"  {label} ...", end="", flush=True)
-    t0 = time.monotonic()
-    value = fn()
-    print(f" {time.monotonic() - t0:.1f}s", flush=True)
-    return value
-
-
 def _prepare(client: Client, n: int) -> dict[str, Any]:
     """``n`` x 1 KB plain sends with our Producer; all acknowledged by Kafka before returning."""
     producer = client.create_producer(TOPIC)
@@ -416,11 +392,12 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
     # the data topic would only compete for the cores. Pending acks do not need it.
     with CoordinatorProcess(bootstrap, workdir, tb_service_enabled=False) as coord:
         raw["coordinator_config"] = coord.coordinator
-        probes = Probes(workdir, coord)
+        assert coord.proc is not None
+        probes = Probes(workdir, coord.proc.pid)
         client = Client(coord.url, kafka=kafka, num_tcs=coord.num_tcs)
         try:
             client.create_topic(TOPIC, 1)
-            raw["prepare"] = _step(
+            raw["prepare"] = step(
                 f"write {sizes.messages:,} x 1 KB messages (our Producer)",
                 lambda: _prepare(client, sizes.messages),
             )
@@ -455,7 +432,7 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
             variants: dict[str, dict[str, Any]] = {}
             for key in ORDER:
                 label, fn = runners[key]
-                result, cpu = probes.measure(functools.partial(_step, label, fn))
+                result, cpu = probes.measure(functools.partial(step, label, fn))
                 result.cpu = cpu
                 variants[key] = result.summary()
             raw["variants"] = variants

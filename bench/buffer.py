@@ -30,13 +30,13 @@ from confluent_kafka import KafkaException, Producer
 
 from bench._common import (
     CoordinatorProcess,
-    CpuProbe,
+    Probes,
     embedded_broker,
     ensure_topic,
-    find_pids,
     fmt,
     format_table,
     percentile,
+    step,
     wait_until_quiet,
     write_results,
 )
@@ -125,28 +125,6 @@ class ProducePoint:
             "errors": self.errors,
             "cpu": self.cpu,
         }
-
-
-class Probes:
-    """CPU of the machine, the broker, the coordinator (when running) and this process per point."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.pids = {f"broker{i}": pid for i, pid in enumerate(find_pids(str(workdir / "broker")))}
-        self.pids["bench"] = os.getpid()
-
-    def measure(self, fn: Callable[[], T]) -> tuple[T, dict[str, float]]:
-        probe = CpuProbe(self.pids)
-        probe.start()
-        value = fn()
-        return value, probe.stop()
-
-
-def _step(label: str, fn: Callable[[], T]) -> T:
-    print(f"  {label} ...", end="", flush=True)
-    t0 = time.monotonic()
-    value = fn()
-    print(f" {time.monotonic() - t0:.1f}s", flush=True)
-    return value
 
 
 # ---------------------------------------------------------------------------------------------- 1
@@ -302,7 +280,7 @@ def _phase_produce(raw: dict[str, Any], sizes: Sizes, bootstrap: str, workdir: P
     points: dict[str, dict[str, Any]] = {}
 
     def record(key: str, label: str, fn: Callable[[], ProducePoint]) -> None:
-        point, cpu = probes.measure(lambda: _step(label, fn))
+        point, cpu = probes.measure(lambda: step(label, fn))
         point.cpu = cpu
         entry = points.setdefault(key, {"runs": []})
         entry["runs"].append(point.summary())
@@ -381,7 +359,7 @@ def _phase_read(
         writer.flush()
         return writer.written
 
-    written = _step(f"write {sizes.read_records:,} x 1 KB records (raw producer)", generate)
+    written = step(f"write {sizes.read_records:,} x 1 KB records (raw producer)", generate)
     end = _end_offset(kafka, READ_TOPIC)
     runs: list[dict[str, Any]] = []
     best: dict[str, ReadResult] = {}
@@ -390,7 +368,7 @@ def _phase_read(
         "ours": lambda: committed_read(kafka, READ_TOPIC, end),
     }
     for kind in READ_ORDER[: sizes.read_runs * 2]:
-        result, cpu = probes.measure(functools.partial(_step, f"read {end:,} records: {kind}", readers[kind]))
+        result, cpu = probes.measure(functools.partial(step, f"read {end:,} records: {kind}", readers[kind]))
         result.extra["cpu"] = cpu
         runs.append(result.as_dict())
         if result.complete and (kind not in best or result.seconds < best[kind].seconds):
@@ -443,9 +421,9 @@ def _phase_recovery(
         writer.flush()
         return writer.written
 
-    _step(f"write {n:,} x 64 B records (raw producer)", generate)
+    step(f"write {n:,} x 64 B records (raw producer)", generate)
     first_end = _end_offset(kafka, RECOVERY_TOPIC)
-    (state0, _), scan0_s = _step(
+    (state0, _), scan0_s = step(
         f"full scan of {first_end:,} records (state for the snapshot)",
         lambda: _timed(lambda: load_state(kafka, RECOVERY_TOPIC, 0, options=opts)),
     )
@@ -457,7 +435,7 @@ def _phase_recovery(
         finally:
             store.close()
 
-    _step("write the snapshot", snapshot)
+    step("write the snapshot", snapshot)
 
     def tail() -> Written:
         writer.write(TAIL_RECORDS)
@@ -465,7 +443,7 @@ def _phase_recovery(
         writer.flush()
         return writer.written
 
-    written = _step(f"write {TAIL_RECORDS:,} records after the snapshot, end every txn", tail)
+    written = step(f"write {TAIL_RECORDS:,} records after the snapshot, end every txn", tail)
     end = _end_offset(kafka, RECOVERY_TOPIC)
     loads: list[dict[str, Any]] = []
     snap_state: TxnBufferState | None = None
@@ -479,12 +457,12 @@ def _phase_recovery(
                 store.close()
 
         ((state, from_offset), secs), cpu = probes.measure(
-            functools.partial(_step, f"load_state from the snapshot ({i + 1}/{LOADS})", load)
+            functools.partial(step, f"load_state from the snapshot ({i + 1}/{LOADS})", load)
         )
         snap_state = state
         loads.append({"seconds": secs, "snapshot_scanned_to": from_offset, "cpu": cpu})
     assert snap_state is not None
-    (full_state, _), full_s = _step(
+    (full_state, _), full_s = step(
         f"full scan of {end:,} records (no snapshot, for comparison)",
         lambda: _timed(lambda: load_state(kafka, RECOVERY_TOPIC, 0, options=opts)),
     )
@@ -532,7 +510,7 @@ def _phase_memory(raw: dict[str, Any], bootstrap: str, end: int) -> None:
                     proc.join(5)
             return result
 
-        out[kind] = _step(f"fresh process reads {end:,} records: {kind}", run_one)
+        out[kind] = step(f"fresh process reads {end:,} records: {kind}", run_one)
     raw["memory"] = out
 
 
