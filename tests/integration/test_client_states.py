@@ -1,0 +1,170 @@
+"""Client-side transaction states and their rules: scenarios E1, E2, E3, E5, E6, E8."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pulsar_txn.errors import InvalidTxnStatusError, Timeout, TransactionHasOperationFailed
+from pulsar_txn.transaction import Transaction, TransactionState
+from pulsar_txn.txnid import TxnAction
+from tests.conftest import Cluster, read_all, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def test_e1_send_ack_and_commit_on_a_committed_transaction_raise_invalid_txn_status(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"e1_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send("m")
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msg = consumer.receive(5000)
+    txn = c.client.transaction(60)
+    txn.commit()
+    with pytest.raises(InvalidTxnStatusError):
+        producer.send("late", txn=txn)
+    with pytest.raises(InvalidTxnStatusError):
+        consumer.acknowledge(msg, txn=txn)
+    with pytest.raises(InvalidTxnStatusError):
+        txn.commit()
+
+
+def test_e2_client_side_timeout_gives_time_out_and_refuses_send_and_ack(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"e2_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send("m")
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msg = consumer.receive(5000)
+    txn = c.client.transaction(1)
+    time.sleep(1.1)
+    assert txn.state is TransactionState.TIME_OUT
+    with pytest.raises(InvalidTxnStatusError, match="TIME_OUT"):
+        producer.send("x", txn=txn)
+    with pytest.raises(InvalidTxnStatusError, match="TIME_OUT"):
+        consumer.acknowledge(msg, txn=txn)
+
+
+def test_e3_coordinator_timeout_aborts_and_a_later_commit_fails_with_client_state_error(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    txn = c.client.transaction(1)
+    # A second handle on the same TxnID whose client-side timeout has not passed: the TC decides.
+    handle = c.client.resume_transaction(txn.txn_id, timeout_ms=60_000)
+    tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
+    before = tc.stats()["timeout_count"]
+    wait_until(lambda: tc.stats()["timeout_count"] == before + 1, 10, what="TC timeout abort")
+    with pytest.raises(InvalidTxnStatusError, match="timed out"):
+        handle.commit()
+    assert handle.state is TransactionState.ERROR
+
+
+def test_e5_commit_waits_for_every_in_flight_send_and_ack_from_30_threads_and_empty_txn_commits(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    src, dst = f"e5in_{uid}", f"e5out_{uid}"
+    c.client.create_topic(src, 1)
+    c.client.create_topic(dst, 3)
+    producer_src = c.client.create_producer(src)
+    for i in range(30):
+        producer_src.send(f"in{i}")
+    consumer = c.client.subscribe(src, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(30)]
+    producer = c.client.create_producer(dst)
+    txn = c.client.transaction(60)
+
+    def work(n: int) -> None:
+        for i in range(10):
+            producer.send_async(f"{n}-{i}", txn=txn, partition_key=str(n))
+        consumer.acknowledge(msgs[n], txn=txn)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    txn.commit()  # returns only after every send and ack of the transaction is durable
+    assert len(read_all(c.client.create_reader(dst))) == 300
+    wait_until(lambda: sum(p["pending_ack_count"] for p in consumer.stats()["partitions"].values()) == 0, 10)
+    with pytest.raises(Timeout):
+        consumer.receive(800)  # every input acked in the committed txn: nothing is redelivered
+    empty = c.client.transaction(60)
+    empty.commit()
+    assert empty.state is TransactionState.COMMITTED
+
+
+def test_e6_a_failed_send_makes_commit_abort_and_raise_transaction_has_operation_failed(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"e6_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send_async("fine", txn=txn)
+    failed = producer.send_async(b"x" * 3_000_000, txn=txn)  # larger than any broker accepts
+    with pytest.raises(TransactionHasOperationFailed):
+        txn.commit()
+    assert failed.exception() is not None
+    assert txn.state is TransactionState.ABORTED
+    assert read_all(c.client.create_reader(topic), 800) == []
+
+
+def test_e8_client_states_observed(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = cluster()
+    seen: list[TransactionState] = []
+    tc_client = c.client._tc()
+    real_end = tc_client.end_txn
+
+    def observing_end(txn_id: object, action: TxnAction) -> None:
+        seen.append(current.state)  # the state while END_TXN is in flight
+        real_end(txn_id, action)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tc_client, "end_txn", observing_end)
+    current: Transaction = c.client.transaction(60)
+    seen.append(current.state)
+    current.commit()
+    seen.append(current.state)
+    current = c.client.transaction(60)
+    current.abort()
+    seen.append(current.state)
+    timed_out = c.client.transaction(1)
+    time.sleep(1.1)
+    seen.append(timed_out.state)
+    current = c.client.resume_transaction(timed_out.txn_id)
+    wait_until(lambda: _tc_aborted(c, current), 10)
+    with pytest.raises(InvalidTxnStatusError):
+        current.commit()
+    seen.append(current.state)
+    assert seen == [
+        TransactionState.OPEN,
+        TransactionState.COMMITTING,
+        TransactionState.COMMITTED,
+        TransactionState.ABORTING,
+        TransactionState.ABORTED,
+        TransactionState.TIME_OUT,
+        TransactionState.COMMITTING,
+        TransactionState.ERROR,
+    ]
+
+
+def _tc_aborted(c: Cluster, txn: Transaction) -> bool:
+    tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
+    meta = tc.get(txn.txn_id)
+    return meta is not None and meta.status.value == "ABORTED"
