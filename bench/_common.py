@@ -262,3 +262,22 @@ def step(label: str, fn: Callable[[], T]) -> T:
     value = fn()
     print(f" {time.monotonic() - t0:.1f}s", flush=True)
     return value
+
+
+def run_suite(
+    name: str,
+    quick: bool,
+    measure: Callable[[bool, str, Path], dict[str, Any]],
+    rows: Callable[[dict[str, Any]], list[list[str]]],
+) -> tuple[dict[str, Any], Path]:
+    """The common frame of a suite: a fresh broker, the measurements, the JSON results and the main
+    table. Returns the raw results and where they were written (suites print their extras after)."""
+    started = time.monotonic()
+    print(f"{name} benchmark ({'quick' if quick else 'default'}):", flush=True)
+    with embedded_broker() as (bootstrap, workdir):
+        raw = measure(quick, bootstrap, workdir)
+    raw["total_runtime_s"] = time.monotonic() - started
+    path = write_results(name, raw)
+    print()
+    print(format_table(["metric", "measured", "baseline (named)", "target", "met?"], rows(raw)))
+    return raw, path

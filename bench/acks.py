@@ -40,13 +40,12 @@ from confluent_kafka.admin import AdminClient
 from bench._common import (
     CoordinatorProcess,
     Probes,
-    embedded_broker,
     fmt,
     format_table,
     percentile,
+    run_suite,
     step,
     wait_until_quiet,
-    write_results,
 )
 from kafka_store import KafkaConfig, end_offsets
 from pulsar_txn.client import Client
@@ -539,14 +538,7 @@ def _cpu_rows(raw: dict[str, Any]) -> list[list[str]]:
 
 
 def run(quick: bool) -> int:
-    started = time.monotonic()
-    print(f"acks benchmark ({'quick' if quick else 'default'}):", flush=True)
-    with embedded_broker() as (bootstrap, workdir):
-        raw = _measure(quick, bootstrap, workdir)
-    raw["total_runtime_s"] = time.monotonic() - started
-    path = write_results("acks", raw)
-    print()
-    print(format_table(["metric", "measured", "baseline (named)", "target", "met?"], _rows(raw)))
+    raw, path = run_suite("acks", quick, _measure, _rows)
     cores = raw["machine"]["cpus"]
     print(f"\nCPU during each variant (machine: % of all {cores} cores; processes: % of one core):")
     print(format_table(["variant", "machine", "broker", "coordinator", "bench process"], _cpu_rows(raw)))

@@ -31,14 +31,13 @@ from confluent_kafka import KafkaException, Producer
 from bench._common import (
     CoordinatorProcess,
     Probes,
-    embedded_broker,
     ensure_topic,
     fmt,
     format_table,
     percentile,
+    run_suite,
     step,
     wait_until_quiet,
-    write_results,
 )
 from bench._txndata import (
     FETCH_EXTRA,
@@ -689,14 +688,7 @@ def _cpu_rows(raw: dict[str, Any]) -> list[list[str]]:
 
 
 def run(quick: bool) -> int:
-    started = time.monotonic()
-    print(f"buffer benchmark ({'quick' if quick else 'default'}):", flush=True)
-    with embedded_broker() as (bootstrap, workdir):
-        raw = _measure(quick, bootstrap, workdir)
-    raw["total_runtime_s"] = time.monotonic() - started
-    path = write_results("buffer", raw)
-    print()
-    print(format_table(["metric", "measured", "baseline (named)", "target", "met?"], _rows(raw)))
+    raw, path = run_suite("buffer", quick, _measure, _rows)
     cores = raw["machine"]["cpus"]
     print(
         f"\nCPU during each point (machine: % of all {cores} cores; processes: % of one core;"

@@ -21,14 +21,13 @@ from typing import Any
 from bench._common import (
     CoordinatorProcess,
     CpuProbe,
-    embedded_broker,
     ensure_topic,
     find_pids,
     fmt,
     format_table,
     machine_busy_pct,
     percentile,
-    write_results,
+    run_suite,
 )
 from bench._kafka import SeqResult, produce_rtt, transactional_producer
 from bench._load import LoadResult, LoadSpec, run_load, split
@@ -251,14 +250,7 @@ def _cpu_rows(raw: dict[str, Any]) -> list[list[str]]:
 
 
 def run(quick: bool) -> int:
-    started = time.monotonic()
-    print(f"coordinator benchmark ({'quick' if quick else 'default'}):", flush=True)
-    with embedded_broker() as (bootstrap, workdir):
-        raw = _measure(quick, bootstrap, workdir)
-    raw["total_runtime_s"] = time.monotonic() - started
-    path = write_results("coordinator", raw)
-    print()
-    print(format_table(["metric", "measured", "baseline (named)", "target", "met?"], _rows(raw)))
+    raw, path = run_suite("coordinator", quick, _measure, _rows)
     cores = raw["machine"]["cpus"]
     print(f"\nCPU during each point (machine: % of all {cores} cores; processes: % of one core):")
     print(format_table(["point", "machine", "coordinator", "broker", "clients"], _cpu_rows(raw)))
