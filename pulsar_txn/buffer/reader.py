@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from kafka_store import KafkaConfig, PartitionReader, StoredRecord, read_range
+from kafka_store import KafkaConfig, PartitionReader, StoredRecord, end_offsets, read_range
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 
@@ -33,26 +33,17 @@ class BufferOptions:
 
 
 def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
-    """Fold the partition's records from ``state.scanned_to`` to ``end`` (default: the current end).
+    """Fold the partition's records from ``state.scanned_to`` to ``end`` (default: the end offset now).
     Returns how many records were read."""
+    if end is None:
+        # Fixed before reading: records appended meanwhile are not claimed as scanned.
+        end = end_offsets(kafka, [(state.topic, state.partition)])[(state.topic, state.partition)]
     count = 0
     for rec in read_range(kafka, state.topic, state.partition, state.scanned_to, end):
         state.apply(rec.offset, rec.headers, rec.value)
         count += 1
-    if end is None:
-        end = PartitionReaderCache.end_offset(kafka, state.topic, state.partition)
     state.scanned_to = max(state.scanned_to, end)
     return count
-
-
-class PartitionReaderCache:
-    @staticmethod
-    def end_offset(kafka: KafkaConfig, topic: str, partition: int) -> int:
-        reader = PartitionReader(kafka)
-        try:
-            return reader.watermarks(topic, partition)[1]
-        finally:
-            reader.close()
 
 
 def load_state(
