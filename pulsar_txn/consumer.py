@@ -135,6 +135,7 @@ class Consumer:
         self._lock = threading.RLock()
         self._parts: dict[TP, _Part] = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
+        self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
         for t in self.topics:
             client._partition_count(t)  # TopicNotFound early, with a clear message
         self._reader = CommittedReader(
@@ -415,12 +416,9 @@ class Consumer:
         if not mids:
             raise NotAllowedError("nothing to acknowledge")
         if kind is AckKind.CUMULATIVE and len(mids) != 1:
-            failed: Future[None] = Future()
-            failed.set_exception(
-                NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
-            )
-            txn.track(failed)
-            raise failed.exception()  # type: ignore[misc]
+            err = NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
+            txn.record_failure(err)
+            raise err
         if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
             raise NotAllowedError("acknowledge messages of one partition per call")
         first = mids[0]
@@ -432,9 +430,7 @@ class Consumer:
             try:
                 part.pending.check(txn.txn_id, kind, offsets)
             except PulsarTxnError as exc:
-                failed = Future()
-                failed.set_exception(exc)
-                txn.track(failed)  # Pulsar: a failed ack op makes the commit abort
+                txn.record_failure(exc)
                 raise
             part.pending.apply_ack(txn.txn_id, kind, offsets)
             for o in offsets:
@@ -555,7 +551,7 @@ class Consumer:
             records = self._pa_reader.poll_batch(1000, 0)
             refetch: list[tuple[TP, list[int]]] = []
             for rec in records:
-                part = self._parts.get((self._data_topic_of(rec.topic), rec.partition))
+                part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
                 if part is None or part.pa_topic != rec.topic:
                     continue
                 for _txn, action, released in part.fold.apply(rec, acks=False):
@@ -608,12 +604,6 @@ class Consumer:
             elif key not in self._unacked:  # delivered and unacked: still the application's
                 missing.append(offset)
         return missing
-
-    def _data_topic_of(self, pa_topic: str) -> str:
-        for kafka_topic, name in self._kafka_topics.items():
-            if pending_ack_topic(name, self.subscription) == pa_topic:
-                return kafka_topic
-        return ""
 
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""

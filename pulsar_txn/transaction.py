@@ -21,7 +21,6 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     Timeout,
     TransactionHasOperationFailed,
-    TransactionNotFound,
 )
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -111,6 +110,13 @@ class Transaction:
         with self._lock:
             self._flush_hooks.append(hook)
 
+    def record_failure(self, exc: BaseException) -> None:
+        """An operation of this transaction failed before it started: ``commit`` will abort instead
+        (Pulsar: a failed op makes the commit fail with TransactionHasOperationFailed)."""
+        failed: Future[None] = Future()
+        failed.set_exception(exc)
+        self.track(failed)
+
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
         with self._lock:
@@ -166,10 +172,7 @@ class Transaction:
         self._set(during)
         try:
             self._client._tc().end_txn(self.txn_id, action)
-        except (InvalidTxnStatusError, TransactionNotFound):
-            self._set(TransactionState.ERROR)
-            raise
-        except PulsarTxnError:
+        except PulsarTxnError:  # InvalidTxnStatus, TransactionNotFound, Timeout, ...: the end failed
             self._set(TransactionState.ERROR)
             raise
         self._set(after)

@@ -373,11 +373,7 @@ class TransactionCoordinator:
         if meta.status is TxnStatus.OPEN and action is TxnAction.COMMIT and _now_ms() >= meta.deadline_ms:
             self._require_open(meta, "commit")
         if meta.status is not TxnStatus.OPEN:
-            why = " (timed out)" if meta.timed_out else ""
-            raise InvalidTxnStatusError(
-                f"transaction {txn_id} cannot become {want.value}: expected status OPEN, "
-                f"actual {meta.status.value}{why}"
-            )
+            self._require_open(meta, f"become {want.value}")  # raises: names expected and actual status
         await self._end(meta, action, timed_out=False)
 
     async def _end(self, meta: TxnMeta, action: TxnAction, *, timed_out: bool) -> None:
