@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import uuid
 import zlib
 from collections import deque
@@ -155,7 +154,3 @@ class Producer:
 
     def close(self) -> None:
         self.flush()
-
-    @staticmethod
-    def now_ms() -> int:
-        return int(time.time() * 1000)

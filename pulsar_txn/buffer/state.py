@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError
@@ -84,13 +83,6 @@ class TxnBufferState:
         return i >= 0 and ranges[i][0] <= offset <= ranges[i][1]
 
     # ------------------------------------------------------------------ folding
-    def apply_many(
-        self,
-        records: Iterable[tuple[int, list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...], bytes | None]],
-    ) -> None:
-        for offset, headers, value in records:
-            self.apply(offset, headers, value)
-
     def apply(
         self,
         offset: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
@@ -121,10 +121,6 @@ class PendingAckFold:
     def note_written(self, txn: TxnID, offset: int) -> None:
         """The live consumer wrote an ack record of ``txn`` at ``offset``."""
         self.first_record.setdefault(txn, offset)
-
-    def apply_many(self, records: Iterable[StoredRecord]) -> None:
-        for rec in records:
-            self.apply(rec)
 
     def _skip(self, offset: int, why: str) -> None:
         self.skipped += 1
