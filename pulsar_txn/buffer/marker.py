@@ -92,6 +92,15 @@ def encode_marker(marker: TxnMarker) -> tuple[bytes, list[tuple[str, bytes]]]:
     return value, [(CTL_HEADER, MARKER_CTL), (TXN_HEADER, marker.txn_id.to_bytes())]
 
 
+def marker_record(
+    marker: TxnMarker, topic: str, partition: int, secret: bytes | None
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """Value and headers of ``marker`` as written to ``topic[partition]`` (signed when a secret is set)."""
+    if secret is not None:
+        marker = sign(marker, topic, partition, secret)
+    return encode_marker(marker)
+
+
 def decode_marker(value: bytes | None) -> TxnMarker:
     """Decode a marker value; raises ``kafka_store.CodecError`` subclasses on bad bytes."""
     f = REGISTRY.decode_as(TXN_MARKER, value)

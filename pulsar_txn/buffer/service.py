@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_store import Appender, GroupReader, KafkaConfig, TopicAdmin, read_range
-from pulsar_txn.buffer.marker import TxnMarker, encode_marker, sign
+from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
@@ -230,9 +230,7 @@ class TransactionBufferService:
     def _write_marker(self, topic: str, partition: int, txn: TxnID, action: TxnAction) -> None:
         assert self._appender is not None
         marker = TxnMarker(txn, action, -1, int(time.time() * 1000))
-        if self._secret is not None:
-            marker = sign(marker, topic, partition, self._secret)
-        value, headers = encode_marker(marker)
+        value, headers = marker_record(marker, topic, partition, self._secret)
         self._appender.append(topic, partition, value, headers=headers).result(30)
 
     # ------------------------------------------------------------------ stats

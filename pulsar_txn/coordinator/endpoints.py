@@ -13,7 +13,7 @@ import time
 from typing import Protocol
 
 from kafka_store import Appender, StoreError, TopicAdmin, TopicNotFoundError
-from pulsar_txn.buffer.marker import TxnMarker, encode_marker, sign
+from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -62,9 +62,7 @@ class KafkaTxnEndpoints:
         self._partition_counts: dict[str, int] = {}
 
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
-        if self._secret is not None:
-            marker = sign(marker, topic, partition, self._secret)
-        value, headers = encode_marker(marker)
+        value, headers = marker_record(marker, topic, partition, self._secret)
         future = self._appender.append(topic, partition, value, headers=headers)
         await asyncio.wrap_future(future)
 
