@@ -1,0 +1,1 @@
+"""Spark integration: committed-only reads of pulsar-txn topics and transactional writes."""
