@@ -241,3 +241,24 @@ def read_all(reader: Any, timeout_ms: int = 1500) -> list[Any]:
             out.append(reader.read_next(timeout_ms))
         except Timeout:
             return out
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """One local Spark (2 cores) for the whole run; the JVM starts once (~10 s)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pulsar-txn-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
