@@ -17,6 +17,7 @@ from kafka_store.errors import (
     UnsupportedRecordVersionError,
 )
 from kafka_store.group import (
+    GroupMember,
     GroupMembership,
     GroupReader,
     SubscriptionGroup,
@@ -43,6 +44,7 @@ __all__ = [
     "CodecError",
     "CodecRegistry",
     "CorruptRecordError",
+    "GroupMember",
     "GroupMembership",
     "GroupReader",
     "KafkaConfig",

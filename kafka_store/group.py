@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -226,18 +226,19 @@ class SubscriptionGroup:
         on_revoke: Callable[[list[tuple[str, int]]], None],
         *,
         client_id: str,
+        instance_id: str | None = None,
         session_timeout_ms: int = 6000,
     ) -> None:
-        conf = _group_conf(
-            config,
-            group_id,
-            session_timeout_ms,
-            **{
-                "client.id": client_id,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "range",
-            },
-        )
+        extra: dict[str, Any] = {
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "range",
+        }
+        if instance_id:
+            # Static membership: a restarted member with the same id takes its predecessor's place
+            # at once instead of waiting out the session timeout.
+            extra["group.instance.id"] = instance_id
+        conf = _group_conf(config, group_id, session_timeout_ms, **extra)
         self._config = config
         self.group_id = group_id
         self._topics = topics
@@ -335,14 +336,20 @@ class SubscriptionGroup:
             log.warning("leaving %s: %s", self.group_id, exc)
 
 
-def describe_group(config: KafkaConfig, group_id: str) -> list[tuple[str, str]]:
-    """(member_id, client_id) of a group's current members (empty if the group has none)."""
+class GroupMember(NamedTuple):
+    member_id: str
+    client_id: str
+    instance_id: str | None  # group.instance.id of a static member (KIP-345), else None
+
+
+def describe_group(config: KafkaConfig, group_id: str) -> list[GroupMember]:
+    """A group's current members (empty if the group has none)."""
     admin = AdminClient(config.client_conf())
     try:
         desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
         raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
-    return [(m.member_id, m.client_id) for m in desc.members]
+    return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
 
 
 def delete_group(config: KafkaConfig, group_id: str) -> None:

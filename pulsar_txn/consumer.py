@@ -115,7 +115,12 @@ class Consumer:
         negative_ack_redelivery_delay_ms: int = 60_000,
         dead_letter_policy: DeadLetterPolicy | None = None,
         subscribe_timeout: float = 30.0,
+        instance_id: str | None = None,
     ) -> None:
+        """``instance_id`` gives the consumer a stable identity (Kafka static membership): a consumer
+        restarted after a crash with the same id takes over at once, instead of being refused
+        (Exclusive) or waiting for the dead member's session to expire (Failover). Give each live
+        consumer of a subscription a different id."""
         consumer_type = ConsumerType(consumer_type)
         if consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared):
             raise NotAllowedError(
@@ -155,7 +160,8 @@ class Consumer:
         self._assigned_once = threading.Event()
         client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         self._client_id = client_id
-        if consumer_type is ConsumerType.Exclusive and describe_group(client.kafka, subscription_name):
+        self._instance_id = instance_id
+        if consumer_type is ConsumerType.Exclusive and self._other_members():
             raise ConsumerBusy(f"exclusive subscription {subscription_name!r} already has a consumer")
         self._group = SubscriptionGroup(
             client.kafka,
@@ -164,6 +170,7 @@ class Consumer:
             self._on_assign,
             self._on_revoke,
             client_id=client_id,
+            instance_id=instance_id,
         )
         self._group.start()
         if not self._assigned_once.wait(subscribe_timeout):
@@ -177,9 +184,18 @@ class Consumer:
         self._maintenance.start()
 
     # ------------------------------------------------------------------ exclusivity
+    def _other_members(self) -> list[str]:
+        """Client ids of the subscription's other members; a dead predecessor with our instance id
+        is not another consumer (it is being replaced)."""
+        return [
+            m.client_id
+            for m in describe_group(self._client.kafka, self.subscription)
+            if m.client_id != self._client_id
+            and not (self._instance_id and m.instance_id == self._instance_id)
+        ]
+
     def _check_exclusive(self) -> None:
-        members = describe_group(self._client.kafka, self.subscription)
-        others = [cid for _mid, cid in members if cid != self._client_id]
+        others = self._other_members()
         # Two racing subscribers: the one that came later (larger join time in its client id) yields.
         if any(_joined(cid) < _joined(self._client_id) for cid in others):
             self._group.stop()

@@ -18,7 +18,9 @@ def main() -> None:
         num_tcs=cfg["num_tcs"],
         snapshot_topic=cfg["snapshot_topic"],
     )
-    consumer = client.subscribe(cfg["topic"], cfg["subscription"], initial_position="Earliest")
+    consumer = client.subscribe(
+        cfg["topic"], cfg["subscription"], initial_position="Earliest", instance_id=cfg.get("instance_id")
+    )
     txn = client.transaction(600)
     for _ in range(cfg["n"]):
         consumer.acknowledge(consumer.receive(10_000), txn=txn)

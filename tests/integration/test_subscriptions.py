@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -394,6 +395,7 @@ def test_sigkill_of_consumer_between_txn_ack_and_end(cluster: ClusterFactory, ui
         "topic": topic,
         "subscription": f"sub_{uid}",
         "n": 5,
+        "instance_id": f"worker-{uid}",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.integration._ack_then_wait", json.dumps(cfg)],
@@ -414,9 +416,7 @@ def test_sigkill_of_consumer_between_txn_ack_and_end(cluster: ClusterFactory, ui
         handle.commit()
     else:
         handle.abort()
-    # The embedded broker never evicts a SIGKILLed group member (docs/broker-quirks.md), so a new
-    # consumer cannot join this group here. Check what it would recover instead: the cursor committed
-    # by the dead consumer plus the pending-ack log replayed, exactly as Consumer does on assignment.
+    # What a new consumer recovers: the cursor committed by the dead consumer plus the pending-ack log.
     stats = pending_ack_stats(c.client, topic, f"sub_{uid}")[
         f"persistent://public/default/{topic}-partition-0"
     ]
@@ -425,6 +425,27 @@ def test_sigkill_of_consumer_between_txn_ack_and_end(cluster: ClusterFactory, ui
         assert stats["mark_delete"] == 5  # offsets 0-4 acked: nothing is redelivered
     else:
         assert stats["mark_delete"] == 0 and stats["acked_ranges"] == []  # all five come back, once
+    # And a restarted consumer with the dead one's instance id takes over at once (static membership).
+    with c.client.subscribe(topic, f"sub_{uid}", instance_id=f"worker-{uid}", subscribe_timeout=30) as again:
+        seen = []
+        with contextlib.suppress(Timeout):
+            while True:
+                seen.append(again.receive(1500).message_id.offset)
+        assert seen == ([] if outcome == "commit" else [0, 1, 2, 3, 4])
+
+
+def test_restarted_consumer_with_same_instance_id_is_not_busy(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"inst_{uid}"
+    _setup(c, topic, 3)
+    first = c.client.subscribe(topic, f"sub_{uid}", instance_id="a", initial_position="Earliest")
+    assert first.receive(5000).message_id.offset == 0
+    with pytest.raises(ConsumerBusy):
+        c.client.subscribe(topic, f"sub_{uid}", instance_id="b", subscribe_timeout=10)
+    first.close()  # a static member stays in the group until its session expires ...
+    # ... but its successor with the same instance id is welcome at once and resumes unacked work.
+    with c.client.subscribe(topic, f"sub_{uid}", instance_id="a", initial_position="Earliest") as second:
+        assert second.receive(5000).message_id.offset == 0
 
 
 def _try_subscribe(c: Cluster, topic: str, sub: str) -> Consumer | None:
