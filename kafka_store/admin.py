@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from kafka_store.config import KafkaConfig
+from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class TopicAdmin:
     @property
     def _admin(self) -> AdminClient:
         if self._client is None:
-            self._client = AdminClient(self._config.client_conf())
+            self._client = AdminClient(admin_conf(self._config))
         return self._client
 
     @property

@@ -78,3 +78,11 @@ class KafkaConfig(BaseModel):
             if name == "extra" and isinstance(value, dict):
                 value = {k: ("**********" if _is_secret_key(k) else v) for k, v in value.items()}
             yield name, value
+
+
+def admin_conf(config: KafkaConfig) -> dict[str, Any]:
+    """Admin-client settings. Auto-creation is off: asking whether a topic exists must never create it
+    (with one partition) on a broker where ``auto.create.topics.enable`` is on, Kafka's default."""
+    conf = config.client_conf()
+    conf["allow.auto.create.topics"] = False
+    return conf

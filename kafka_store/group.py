@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kafka_store.config import KafkaConfig
+from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ class GroupMember(NamedTuple):
 
 def describe_group(config: KafkaConfig, group_id: str) -> list[GroupMember]:
     """A group's current members (empty if the group has none)."""
-    admin = AdminClient(config.client_conf())
+    admin = AdminClient(admin_conf(config))
     try:
         desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
@@ -353,7 +353,7 @@ def describe_group(config: KafkaConfig, group_id: str) -> list[GroupMember]:
 
 
 def delete_group(config: KafkaConfig, group_id: str) -> None:
-    admin = AdminClient(config.client_conf())
+    admin = AdminClient(admin_conf(config))
     try:
         admin.delete_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
@@ -366,7 +366,7 @@ def group_offsets(
     """A group's committed (offset, metadata) per partition, read without joining the group."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    admin = AdminClient(config.client_conf())
+    admin = AdminClient(admin_conf(config))
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])
     try:
         result = admin.list_consumer_group_offsets([request])[group_id].result(

@@ -166,31 +166,59 @@ class Appender:
             callback(None, self._fatal)
             return
         producer = self._ensure_started()
+        deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
+        hdrs: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             if err is None:
                 callback(int(msg.offset()), None)
+            elif err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < deadline:
+                # Never sent: the producer's metadata predates the partition. Refresh off the
+                # delivery thread, then queue it again.
+                threading.Thread(target=produce, args=(True,), daemon=True).start()
             else:
                 callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
 
-        deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
-        hdrs: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
-        while True:
-            try:
-                producer.produce(
-                    topic, value=value, key=key, partition=partition, headers=hdrs, on_delivery=on_delivery
-                )
-                return
-            except BufferError:
-                if time.monotonic() > deadline:
-                    callback(
-                        None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
+        def produce(refresh: bool = False) -> None:
+            if refresh:
+                time.sleep(0.05)
+                self._refresh_metadata(producer, topic)
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        headers=hdrs,
+                        on_delivery=on_delivery,
                     )
                     return
-                time.sleep(0.005)
-            except KafkaException as exc:
-                callback(None, translate_kafka_error(exc.args[0], f"append to {topic}[{partition}]"))
-                return
+                except BufferError:
+                    if time.monotonic() > deadline:
+                        callback(
+                            None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
+                        )
+                        return
+                    time.sleep(0.005)
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < deadline:
+                        # A topic created (or grown) moments ago: metadata lags. Retry off this
+                        # thread, which may be an event loop's.
+                        threading.Thread(target=produce, args=(True,), daemon=True).start()
+                        return
+                    callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
+                    return
+
+        produce()
+
+    @staticmethod
+    def _refresh_metadata(producer: Producer, topic: str) -> None:
+        try:
+            producer.list_topics(topic, timeout=2.0)  # also updates the producer's metadata cache
+        except KafkaException as exc:
+            log.debug("metadata refresh for %s failed: %s", topic, exc)
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for outstanding appends; returns how many are still in flight."""

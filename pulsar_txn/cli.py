@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from kafka_store import KafkaConfig, LocalBroker, StoreError
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
 
 log = logging.getLogger("pulsar_txn.cli")
 
@@ -178,6 +179,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(data_dir), transactions=args.transactions)
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pulsar_txn.pipeline.cli import run
+
+    return run(args)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -222,6 +229,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True)
     p.add_argument("--subscription", required=True)
     p.set_defaults(func=cmd_pending_ack_stats)
+
+    p = sub.add_parser("pipeline", help="the exactly-once pipeline: consume, transform, produce, ack")
+    pipeline_args(p)
+    p.set_defaults(func=cmd_pipeline)
 
     p = sub.add_parser("demo", help="standalone + a scripted series of transactions with a summary")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")

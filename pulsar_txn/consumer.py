@@ -512,7 +512,9 @@ class Consumer:
         if part.pa_topic in self._pa_topics_ready:
             return
         count = self._client._partition_count(self._kafka_topics[part.tp[0]])
-        self._client._admin.ensure_topic(part.pa_topic, count)
+        if self._client._admin.ensure_topic(part.pa_topic, count) < count:
+            # Partitioned like the data topic (e.g. after the data topic grew).
+            self._client._admin.add_partitions(part.pa_topic, count)
         with self._lock:
             if part.pa_topic not in self._pa_topics_ready:
                 self._pa_topics_ready.add(part.pa_topic)
@@ -706,6 +708,15 @@ class Consumer:
                 "unacked": len(self._unacked),
                 "pending_redeliveries": len(self._redeliveries),
             }
+
+    def pending_transactions(self) -> dict[TxnID, int]:
+        """Transactions holding pending acks on this consumer's partitions -> how many message ids."""
+        with self._lock:
+            total: dict[TxnID, int] = {}
+            for part in self._parts.values():
+                for txn, n in part.pending.pending_txns().items():
+                    total[txn] = total.get(txn, 0) + n
+            return total
 
     def assigned_partitions(self) -> list[TP]:
         with self._lock:

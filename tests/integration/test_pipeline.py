@@ -1,0 +1,119 @@
+"""The exactly-once pipeline in-process: output holds each input once, in per-partition order, also when
+transactions fail midway and when a run is abandoned with a transaction open."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.message import Message
+from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineSettings, verify_exactly_once
+from pulsar_txn.pipeline.app import upper
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def _fill(c: Cluster, topic: str, n: int, partitions: int = 3) -> None:
+    c.client.create_topic(topic, partitions)
+    producer = c.client.create_producer(topic)
+    for i in range(n):
+        producer.send_async(f"msg-{i:05d}", partition_key=f"k{i % 17}")
+    producer.flush()
+
+
+def _settings(uid: str, **kw: object) -> PipelineSettings:
+    base: dict[str, object] = {"subscription": f"pipe_{uid}", "instance_id": f"p-{uid}", "idle_exit_s": 2.0}
+    base.update(kw)
+    return PipelineSettings(f"in_{uid}", f"out_{uid}", **base)  # type: ignore[arg-type]
+
+
+def test_pipeline_output_holds_each_input_exactly_once_in_partition_order(cluster, uid: str) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 1000)
+    c.client.create_topic(f"out_{uid}", 3)
+    pipeline = ExactlyOncePipeline(c.client, _settings(uid, batch_size=100))
+    progress = pipeline.run()
+    pipeline.close()
+    assert progress.processed == 1000 and progress.failed_batches == 0
+    verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
+    assert verdict.ok, str(verdict)
+
+
+def test_failed_batches_are_aborted_and_redone_once(cluster, uid: str) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 600)
+    c.client.create_topic(f"out_{uid}", 3)
+    failures = iter([150, 420, 421])  # the transform fails on these inputs' first attempt
+
+    fail_at = set(failures)
+
+    def flaky(msg: Message) -> bytes:
+        n = int(msg.data.decode().split("-")[1])
+        if n in fail_at:
+            fail_at.discard(n)
+            raise ConfigErrorForTest(n)
+        return upper(msg)
+
+    pipeline = ExactlyOncePipeline(c.client, _settings(uid, batch_size=50), transform=flaky)
+    with pytest.raises(ConfigErrorForTest):
+        pipeline.run()  # a non-pulsar error ends the run (the caller decides) ...
+    pipeline.run()  # ... and the next run redoes the aborted batch
+    progress = pipeline.run()
+    pipeline.close()
+    verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
+    assert verdict.ok, str(verdict)
+    assert progress.processed > 0
+
+
+class ConfigErrorForTest(Exception):
+    pass
+
+
+def test_restarted_pipeline_fences_the_transaction_its_predecessor_left_open(cluster, uid: str) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 300)
+    c.client.create_topic(f"out_{uid}", 3)
+    # A first run that dies mid-batch: it produced and acked inside a transaction nobody ends.
+    stuck = threading.Event()
+
+    def die_midway(msg: Message) -> bytes:
+        if int(msg.data.decode().split("-")[1]) == 200:
+            stuck.set()
+            raise SystemExit  # like a crash: the open transaction is abandoned, not aborted
+        return upper(msg)
+
+    first = ExactlyOncePipeline(c.client, _settings(uid, batch_size=40, transaction_timeout_s=600), die_midway)
+    first._process = _no_abort(first._process)  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        first.run()
+    assert stuck.is_set()
+    # A new run with the same instance id aborts the leftover at once (its timeout is 10 minutes).
+    second = ExactlyOncePipeline(c.client, _settings(uid, batch_size=40))
+    progress = second.run()
+    second.close()
+    assert progress.fenced >= 1
+    verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
+    assert verdict.ok, str(verdict)
+
+
+def _no_abort(process):  # type: ignore[no-untyped-def]
+    """Wrap ``_process`` so that a crash leaves its transaction open, as a SIGKILL would."""
+    from pulsar_txn.transaction import Transaction
+
+    def run(consumer, batch):  # type: ignore[no-untyped-def]
+        original = Transaction.abort
+        Transaction.abort = lambda self: None  # type: ignore[method-assign, assignment]
+        try:
+            return process(consumer, batch)
+        finally:
+            Transaction.abort = original  # type: ignore[method-assign]
+
+    return run
+
+
+def test_pipeline_rejects_same_input_and_output() -> None:
+    with pytest.raises(ConfigError):
+        PipelineSettings("t", "t")
