@@ -358,9 +358,12 @@ class AsyncClient:
     """``AsyncClient(service_url, bootstrap_servers=...)``: the asyncio variant of ``Client``.
 
     Takes the same arguments as ``Client``, plus ``max_workers`` (the bounded thread pool for
-    blocking calls of the sync core). ``async with AsyncClient(...) as client:`` closes it."""
+    blocking calls of the sync core). ``async with AsyncClient(...) as client:`` closes it.
+    ``AsyncClient(sync_client)`` wraps an existing ``Client`` instead; closing the wrapper then
+    leaves that client open (its owner closes it)."""
 
     def __init__(self, service_url: str | Client, *, max_workers: int = 8, **kwargs: Any) -> None:
+        self._owns = not isinstance(service_url, Client)
         self.sync = service_url if isinstance(service_url, Client) else Client(service_url, **kwargs)
         """The underlying sync ``Client``."""
         self._pool = _Pool(max_workers)
@@ -372,7 +375,9 @@ class AsyncClient:
         started off the event loop."""
         loop = asyncio.get_running_loop()
         client = await loop.run_in_executor(None, functools.partial(Client.embedded, **kwargs))
-        return cls(client, max_workers=max_workers)
+        wrapper = cls(client, max_workers=max_workers)
+        wrapper._owns = True
+        return wrapper
 
     @property
     def operation_timeout_seconds(self) -> float:
@@ -518,13 +523,14 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
-        """Close the sync client (consumers, connections, anything ``embedded`` started), then the
-        pool."""
+        """Close the sync client if this wrapper made it (consumers, connections, anything
+        ``embedded`` started), then the thread pool."""
         if self._closed:
             return
         self._closed = True
         try:
-            await self._pool.run(self.sync.close)
+            if self._owns:
+                await self._pool.run(self.sync.close)
         finally:
             self._pool.executor.shutdown(wait=False, cancel_futures=True)
 

@@ -328,6 +328,7 @@ class Client:
                 self._tc_client = None
             if self._snapshot_store is not None:
                 self._snapshot_store.close()
+                self._snapshot_store = None
         finally:
             owned, self._owned = self._owned, []
             for thing in owned:
