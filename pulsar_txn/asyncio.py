@@ -445,7 +445,7 @@ class AsyncClient:
     @overload
     async def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ...,
@@ -458,7 +458,7 @@ class AsyncClient:
     @overload
     async def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ...,
@@ -470,7 +470,7 @@ class AsyncClient:
 
     async def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ConsumerType.Exclusive,

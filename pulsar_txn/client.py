@@ -162,7 +162,7 @@ class Client:
     @overload
     def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ...,
@@ -175,7 +175,7 @@ class Client:
     @overload
     def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ...,
@@ -187,7 +187,7 @@ class Client:
 
     def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ConsumerType.Exclusive,
@@ -212,8 +212,10 @@ class Client:
             ]
             if not names:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
-        else:
+        elif topic:
             names = [TopicName.parse(t) for t in ([topic] if isinstance(topic, str) else topic)]
+        else:
+            raise ConfigError("subscribe needs a topic, a list of topics, or pattern=")
         consumer = Consumer(
             self,
             names,
