@@ -3,7 +3,7 @@
 The public API follows Pulsar's client: ``Client`` → transactions, producers, consumers, readers.
 """
 
-from pulsar_txn.client import Client
+from pulsar_txn.client import AuthenticationToken, Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, DeadLetterPolicy, InitialPosition
 from pulsar_txn.errors import (
@@ -11,12 +11,15 @@ from pulsar_txn.errors import (
     ConfigError,
     ConsumerBusy,
     CoordinatorFencedError,
+    IncompatibleSchema,
     InvalidTopicName,
     InvalidTxnStatusError,
     NotAllowedError,
     PersistenceError,
     ProducerFenced,
     PulsarTxnError,
+    Result,
+    SchemaSerializationError,
     ServerError,
     ServiceNotReady,
     Timeout,
@@ -29,7 +32,8 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader
-from pulsar_txn.transaction import Transaction, TransactionState
+from pulsar_txn.schema import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
+from pulsar_txn.transaction import Transaction, TransactionBuilder, TransactionState
 from pulsar_txn.txnid import TxnAction, TxnID
 
 __version__ = "0.1.0"
@@ -38,6 +42,9 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "AuthenticationError",
+    "AuthenticationToken",
+    "AvroSchema",
+    "BytesSchema",
     "Client",
     "ConfigError",
     "Consumer",
@@ -46,9 +53,11 @@ __all__ = [
     "CoordinatorConfig",
     "CoordinatorFencedError",
     "DeadLetterPolicy",
+    "IncompatibleSchema",
     "InitialPosition",
     "InvalidTopicName",
     "InvalidTxnStatusError",
+    "JsonSchema",
     "Message",
     "MessageId",
     "NotAllowedError",
@@ -57,11 +66,16 @@ __all__ = [
     "ProducerFenced",
     "PulsarTxnError",
     "Reader",
+    "Result",
+    "Schema",
+    "SchemaSerializationError",
     "ServerError",
     "ServiceNotReady",
+    "StringSchema",
     "Timeout",
     "TopicNotFound",
     "Transaction",
+    "TransactionBuilder",
     "TransactionConflict",
     "TransactionCoordinatorNotFoundError",
     "TransactionHasOperationFailed",

@@ -8,7 +8,7 @@ import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
 from pulsar_txn.buffer.reader import BufferOptions
@@ -20,17 +20,42 @@ from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
+from pulsar_txn.schema import Schema
 from pulsar_txn.tc_client import SyncTcClient
 from pulsar_txn.transaction import Transaction, TransactionBuilder
+from pulsar_txn.txnid import TxnID
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class AuthenticationToken:
+    """Token authentication, as Pulsar's ``AuthenticationToken(token)``; ``Client(...,
+    authentication=AuthenticationToken("..."))`` (a plain string token is accepted too)."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ConfigError("AuthenticationToken needs a non-empty token")
+        self._token = token
+
+    @property
+    def token(self) -> str:
+        """The token sent to the coordinator."""
+        return self._token
+
+    def __repr__(self) -> str:
+        return "AuthenticationToken(***)"  # never print the secret
 
 
 class Client:
     """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
 
-    ``service_url`` is a coordinator (``pulsar://host:6650``); Kafka is where the data lives. No
-    network I/O happens until the first producer, reader or transaction needs it.
+    ``service_url`` is a coordinator (``pulsar://host:6650``); Kafka is where the data lives
+    (``kafka`` takes any ``KafkaConfig`` field, e.g. SASL settings). ``operation_timeout_seconds``
+    bounds every blocking call; ``authentication`` is a token (``AuthenticationToken`` or str) for
+    the coordinator. No network I/O happens until the first producer, reader or transaction needs
+    it. Use as a context manager, or call ``close``.
     """
 
     def __init__(
@@ -40,7 +65,7 @@ class Client:
         bootstrap_servers: str | None = None,
         kafka: dict[str, Any] | KafkaConfig | None = None,
         operation_timeout_seconds: float = 30.0,
-        authentication: str | None = None,
+        authentication: AuthenticationToken | str | None = None,
         num_tcs: int | None = None,
         marker_secret: str | bytes | None = None,
         snapshot_topic: str = DEFAULT_SNAPSHOT_TOPIC,
@@ -58,6 +83,8 @@ class Client:
             raise ConfigError("operation_timeout_seconds must be positive")
         self.service_url = service_url
         self.operation_timeout_seconds = operation_timeout_seconds
+        if isinstance(authentication, AuthenticationToken):
+            authentication = authentication.token
         self._auth = authentication
         self._num_tcs = num_tcs
         self._secret = marker_secret.encode() if isinstance(marker_secret, str) else marker_secret
@@ -69,8 +96,8 @@ class Client:
         self._snapshot_store: SnapshotStore | None = None
         self._counts: dict[str, int] = {}
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
-        self._dlq_producers: dict[str, Producer] = {}
-        self._consumers: list[Consumer] = []
+        self._dlq_producers: dict[str, Producer[bytes]] = {}
+        self._consumers: list[Consumer[Any]] = []
 
     # ------------------------------------------------------------------ embedded mode
     @classmethod
@@ -108,26 +135,73 @@ class Client:
 
     # ------------------------------------------------------------------ factories
     def new_transaction(self) -> TransactionBuilder:
+        """``client.new_transaction().with_transaction_timeout(seconds).build()``, as in Pulsar."""
         return TransactionBuilder(self)
 
     def transaction(self, timeout: float = 60.0) -> Transaction:
-        """``with client.transaction(timeout=30) as txn:`` commits on success, aborts on an exception."""
+        """A new open transaction; ``with client.transaction(timeout=30) as txn:`` commits on
+        success and aborts on an exception. ``timeout`` in seconds: the coordinator aborts the
+        transaction if it has not ended by then."""
         return self.new_transaction().with_transaction_timeout(timeout).build()
 
-    def create_producer(self, topic: str, *, producer_name: str | None = None) -> Producer:
-        return Producer(self, topic, producer_name=producer_name)
+    @overload
+    def create_producer(self, topic: str, *, producer_name: str | None = None) -> Producer[bytes | str]: ...
+
+    @overload
+    def create_producer(
+        self, topic: str, *, producer_name: str | None = None, schema: Schema[T]
+    ) -> Producer[T]: ...
+
+    def create_producer(
+        self, topic: str, *, producer_name: str | None = None, schema: Schema[Any] | None = None
+    ) -> Producer[Any]:
+        """A producer for ``topic`` (``TopicNotFound`` if it does not exist). ``schema``: how
+        values are encoded (default bytes; ``StringSchema()``, ``JsonSchema(T)``, ``AvroSchema(T)``)."""
+        return Producer(self, topic, producer_name=producer_name, schema=schema)
+
+    @overload
+    def subscribe(
+        self,
+        topic: str | list[str] | None,
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ...,
+        initial_position: InitialPosition | str = ...,
+        pattern: str | None = ...,
+        schema: None = ...,
+        **options: Any,
+    ) -> Consumer[bytes]: ...
+
+    @overload
+    def subscribe(
+        self,
+        topic: str | list[str] | None,
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ...,
+        initial_position: InitialPosition | str = ...,
+        pattern: str | None = ...,
+        schema: Schema[T],
+        **options: Any,
+    ) -> Consumer[T]: ...
 
     def subscribe(
         self,
-        topic: str | list[str],
+        topic: str | list[str] | None,
         subscription_name: str,
         *,
         consumer_type: ConsumerType | str = ConsumerType.Exclusive,
         initial_position: InitialPosition | str = InitialPosition.Latest,
         pattern: str | None = None,
+        schema: Schema[Any] | None = None,
         **options: Any,
-    ) -> Consumer:
-        """Subscribe to a topic, a list of topics, or (``pattern=``, a regex on topic names) a pattern."""
+    ) -> Consumer[Any]:
+        """Subscribe to a topic, a list of topics, or (``pattern=``, a regex on topic names) a pattern.
+
+        ``consumer_type``: Exclusive (default) or Failover. ``initial_position``: where a new
+        subscription starts (Latest by default). ``schema``: how ``msg.value()`` decodes. Other
+        options: ``consumer_name``, ``ack_timeout_millis``, ``negative_ack_redelivery_delay_ms``,
+        ``dead_letter_policy``, ``subscribe_timeout`` (seconds)."""
         if pattern is not None:
             regex = re.compile(pattern)
             names = [TopicName.parse(t) for t in self._admin.list_topics() if regex.fullmatch(t)]
@@ -138,36 +212,52 @@ class Client:
             ]
             if not names:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
-        else:
+        elif topic:
             names = [TopicName.parse(t) for t in ([topic] if isinstance(topic, str) else topic)]
+        else:
+            raise ConfigError("subscribe needs a topic, a list of topics, or pattern=")
         consumer = Consumer(
             self,
             names,
             subscription_name,
             consumer_type=ConsumerType(consumer_type),
             initial_position=InitialPosition(initial_position),
+            schema=schema,
             **options,
         )
         self._consumers.append(consumer)
         return consumer
 
-    def _dlq_producer(self, topic: str) -> Producer:
+    def _dlq_producer(self, topic: str) -> Producer[bytes]:
         with self._lock:
             producer = self._dlq_producers.get(topic)
             if producer is None:
-                producer = self._dlq_producers[topic] = Producer(self, topic)
+                producer = self._dlq_producers[topic] = Producer[bytes](self, topic)
             return producer
 
-    def create_reader(self, topic: str, start_message_id: MessageId = EARLIEST) -> Reader:
-        return Reader(self, topic, start_message_id)
+    @overload
+    def create_reader(self, topic: str, start_message_id: MessageId = ...) -> Reader[bytes]: ...
+
+    @overload
+    def create_reader(
+        self, topic: str, start_message_id: MessageId = ..., *, schema: Schema[T]
+    ) -> Reader[T]: ...
+
+    def create_reader(
+        self, topic: str, start_message_id: MessageId = EARLIEST, *, schema: Schema[Any] | None = None
+    ) -> Reader[Any]:
+        """A reader of the committed messages of ``topic`` from ``start_message_id`` (``EARLIEST``,
+        ``LATEST`` or a MessageId); ``schema`` as in ``subscribe``."""
+        return Reader(self, topic, start_message_id, schema=schema)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
+        """Per partition, the id of the last committed (readable) message, None where there is none."""
         return last_message_ids(self, topic)
 
-    def resume_transaction(self, txn_id: Any, timeout_ms: int = 60_000) -> Transaction:
-        """A handle on a transaction begun elsewhere (e.g. to commit it by id from another client)."""
-        from pulsar_txn.txnid import TxnID
-
+    def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> Transaction:
+        """A handle on a transaction begun elsewhere, from its TxnID or its printed form ``"(0,3)"``:
+        commit or abort it by id from another client or process. ``timeout_ms`` only bounds this
+        handle's client-side state; the coordinator keeps the transaction's own timeout."""
         tid = txn_id if isinstance(txn_id, TxnID) else TxnID.parse(str(txn_id))
         return Transaction(self, tid, timeout_ms)
 
@@ -220,7 +310,8 @@ class Client:
         return count
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
-        """Create a (partitioned) topic; a no-op if it exists."""
+        """Create a (partitioned) topic; a no-op if it exists. (Pulsar does this with its admin API;
+        here it is a Kafka topic with that many partitions.)"""
         name = TopicName.parse(topic)
         self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
 
@@ -239,6 +330,7 @@ class Client:
                 self._tc_client = None
             if self._snapshot_store is not None:
                 self._snapshot_store.close()
+                self._snapshot_store = None
         finally:
             owned, self._owned = self._owned, []
             for thing in owned:

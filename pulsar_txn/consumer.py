@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from kafka_store import (
     PartitionReader,
@@ -44,6 +44,7 @@ from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.pendingack.stats import recover_partition
+from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -54,9 +55,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+T = TypeVar("T")
 
 
 class ConsumerType(StrEnum):
+    """Subscription types (Pulsar's ``ConsumerType``). Exclusive and Failover are supported; Shared
+    and Key_Shared raise ``NotAllowedError``."""
+
     Exclusive = "Exclusive"
     Failover = "Failover"
     Shared = "Shared"
@@ -64,12 +69,17 @@ class ConsumerType(StrEnum):
 
 
 class InitialPosition(StrEnum):
+    """Where a new subscription starts (Pulsar's ``InitialPosition``)."""
+
     Earliest = "Earliest"
     Latest = "Latest"
 
 
 @dataclass(frozen=True)
 class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message moves to ``dead_letter_topic`` (default
+    ``<topic>-<subscription>-DLQ``) and is acknowledged."""
+
     max_redeliver_count: int
     dead_letter_topic: str | None = None  # default: "<topic>-<subscription>-DLQ"
 
@@ -98,10 +108,15 @@ class _AckBatch:
 class _Redelivery:
     due: float
     seq: int
-    message: Message = field(compare=False)
+    message: Message[Any] = field(compare=False)
 
 
-class Consumer:
+class Consumer(Generic[T]):
+    """A consumer of a subscription; made by ``Client.subscribe``.
+
+    ``receive`` returns committed messages only; ``acknowledge``/``acknowledge_cumulative`` take a
+    ``txn=`` to acknowledge inside a transaction (applied only if it commits)."""
+
     def __init__(
         self,
         client: Client,
@@ -116,11 +131,14 @@ class Consumer:
         dead_letter_policy: DeadLetterPolicy | None = None,
         subscribe_timeout: float = 30.0,
         instance_id: str | None = None,
+        schema: Schema[T] | None = None,
     ) -> None:
         """``instance_id`` gives the consumer a stable identity (Kafka static membership): a consumer
         restarted after a crash with the same id takes over at once, instead of being refused
         (Exclusive) or waiting for the dead member's session to expire (Failover). Give each live
         consumer of a subscription a different id."""
+        self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
+        """The schema ``msg.value()`` decodes with."""
         consumer_type = ConsumerType(consumer_type)
         if consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared):
             raise NotAllowedError(
@@ -147,11 +165,11 @@ class Consumer:
             client.kafka, {}, store=client._snapshots(), options=client._buffer_options()
         )
         self._pa_reader: PartitionReader | None = None
-        self._incoming: deque[Message] = deque()
+        self._incoming: deque[Message[T]] = deque()
         self._redeliveries: list[_Redelivery] = []
         self._seq = itertools.count()
-        self._unacked: dict[tuple[str, int, int], tuple[Message, float]] = {}
-        self._in_txn: dict[tuple[str, int, int], Message] = {}
+        self._unacked: dict[tuple[str, int, int], tuple[Message[T], float]] = {}
+        self._in_txn: dict[tuple[str, int, int], Message[T]] = {}
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
@@ -293,7 +311,7 @@ class Consumer:
         return self._pa_reader
 
     # ------------------------------------------------------------------ receiving
-    def receive(self, timeout_millis: int | None = None) -> Message:
+    def receive(self, timeout_millis: int | None = None) -> Message[T]:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
         deadline = time.monotonic() + (timeout_millis if timeout_millis is not None else 1 << 30) / 1000
         while True:
@@ -305,8 +323,9 @@ class Consumer:
                 raise Timeout(f"no message for subscription {self.subscription!r} within {timeout_millis} ms")
             self._fill(min(remaining, 0.1))
 
-    def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message]:
-        out: list[Message] = []
+    def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
+        """Up to ``max_messages`` messages, waiting at most ``timeout_millis`` (maybe none)."""
+        out: list[Message[T]] = []
         deadline = time.monotonic() + timeout_millis / 1000
         while len(out) < max_messages:
             msg = self._next_ready()
@@ -319,17 +338,21 @@ class Consumer:
             self._fill(min(remaining, 0.05))
         return out
 
+    def _decode(self, rec: Any) -> Message[T]:
+        msg: Message[T] = Message.from_record(rec, schema=self.schema)
+        return msg
+
     def _fill(self, timeout: float) -> None:
         with self._lock:
             if self._closed:
                 raise NotAllowedError("consumer is closed")
             wait = timeout if not self._incoming else 0
             records = self._reader.poll(wait, 2000) if self._parts else []
-            self._incoming.extend(Message.from_record(r) for r in records)
+            self._incoming.extend(self._decode(r) for r in records)
         if not records:
             time.sleep(0.005 if self._parts else timeout)
 
-    def _next_ready(self) -> Message | None:
+    def _next_ready(self) -> Message[T] | None:
         with self._lock:
             now = time.monotonic()
             while self._redeliveries and self._redeliveries[0].due <= now:
@@ -342,7 +365,7 @@ class Consumer:
                     return self._delivered(msg, now)
         return None
 
-    def _deliverable(self, msg: Message) -> bool:
+    def _deliverable(self, msg: Message[T]) -> bool:
         mid = msg.message_id
         part = self._parts.get((mid.topic, mid.partition))
         if part is None or part.cursor.is_acked(mid.offset) or part.pending.is_pending(mid.offset):
@@ -354,7 +377,7 @@ class Consumer:
             return False
         return True
 
-    def _delivered(self, msg: Message, now: float) -> Message:
+    def _delivered(self, msg: Message[T], now: float) -> Message[T]:
         mid = msg.message_id
         key = (mid.topic, mid.partition, mid.offset)
         count = self._redelivery_counts.get(key, 0)
@@ -363,14 +386,17 @@ class Consumer:
         self._unacked[key] = (msg, now)
         return msg
 
-    def _dead_letter(self, msg: Message, part: _Part) -> None:
+    def _dead_letter(self, msg: Message[T], part: _Part) -> None:
         assert self._dlq is not None
         name = self._kafka_topics[msg.message_id.topic]
         dlq = self._dlq.dead_letter_topic or f"{name.base}-{self.subscription}-DLQ"
         self._client.create_topic(dlq, 1)
         props = dict(msg.properties)
         props.update({"REAL_TOPIC": str(name.base), "ORIGIN_MESSAGE_ID": str(msg.message_id)})
-        self._client._dlq_producer(dlq).send(msg.data, properties=props, partition_key=msg.partition_key)
+        # The raw payload with its schema header, so the DLQ decodes with the original schema.
+        self._client._dlq_producer(dlq)._send_payload(
+            msg.data, msg.schema_header, None, None, props, msg.partition_key, msg.event_timestamp
+        ).result(self._client.operation_timeout_seconds)
         self._ack_offset(part, msg.message_id.offset)
         log.info(
             "%s: %s moved to %s after %d redeliveries",
@@ -391,7 +417,9 @@ class Consumer:
             )
         return part
 
-    def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
+    def acknowledge(self, message: Message[Any] | MessageId, txn: Transaction | None = None) -> None:
+        """Acknowledge one message; with ``txn``, as part of that transaction (``TransactionConflict``
+        if another transaction holds it, ``InvalidTxnStatusError`` if ``txn`` is not open)."""
         mid = message.message_id if isinstance(message, Message) else message
         if txn is not None:
             self._ack_in_txn(txn, AckKind.INDIVIDUAL, [mid])
@@ -400,8 +428,10 @@ class Consumer:
             self._ack_offset(self._part_for(mid), mid.offset)
 
     def acknowledge_cumulative(
-        self, message: Message | MessageId | Sequence[MessageId], txn: Transaction | None = None
+        self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
     ) -> None:
+        """Acknowledge every message of the partition up to and including this one; with ``txn``,
+        as part of that transaction."""
         if isinstance(message, Message):
             mids = [message.message_id]
         elif isinstance(message, MessageId):
@@ -522,7 +552,8 @@ class Consumer:
                     if p.pa_topic == part.pa_topic:
                         self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
 
-    def negative_acknowledge(self, message: Message | MessageId) -> None:
+    def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
+        """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
         mid = message.message_id if isinstance(message, Message) else message
         with self._lock:
             key = (mid.topic, mid.partition, mid.offset)
@@ -531,12 +562,13 @@ class Consumer:
                 self._redeliver(entry[0], self._nack_delay)
 
     def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every delivered, unacknowledged message now."""
         with self._lock:
             for msg, _at in list(self._unacked.values()):
                 self._redeliver(msg, 0)
             self._unacked.clear()
 
-    def _redeliver(self, msg: Message, delay: float) -> None:
+    def _redeliver(self, msg: Message[T], delay: float) -> None:
         mid = msg.message_id
         key = (mid.topic, mid.partition, mid.offset)
         self._redelivery_counts[key] = self._redelivery_counts.get(key, 0) + 1
@@ -646,7 +678,7 @@ class Consumer:
                     if part is not None and part.pending.is_pending(rec.offset) is False:
                         state_ok = self._reader.state(*tp).is_visible(rec.offset, rec.headers)
                         if state_ok:
-                            self._redeliver(Message.from_record(rec), 0)
+                            self._redeliver(self._decode(rec), 0)
 
     def _expire_unacked(self, now: float) -> None:
         with self._lock:
@@ -693,6 +725,7 @@ class Consumer:
         self._flush_part(part)
 
     def stats(self) -> dict[str, Any]:
+        """Per-partition cursor and pending-ack counters of this consumer."""
         with self._lock:
             return {
                 "subscription": self.subscription,
@@ -719,10 +752,12 @@ class Consumer:
             return total
 
     def assigned_partitions(self) -> list[TP]:
+        """The (Kafka topic, partition) pairs this consumer holds now."""
         with self._lock:
             return sorted(self._parts)
 
     def close(self) -> None:
+        """Persist the cursor and leave the subscription (it stays; see ``unsubscribe``)."""
         if self._closed:
             return
         self._closed = True
@@ -747,7 +782,7 @@ class Consumer:
         except StoreError as exc:
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Consumer[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:

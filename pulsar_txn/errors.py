@@ -3,7 +3,14 @@ which Pulsar ``ServerError`` code it travels as on the wire."""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
+
+
+class Result(StrEnum):
+    """What a ``send_async`` callback gets as its first argument on success (Pulsar's
+    ``Result.Ok``); on failure it gets the typed ``PulsarTxnError`` instead."""
+
+    Ok = "Ok"
 
 
 class ServerError(IntEnum):
@@ -38,7 +45,12 @@ class ServerError(IntEnum):
 
 
 class PulsarTxnError(Exception):
-    """Root of every error this library raises to applications."""
+    """Root of every error this library raises to applications.
+
+    ``retriable`` says whether repeating the same operation may succeed (``Timeout``,
+    ``ServiceNotReady``, ...); when it is False, retry only at a higher level (a new transaction).
+    ``server_error`` is the Pulsar protocol code the error travels as.
+    """
 
     retriable: bool = False
     server_error: ServerError = ServerError.UnknownError
@@ -50,7 +62,7 @@ class PulsarTxnError(Exception):
 
 
 class UnknownError(PulsarTxnError):
-    pass
+    """An error the library cannot classify (an unknown server code)."""
 
 
 class ConfigError(PulsarTxnError, ValueError):
@@ -67,14 +79,20 @@ class PersistenceError(PulsarTxnError):
 
 
 class AuthenticationError(PulsarTxnError):
+    """The coordinator rejected the client's credentials."""
+
     server_error = ServerError.AuthenticationError
 
 
 class AuthorizationError(PulsarTxnError):
+    """The credentials are valid but do not allow this operation."""
+
     server_error = ServerError.AuthorizationError
 
 
 class ConsumerBusy(PulsarTxnError):
+    """An Exclusive subscription already has a consumer."""
+
     server_error = ServerError.ConsumerBusy
 
 
@@ -86,18 +104,26 @@ class ServiceNotReady(PulsarTxnError):
 
 
 class UnsupportedVersionError(PulsarTxnError):
+    """The peer speaks a protocol version this library does not support."""
+
     server_error = ServerError.UnsupportedVersionError
 
 
 class TopicNotFound(PulsarTxnError):
+    """The topic (or the partition) does not exist; create it first (``Client.create_topic``)."""
+
     server_error = ServerError.TopicNotFound
 
 
 class InvalidTopicName(PulsarTxnError, ValueError):
+    """A topic name Pulsar would not accept."""
+
     server_error = ServerError.InvalidTopicName
 
 
 class TooManyRequests(PulsarTxnError):
+    """The coordinator is overloaded; retry after a pause."""
+
     retriable = True
     server_error = ServerError.TooManyRequests
 
@@ -120,18 +146,29 @@ class InvalidTxnStatusError(PulsarTxnError):
 
 
 class NotAllowedError(PulsarTxnError):
+    """The operation is not allowed here (e.g. a closed consumer, a partition no longer assigned, a
+    Shared subscription)."""
+
     server_error = ServerError.NotAllowedError
 
 
 class TransactionConflict(PulsarTxnError):
+    """Another transaction holds a pending ack on that message (or it is already acknowledged).
+
+    Not retriable as an operation: abort the transaction and start a new one."""
+
     server_error = ServerError.TransactionConflict
 
 
 class TransactionNotFound(PulsarTxnError):
+    """The coordinator does not know the TxnID (never existed, or ended beyond the retention window)."""
+
     server_error = ServerError.TransactionNotFound
 
 
 class ProducerFenced(PulsarTxnError):
+    """A newer owner took over; this one may no longer act."""
+
     server_error = ServerError.ProducerFenced
 
 
@@ -160,7 +197,22 @@ class ProtocolError(PulsarTxnError):
 
 
 class ConnectionClosed(PulsarTxnError):
+    """The connection to the coordinator closed; the client reconnects on the next call."""
+
     retriable = True
+
+
+class IncompatibleSchema(PulsarTxnError):
+    """A message was written with a schema the reader's schema cannot decode (another schema type,
+    or an Avro writer schema with another fingerprint). Never a misread: the bytes are kept,
+    ``msg.data()`` still returns them."""
+
+    server_error = ServerError.IncompatibleSchema
+
+
+class SchemaSerializationError(PulsarTxnError, ValueError):
+    """A value could not be encoded with the schema, or a payload could not be decoded (Pulsar
+    Java's ``SchemaSerializationException``)."""
 
 
 _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
@@ -179,6 +231,7 @@ _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.TransactionConflict: TransactionConflict,
     ServerError.TransactionNotFound: TransactionNotFound,
     ServerError.ProducerFenced: ProducerFenced,
+    ServerError.IncompatibleSchema: IncompatibleSchema,
 }
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, cast
 
 from kafka_store import StoredRecord
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.naming import TopicName
+from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 from pulsar_txn.txnid import TxnID
+
+T = TypeVar("T")
 
 PRODUCER_HEADER = "pulsar.producer"
 SEQUENCE_HEADER = "pulsar.seq"
@@ -35,15 +39,32 @@ class MessageId:
 
 
 EARLIEST = MessageId("", -1, -2)
+"""Start a reader at the first message of each partition (Pulsar's ``MessageId.earliest``)."""
 LATEST = MessageId("", -1, -1)
+"""Start a reader after the last committed message (Pulsar's ``MessageId.latest``)."""
+
+_BYTES = BytesSchema()
+
+
+class Payload(bytes):
+    """The raw bytes of a message; also callable, so both this library's ``msg.data`` and the
+    Pulsar Python client's ``msg.data()`` give the bytes."""
+
+    __slots__ = ()
+
+    def __call__(self) -> bytes:
+        return bytes(self)
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
-    """A received message: payload plus Pulsar's metadata."""
+class Message(Generic[T]):
+    """A received message: payload plus Pulsar's metadata.
+
+    ``data`` (or ``data()``) is the raw payload; ``value()`` decodes it with the schema of the
+    consumer or reader that received it (bytes by default)."""
 
     message_id: MessageId
-    data: bytes
+    data: Payload
     partition_key: str | None
     properties: dict[str, str]
     event_timestamp: int | None
@@ -53,16 +74,26 @@ class Message:
     txn_id: TxnID | None
     redelivery_count: int = 0
     topic_name: str = field(default="")
+    schema_header: bytes | None = field(default=None, repr=False)
+    """The ``pulsar.schema`` header the message was written with (None: plain bytes)."""
+    schema: Schema[T] = field(default=cast("Schema[T]", _BYTES), repr=False, compare=False)
+    """The schema ``value()`` decodes with."""
 
-    def value(self) -> bytes:
-        return self.data
+    def value(self) -> T:
+        """The payload decoded with the schema; ``IncompatibleSchema`` if it was written with a
+        schema this one cannot read, ``SchemaSerializationError`` if it does not decode."""
+        return self.schema.decode_message(self.data, self.schema_header)
 
     @classmethod
-    def from_record(cls, rec: StoredRecord, redelivery_count: int = 0) -> Message:
+    def from_record(
+        cls, rec: StoredRecord, redelivery_count: int = 0, schema: Schema[Any] | None = None
+    ) -> Message[Any]:
         props: dict[str, str] = {}
-        producer = seq = event_time = txn = None
+        producer = seq = event_time = txn = schema_header = None
         for name, raw in rec.headers:
-            if name.startswith(PROPERTY_PREFIX):
+            if name == SCHEMA_HEADER:
+                schema_header = raw
+            elif name.startswith(PROPERTY_PREFIX):
                 props[name[len(PROPERTY_PREFIX) :]] = raw.decode("utf-8", "replace")
             elif name == TXN_HEADER and len(raw) == 16:
                 txn = TxnID.from_bytes(raw)
@@ -72,9 +103,10 @@ class Message:
                 seq = int(raw)
             elif name == EVENT_TIME_HEADER:
                 event_time = int(raw)
-        return cls(
+        chosen: Schema[Any] = schema or _BYTES
+        return Message(
             MessageId(rec.topic, rec.partition, rec.offset),
-            rec.value or b"",
+            Payload(rec.value or b""),
             rec.key.decode("utf-8", "replace") if rec.key is not None else None,
             props,
             event_time,
@@ -84,4 +116,6 @@ class Message:
             txn,
             redelivery_count,
             str(TopicName.parse(rec.topic).with_partition(rec.partition)),
+            schema_header,
+            chosen,
         )

@@ -3,32 +3,57 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import StoreError
 from pulsar_txn.buffer.marker import TXN_HEADER
-from pulsar_txn.errors import PersistenceError, PulsarTxnError
+from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
 from pulsar_txn.message import EVENT_TIME_HEADER, PRODUCER_HEADER, PROPERTY_PREFIX, SEQUENCE_HEADER, MessageId
 from pulsar_txn.naming import TopicName
+from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
     from pulsar_txn.transaction import Transaction
 
-SendCallback = Callable[[MessageId | None, PulsarTxnError | None], None]
+log = logging.getLogger(__name__)
+
+SendCallback = Callable[[Result | PulsarTxnError, MessageId | None], None]
+"""``callback(result, msg_id)`` as in Pulsar's Python client: ``(Result.Ok, MessageId)`` once
+stored, ``(error, None)`` on failure, where ``error`` is the typed ``PulsarTxnError``."""
+
+T = TypeVar("T")
 
 
-class Producer:
-    def __init__(self, client: Client, topic: str, *, producer_name: str | None = None) -> None:
+class Producer(Generic[T]):
+    """Sends messages to one topic, plain or inside a transaction; made by ``Client.create_producer``.
+
+    Partition choice follows Pulsar: a partition key hashes to a partition, no key goes round-robin,
+    a ``-partition-N`` topic always goes to N. Sends start in call order."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        producer_name: str | None = None,
+        schema: Schema[T] | None = None,
+    ) -> None:
         self._client = client
         self.topic = TopicName.parse(topic)
+        """The topic this producer sends to."""
         self.producer_name = producer_name or f"producer-{uuid.uuid4().hex[:8]}"
+        """The name stored with each message (``msg.producer_name``)."""
+        self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
+        """The schema values are encoded with (``BytesSchema`` by default: bytes or str)."""
+        self._schema_header = self.schema.header()
         self._partitions = client._partition_count(self.topic)
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
@@ -47,7 +72,7 @@ class Producer:
 
     def send_async(
         self,
-        content: bytes | str,
+        content: T,
         callback: SendCallback | None = None,
         *,
         txn: Transaction | None = None,
@@ -55,14 +80,33 @@ class Producer:
         partition_key: str | None = None,
         event_timestamp: int | None = None,
     ) -> Future[MessageId]:
-        """Send without waiting; the future (and ``callback``) give the MessageId once stored."""
-        payload = content.encode() if isinstance(content, str) else bytes(content)
+        """Send without waiting. The returned future resolves to the MessageId once stored (or
+        fails with a typed error); ``callback(result, msg_id)`` is called then too, on a client
+        thread (keep it short). With ``txn``, the message is part of that transaction and
+        ``txn.commit()`` waits for it."""
+        payload = self.schema.encode(content)
+        return self._send_payload(
+            payload, self._schema_header, callback, txn, properties, partition_key, event_timestamp
+        )
+
+    def _send_payload(
+        self,
+        payload: bytes,
+        schema_header: bytes | None,
+        callback: SendCallback | None,
+        txn: Transaction | None,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        event_timestamp: int | None,
+    ) -> Future[MessageId]:
         partition = self._choose_partition(partition_key)
         seq = next(self._sequence)
         headers: list[tuple[str, bytes]] = [
             (PRODUCER_HEADER, self.producer_name.encode()),
             (SEQUENCE_HEADER, str(seq).encode()),
         ]
+        if schema_header is not None:
+            headers.append((SCHEMA_HEADER, schema_header))
         if event_timestamp is not None:
             headers.append((EVENT_TIME_HEADER, str(int(event_timestamp)).encode()))
         for name, value in (properties or {}).items():
@@ -77,13 +121,11 @@ class Producer:
                     f"send to {topic}[{partition}] failed: {error}", retriable=bool(error and error.retriable)
                 )
                 result.set_exception(err)
-                if callback is not None:
-                    callback(None, err)
+                _notify(callback, err, None)
                 return
             mid = MessageId(topic, partition, offset)
             result.set_result(mid)
-            if callback is not None:
-                callback(mid, None)
+            _notify(callback, Result.Ok, mid)
 
         def append() -> None:
             self._client._appender().append_cb(
@@ -128,18 +170,22 @@ class Producer:
             return
         err = exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc))
         result.set_exception(err)
-        if callback is not None:
-            callback(None, err)
+        _notify(callback, err, None)
 
     def send(
         self,
-        content: bytes | str,
+        content: T,
         *,
         txn: Transaction | None = None,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
         event_timestamp: int | None = None,
     ) -> MessageId:
+        """Send and wait until stored (at most the client's operation timeout); the MessageId.
+
+        ``txn``: part of that transaction (visible to readers only once it commits).
+        ``properties``: string key/values stored with the message. ``partition_key``: chooses the
+        partition and is the Kafka key. ``event_timestamp``: application time in ms."""
         future = self.send_async(
             content,
             txn=txn,
@@ -147,10 +193,26 @@ class Producer:
             partition_key=partition_key,
             event_timestamp=event_timestamp,
         )
-        return future.result(self._client.operation_timeout_seconds)
+        try:
+            return future.result(self._client.operation_timeout_seconds)
+        except TimeoutError:
+            raise Timeout(
+                f"send to {self.topic} not confirmed within {self._client.operation_timeout_seconds}s"
+            ) from None
 
     def flush(self) -> None:
+        """Wait until every message sent so far is stored."""
         self._client._appender().flush(self._client.operation_timeout_seconds)
 
     def close(self) -> None:
+        """Flush; the producer holds no other resources (the client's Kafka producer is shared)."""
         self.flush()
+
+
+def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid: MessageId | None) -> None:
+    if callback is None:
+        return
+    try:
+        callback(result, mid)
+    except Exception:  # an application callback must not break the client's delivery thread
+        log.exception("send_async callback failed")

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import read_range
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
+from pulsar_txn.schema import BytesSchema, Schema
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
 
 
-class Reader:
-    def __init__(self, client: Client, topic: str, start_message_id: MessageId = EARLIEST) -> None:
+T = TypeVar("T")
+
+
+class Reader(Generic[T]):
+    """Reads committed messages of a topic from a position, without a subscription (Pulsar's
+    Reader); made by ``Client.create_reader``."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        start_message_id: MessageId = EARLIEST,
+        schema: Schema[T] | None = None,
+    ) -> None:
+        self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
+        """The schema ``msg.value()`` decodes with."""
         self._client = client
         self.topic = TopicName.parse(topic)
         count = client._partition_count(self.topic)
@@ -36,7 +51,7 @@ class Reader:
         self._committed = CommittedReader(
             client.kafka, starts, store=client._snapshots(), options=client._buffer_options()
         )
-        self._buffer: deque[Message] = deque()
+        self._buffer: deque[Message[T]] = deque()
 
     def _start(self) -> None:
         if self._latest:
@@ -47,28 +62,31 @@ class Reader:
                 state = self._committed.state(*tp)
                 self._committed.seek(*tp, state.max_read_position)
 
-    def read_next(self, timeout_millis: int | None = None) -> Message:
+    def read_next(self, timeout_millis: int | None = None) -> Message[T]:
         """The next committed message; raises ``Timeout`` if none arrives in time."""
         self._start()
         timeout = (timeout_millis if timeout_millis is not None else 30_000) / 1000
         if not self._buffer:
             records = self._committed.poll(timeout)
-            self._buffer.extend(Message.from_record(r) for r in records)
+            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
         if not self._buffer:
             raise Timeout(f"no committed message on {self.topic} within {timeout}s")
         return self._buffer.popleft()
 
     def has_message_available(self) -> bool:
+        """Whether a committed message is ready to read now (waits up to 0.2 s to find out)."""
         self._start()
         if not self._buffer:
-            self._buffer.extend(Message.from_record(r) for r in self._committed.poll(0.2))
+            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in self._committed.poll(0.2))
         return bool(self._buffer)
 
     def seek(self, message_id: MessageId) -> None:
+        """Read that partition again from ``message_id``."""
         self._buffer.clear()
         self._committed.seek(message_id.topic, message_id.partition, message_id.offset)
 
     def close(self) -> None:
+        """Stop reading and release the Kafka connections."""
         self._committed.close()
 
 

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pulsar_txn.errors import (
+    ConfigError,
     InvalidTxnStatusError,
     PulsarTxnError,
     Timeout,
@@ -43,10 +44,17 @@ class TransactionState(StrEnum):
 
 
 class Transaction:
+    """An open transaction (Pulsar's ``Transaction``): pass it as ``txn=`` to ``send`` and
+    ``acknowledge``, then ``commit()`` or ``abort()``. Made by ``Client.transaction``,
+    ``Client.new_transaction()...build()`` or, for one begun elsewhere, ``Client.resume_transaction``.
+    As a context manager it commits on success and aborts on an exception."""
+
     def __init__(self, client: Client, txn_id: TxnID, timeout_ms: int) -> None:
         self._client = client
         self.txn_id = txn_id
+        """The coordinator-assigned id; ``str(txn.txn_id)`` prints like Pulsar, ``(0,3)``."""
         self.timeout_ms = timeout_ms
+        """The transaction timeout this handle was created with."""
         self._deadline = time.monotonic() + timeout_ms / 1000
         self._state = TransactionState.OPEN
         self._lock = threading.Lock()
@@ -58,6 +66,7 @@ class Transaction:
 
     @property
     def state(self) -> TransactionState:
+        """The client-side state; OPEN turns TIME_OUT once the timeout has passed."""
         with self._lock:
             if self._state is TransactionState.OPEN and time.monotonic() >= self._deadline:
                 self._state = TransactionState.TIME_OUT
@@ -124,6 +133,9 @@ class Transaction:
 
     # ------------------------------------------------------------------ ending
     def commit(self) -> None:
+        """Wait for every send and ack made in the transaction, then commit it. If one of them
+        failed, abort instead and raise ``TransactionHasOperationFailed``. ``InvalidTxnStatusError``
+        if the transaction is not open (already ended, timed out)."""
         state = self.state
         if state is not TransactionState.OPEN:
             raise InvalidTxnStatusError(
@@ -144,6 +156,7 @@ class Transaction:
         self._end(TxnAction.COMMIT, TransactionState.COMMITTING, TransactionState.COMMITTED)
 
     def abort(self) -> None:
+        """Abort: none of its messages become visible, its acks are released (redelivered)."""
         state = self.state
         if state not in (TransactionState.OPEN, TransactionState.TIME_OUT, TransactionState.ERROR):
             raise InvalidTxnStatusError(f"cannot abort transaction {self.txn_id}: its state is {state.value}")
@@ -212,10 +225,12 @@ class TransactionBuilder:
         self._timeout_ms = 0
 
     def with_transaction_timeout(self, seconds: float) -> TransactionBuilder:
+        """The coordinator aborts the transaction if it has not ended within ``seconds``."""
         if seconds <= 0:
-            raise ValueError("transaction timeout must be positive")
+            raise ConfigError("transaction timeout must be positive")
         self._timeout_ms = int(seconds * 1000)
         return self
 
     def build(self) -> Transaction:
+        """Begin the transaction at the coordinator (NEW_TXN) and return it, open."""
         return self._client._new_txn(self._timeout_ms)

@@ -14,6 +14,9 @@ _TEXT = re.compile(r"^\((\d+),(\d+)\)$")
 
 @dataclass(frozen=True, slots=True, order=True)
 class TxnID:
+    """A transaction's id, Pulsar's ``TxnID(mostSigBits, leastSigBits)``: the TC id and the TC's
+    sequence number. ``TxnID.parse("(0,3)")`` reads the printed form back."""
+
     most_bits: int
     least_bits: int
 
@@ -23,10 +26,12 @@ class TxnID:
 
     @property
     def tc_id(self) -> int:
+        """The transaction coordinator that owns this transaction (``most_bits``)."""
         return self.most_bits
 
     @property
     def sequence(self) -> int:
+        """The per-TC sequence number (``least_bits``)."""
         return self.least_bits
 
     def __str__(self) -> str:
@@ -41,6 +46,7 @@ class TxnID:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TxnID:
+        """The inverse of ``to_bytes``."""
         if len(data) != _PACK.size:
             raise ValueError(f"a TxnID is {_PACK.size} bytes, got {len(data)}")
         most, least = _PACK.unpack(data)

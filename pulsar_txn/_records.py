@@ -1,0 +1,156 @@
+"""Record types for JSON and Avro schemas: dataclasses and pydantic models, described by their type
+hints. Derives the Avro schema of a record type, and converts records to and from plain dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from typing import Any, Union
+
+from pydantic import BaseModel
+
+from pulsar_txn.errors import ConfigError, SchemaSerializationError
+
+_PRIMITIVES: dict[type, str] = {bool: "boolean", int: "long", float: "double", str: "string", bytes: "bytes"}
+
+
+def is_record_type(tp: object) -> bool:
+    """A dataclass or a pydantic model class."""
+    return isinstance(tp, type) and (
+        dataclasses.is_dataclass(tp) or issubclass(tp, BaseModel)
+    )
+
+
+def _fields(record_type: type) -> dict[str, Any]:
+    """Field name -> resolved type hint, in declaration order."""
+    try:
+        hints = typing.get_type_hints(record_type)
+    except Exception as exc:  # unresolvable forward references
+        raise ConfigError(f"cannot resolve the type hints of {record_type.__name__}: {exc}") from None
+    if dataclasses.is_dataclass(record_type):
+        return {f.name: hints[f.name] for f in dataclasses.fields(record_type)}
+    assert issubclass(record_type, BaseModel)
+    return {name: hints[name] for name in record_type.model_fields}
+
+
+def _optional_arg(tp: Any) -> Any | None:
+    """``X`` for ``X | None`` / ``Optional[X]``, else None."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0]
+        raise ConfigError(f"unions other than `X | None` are not supported in records: {tp}")
+    return None
+
+
+def avro_schema(record_type: type, namespace: str | None = None) -> dict[str, Any]:
+    """The Avro record schema of a dataclass or pydantic model (nested records included once)."""
+    if not is_record_type(record_type):
+        raise ConfigError(f"{record_type!r} is not a dataclass or a pydantic model")
+    return _avro_record(record_type, namespace, set())
+
+
+def _avro_record(record_type: type, namespace: str | None, seen: set[str]) -> dict[str, Any]:
+    seen.add(record_type.__name__)
+    fields: list[dict[str, Any]] = []
+    for name, tp in _fields(record_type).items():
+        field: dict[str, Any] = {"name": name, "type": _avro_type(tp, namespace, seen)}
+        if _optional_arg(tp) is not None:
+            field["default"] = None
+        fields.append(field)
+    schema: dict[str, Any] = {"type": "record", "name": record_type.__name__, "fields": fields}
+    if namespace:
+        schema["namespace"] = namespace
+    return schema
+
+
+def _avro_type(tp: Any, namespace: str | None, seen: set[str]) -> Any:
+    inner = _optional_arg(tp)
+    if inner is not None:
+        return ["null", _avro_type(inner, namespace, seen)]
+    if tp in _PRIMITIVES:
+        return _PRIMITIVES[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list and len(args) == 1:
+        return {"type": "array", "items": _avro_type(args[0], namespace, seen)}
+    if origin is dict and len(args) == 2 and args[0] is str:
+        return {"type": "map", "values": _avro_type(args[1], namespace, seen)}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if tp.__name__ in seen:
+            return tp.__name__
+        seen.add(tp.__name__)
+        return {"type": "enum", "name": tp.__name__, "symbols": [m.name for m in tp]}
+    if is_record_type(tp):
+        if tp.__name__ in seen:
+            return tp.__name__  # a named type is defined once, then referenced by name
+        return _avro_record(tp, namespace, seen)
+    raise ConfigError(
+        f"type {tp!r} is not supported in records (use bool, int, float, str, bytes, X | None, "
+        "list[X], dict[str, X], enums, dataclasses or pydantic models)"
+    )
+
+
+def to_plain(value: Any, tp: Any) -> Any:
+    """A record (or field value) as plain dicts/lists/scalars, following the type hint ``tp``."""
+    if value is None:
+        return None
+    inner = _optional_arg(tp)
+    if inner is not None:
+        return to_plain(value, inner)
+    if is_record_type(tp):
+        if not isinstance(value, tp):
+            raise SchemaSerializationError(f"expected {tp.__name__}, got {type(value).__name__}")
+        return {name: to_plain(getattr(value, name), ftp) for name, ftp in _fields(tp).items()}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list:
+        return [to_plain(v, args[0]) for v in value]
+    if origin is dict:
+        return {k: to_plain(v, args[1]) for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return value.name
+    return value
+
+
+def from_plain(data: Any, tp: Any) -> Any:
+    """The inverse of ``to_plain``: builds records (validated by their constructors)."""
+    if data is None:
+        return None
+    inner = _optional_arg(tp)
+    if inner is not None:
+        return from_plain(data, inner)
+    if is_record_type(tp):
+        if not isinstance(data, dict):
+            raise SchemaSerializationError(f"expected an object for {tp.__name__}, got {type(data).__name__}")
+        fields = _fields(tp)
+        unknown = set(data) - set(fields)
+        if unknown:
+            raise SchemaSerializationError(f"{tp.__name__} has no fields {sorted(unknown)}")
+        kwargs = {name: from_plain(data[name], ftp) for name, ftp in fields.items() if name in data}
+        try:
+            return tp(**kwargs)
+        except (TypeError, ValueError) as exc:  # missing fields, pydantic validation
+            raise SchemaSerializationError(f"cannot build {tp.__name__}: {exc}") from None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list:
+        return [from_plain(v, args[0]) for v in data]
+    if origin is dict:
+        return {k: from_plain(v, args[1]) for k, v in data.items()}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp[data]
+        except KeyError:
+            raise SchemaSerializationError(f"{data!r} is not a member of {tp.__name__}") from None
+    return data
+
+
+def check_json_compatible(record_type: type) -> None:
+    """JSON has no bytes: refuse record types with bytes fields up front."""
+    for name, tp in _fields(record_type).items():
+        if "bytes" in str(tp) or tp is bytes:
+            raise ConfigError(f"{record_type.__name__}.{name} is bytes: use AvroSchema for binary fields")
+        inner = _optional_arg(tp) or tp
+        if is_record_type(inner):
+            check_json_compatible(inner)

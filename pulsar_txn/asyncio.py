@@ -1,0 +1,553 @@
+"""The asyncio variant of the client API: the same shapes, awaited.
+
+```python
+from pulsar_txn.asyncio import AsyncClient
+
+async with AsyncClient("pulsar://coord:6650", bootstrap_servers="kafka:9092") as client:
+    producer = await client.create_producer("orders")
+    consumer = await client.subscribe("orders", "billing", initial_position="Earliest")
+    async with client.transaction(timeout=30) as txn:   # commit on success, abort on an exception
+        await producer.send("order-1", txn=txn)
+    msg = await consumer.receive(timeout_millis=5000)
+    txn = await client.new_transaction().with_transaction_timeout(30).build()
+    await consumer.acknowledge(msg, txn=txn)
+    await txn.commit()
+```
+
+Sends need no thread: ``producer.send`` awaits the sync core's delivery future
+(``asyncio.wrap_future``). Calls that block in the sync core (subscribing, polling for messages,
+acknowledging, ending a transaction) run in a bounded thread pool owned by the client
+(``max_workers``), so the event loop never blocks. ``receive`` polls in short slices, so a waiting
+receive holds a worker only briefly and a cancelled one loses no message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from pulsar_txn.client import Client
+from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
+from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
+from pulsar_txn.message import EARLIEST, Message, MessageId
+from pulsar_txn.producer import Producer
+from pulsar_txn.reader import Reader
+from pulsar_txn.schema import Schema
+from pulsar_txn.transaction import Transaction, TransactionState
+from pulsar_txn.txnid import TxnID
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+
+_SLICE_MS = 100  # one blocking poll in the pool; bounds how long a receive holds a worker
+
+
+class _Pool:
+    """The client's bounded executor for blocking calls of the sync core."""
+
+    def __init__(self, max_workers: int) -> None:
+        if max_workers < 1:
+            raise ConfigError("max_workers must be at least 1")
+        self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="pulsar-txn-aio")
+
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        return self.executor.submit(fn, *args, **kwargs)
+
+    async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+
+
+class AsyncTransaction:
+    """An open transaction; ``await txn.commit()`` / ``await txn.abort()``. Pass it as ``txn=`` to
+    the async producer and consumer. ``async with`` commits on success and aborts on an exception."""
+
+    def __init__(self, txn: Transaction, pool: _Pool) -> None:
+        self.sync = txn
+        """The underlying sync ``Transaction``."""
+        self._pool = pool
+
+    @property
+    def txn_id(self) -> TxnID:
+        """The coordinator-assigned id, printed like Pulsar: ``(0,3)``."""
+        return self.sync.txn_id
+
+    @property
+    def state(self) -> TransactionState:
+        """The client-side state (OPEN, COMMITTING, COMMITTED, ABORTED, ERROR, TIME_OUT, ...)."""
+        return self.sync.state
+
+    async def commit(self) -> None:
+        """Wait for the transaction's sends and acks, then commit (see ``Transaction.commit``)."""
+        await self._pool.run(self.sync.commit)
+
+    async def abort(self) -> None:
+        """Abort the transaction (see ``Transaction.abort``)."""
+        await self._pool.run(self.sync.abort)
+
+    def __repr__(self) -> str:
+        return f"Async{self.sync!r}"
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._pool.run(self.sync.__exit__, exc_type, exc, tb)
+
+
+class _TransactionStart:
+    """What ``AsyncClient.transaction()`` returns: await it for an ``AsyncTransaction``, or use it
+    as ``async with`` (begin on enter; commit on success, abort on an exception on exit)."""
+
+    def __init__(self, begin: Callable[[], Awaitable[AsyncTransaction]]) -> None:
+        self._begin = begin
+        self._txn: AsyncTransaction | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncTransaction]:
+        return self._begin().__await__()
+
+    async def __aenter__(self) -> AsyncTransaction:
+        self._txn = await self._begin()
+        return self._txn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._txn is not None
+        await self._txn.__aexit__(exc_type, exc, tb)
+
+
+class AsyncTransactionBuilder:
+    """``await client.new_transaction().with_transaction_timeout(seconds).build()``."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+        self._timeout = 60.0
+
+    def with_transaction_timeout(self, seconds: float) -> AsyncTransactionBuilder:
+        """The coordinator aborts the transaction if it has not ended within ``seconds``."""
+        if seconds <= 0:
+            raise ConfigError("transaction timeout must be positive")
+        self._timeout = seconds
+        return self
+
+    async def build(self) -> AsyncTransaction:
+        """Begin the transaction at the coordinator and return it, open."""
+        return await self._client._begin(self._timeout)
+
+
+def _unwrap(txn: AsyncTransaction | Transaction | None) -> Transaction | None:
+    return txn.sync if isinstance(txn, AsyncTransaction) else txn
+
+
+class AsyncProducer(Generic[T]):
+    """The async face of a ``Producer``. Sends run on the sync core's delivery futures, with no
+    thread per send; at most ``max_pending_messages`` sends are in flight (more wait their turn)."""
+
+    def __init__(self, producer: Producer[T], pool: _Pool, timeout: float, max_pending_messages: int) -> None:
+        self.sync = producer
+        """The underlying sync ``Producer``."""
+        self._pool = pool
+        self._timeout = timeout
+        self._in_flight: deque[Future[MessageId]] = deque()
+        self._max_pending = max_pending_messages
+
+    @property
+    def topic(self) -> str:
+        """The topic this producer sends to."""
+        return str(self.sync.topic)
+
+    @property
+    def producer_name(self) -> str:
+        """The name stored with each message."""
+        return self.sync.producer_name
+
+    async def _make_room(self) -> None:
+        while self._in_flight and self._in_flight[0].done():
+            self._in_flight.popleft()
+        while len(self._in_flight) >= self._max_pending:
+            oldest = self._in_flight.popleft()
+            if not oldest.done():
+                await asyncio.wait([asyncio.wrap_future(oldest)], timeout=self._timeout)
+
+    async def send_async(
+        self,
+        content: T,
+        *,
+        txn: AsyncTransaction | Transaction | None = None,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue the send and return at once with a future of its MessageId: send many, then
+        ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)"""
+        await self._make_room()
+        fut = self.sync.send_async(
+            content,
+            txn=_unwrap(txn),
+            properties=properties,
+            partition_key=partition_key,
+            event_timestamp=event_timestamp,
+        )
+        self._in_flight.append(fut)
+        return asyncio.wrap_future(fut)
+
+    async def send(
+        self,
+        content: T,
+        *,
+        txn: AsyncTransaction | Transaction | None = None,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+    ) -> MessageId:
+        """Send and wait until stored; the MessageId (``Timeout`` after the operation timeout)."""
+        fut = await self.send_async(
+            content,
+            txn=txn,
+            properties=properties,
+            partition_key=partition_key,
+            event_timestamp=event_timestamp,
+        )
+        try:
+            return await asyncio.wait_for(fut, self._timeout)
+        except TimeoutError:
+            raise Timeout(f"send to {self.topic} not confirmed within {self._timeout}s") from None
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is stored."""
+        await self._pool.run(self.sync.flush)
+
+    async def close(self) -> None:
+        """Flush."""
+        await self._pool.run(self.sync.close)
+
+
+class AsyncConsumer(Generic[T]):
+    """The async face of a ``Consumer``."""
+
+    def __init__(self, consumer: Consumer[T], pool: _Pool) -> None:
+        self.sync = consumer
+        """The underlying sync ``Consumer``."""
+        self._pool = pool
+        self._stash: deque[Message[T]] = deque()  # received by a slice whose receive was cancelled
+
+    @property
+    def subscription(self) -> str:
+        """The subscription name."""
+        return self.sync.subscription
+
+    async def receive(self, timeout_millis: int | None = None) -> Message[T]:
+        """The next committed message; ``Timeout`` if none arrives within ``timeout_millis``."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_millis is None else loop.time() + timeout_millis / 1000
+        while True:
+            if self._stash:
+                return self._stash.popleft()
+            remaining_ms = _SLICE_MS if deadline is None else int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0:
+                raise Timeout(f"no message for subscription {self.subscription!r} within {timeout_millis} ms")
+            job = self._pool.submit(self._receive_slice, min(remaining_ms, _SLICE_MS))
+            try:
+                msg = await asyncio.shield(asyncio.wrap_future(job))
+            except asyncio.CancelledError:
+                job.add_done_callback(self._keep)  # a message received after all goes to the next call
+                raise
+            if msg is not None:
+                return msg
+
+    def _receive_slice(self, timeout_ms: int) -> Message[T] | None:
+        try:
+            return self.sync.receive(timeout_ms)
+        except Timeout:
+            return None
+
+    def _keep(self, job: Future[Message[T] | None]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            msg = job.result()
+            if msg is not None:
+                self._stash.append(msg)
+
+    async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
+        """Up to ``max_messages`` messages within ``timeout_millis`` (maybe none)."""
+        out = [self._stash.popleft() for _ in range(min(len(self._stash), max_messages))]
+        if len(out) < max_messages:
+            out += await self._pool.run(self.sync.batch_receive, max_messages - len(out), timeout_millis)
+        return out
+
+    async def acknowledge(
+        self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
+    ) -> None:
+        """Acknowledge one message, with ``txn`` inside that transaction."""
+        await self._pool.run(self.sync.acknowledge, message, _unwrap(txn))
+
+    async def acknowledge_cumulative(
+        self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
+    ) -> None:
+        """Acknowledge everything of the partition up to this message, with ``txn`` inside it."""
+        await self._pool.run(self.sync.acknowledge_cumulative, message, _unwrap(txn))
+
+    async def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
+        """Redeliver the message after the consumer's negative-ack delay."""
+        await self._pool.run(self.sync.negative_acknowledge, message)
+
+    async def seek(self, message_id: MessageId) -> None:
+        """Reset the subscription's cursor on that partition to ``message_id``."""
+        self._stash.clear()
+        await self._pool.run(self.sync.seek, message_id)
+
+    async def close(self) -> None:
+        """Persist the cursor and leave the subscription."""
+        stashed, self._stash = list(self._stash), deque()
+        await self._pool.run(self._close, stashed)
+
+    def _close(self, stashed: list[Message[T]]) -> None:
+        for msg in stashed:  # received, handed out to nobody: let them come back
+            self.sync.negative_acknowledge(msg)
+        self.sync.close()
+
+    async def unsubscribe(self) -> None:
+        """Close and delete the subscription."""
+        await self._pool.run(self.sync.unsubscribe)
+
+    async def __aenter__(self) -> AsyncConsumer[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncReader(Generic[T]):
+    """The async face of a ``Reader``."""
+
+    def __init__(self, reader: Reader[T], pool: _Pool) -> None:
+        self.sync = reader
+        """The underlying sync ``Reader``."""
+        self._pool = pool
+        self._lock = asyncio.Lock()  # the sync reader is not meant for concurrent reads
+
+    async def read_next(self, timeout_millis: int | None = None) -> Message[T]:
+        """The next committed message; ``Timeout`` if none arrives in time (30 s by default)."""
+        async with self._lock:
+            return await self._pool.run(self.sync.read_next, timeout_millis)
+
+    async def has_message_available(self) -> bool:
+        """Whether a committed message is ready to read now."""
+        async with self._lock:
+            return await self._pool.run(self.sync.has_message_available)
+
+    async def seek(self, message_id: MessageId) -> None:
+        """Read that partition again from ``message_id``."""
+        async with self._lock:
+            await self._pool.run(self.sync.seek, message_id)
+
+    async def close(self) -> None:
+        """Stop reading."""
+        async with self._lock:
+            await self._pool.run(self.sync.close)
+
+
+class AsyncClient:
+    """``AsyncClient(service_url, bootstrap_servers=...)``: the asyncio variant of ``Client``.
+
+    Takes the same arguments as ``Client``, plus ``max_workers`` (the bounded thread pool for
+    blocking calls of the sync core). ``async with AsyncClient(...) as client:`` closes it.
+    ``AsyncClient(sync_client)`` wraps an existing ``Client`` instead; closing the wrapper then
+    leaves that client open (its owner closes it)."""
+
+    def __init__(self, service_url: str | Client, *, max_workers: int = 8, **kwargs: Any) -> None:
+        self._owns = not isinstance(service_url, Client)
+        self.sync = service_url if isinstance(service_url, Client) else Client(service_url, **kwargs)
+        """The underlying sync ``Client``."""
+        self._pool = _Pool(max_workers)
+        self._closed = False
+
+    @classmethod
+    async def embedded(cls, *, max_workers: int = 8, **kwargs: Any) -> AsyncClient:
+        """``Client.embedded`` (coordinator in-process, and a broker if no ``bootstrap_servers``),
+        started off the event loop."""
+        loop = asyncio.get_running_loop()
+        client = await loop.run_in_executor(None, functools.partial(Client.embedded, **kwargs))
+        wrapper = cls(client, max_workers=max_workers)
+        wrapper._owns = True
+        return wrapper
+
+    @property
+    def operation_timeout_seconds(self) -> float:
+        """Bound on every blocking operation."""
+        return self.sync.operation_timeout_seconds
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotAllowedError("client is closed")
+
+    # ------------------------------------------------------------------ transactions
+    def new_transaction(self) -> AsyncTransactionBuilder:
+        """``await client.new_transaction().with_transaction_timeout(seconds).build()``."""
+        return AsyncTransactionBuilder(self)
+
+    def transaction(self, timeout: float = 60.0) -> _TransactionStart:
+        """``async with client.transaction(timeout=30) as txn:`` (commit on success, abort on an
+        exception), or ``txn = await client.transaction(30)``."""
+        if timeout <= 0:
+            raise ConfigError("transaction timeout must be positive")
+        return _TransactionStart(lambda: self._begin(timeout))
+
+    async def _begin(self, timeout: float) -> AsyncTransaction:
+        self._check_open()
+        txn = await self._pool.run(self.sync.transaction, timeout)
+        return AsyncTransaction(txn, self._pool)
+
+    def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> AsyncTransaction:
+        """A handle on a transaction begun elsewhere, by its id (no I/O until commit/abort)."""
+        return AsyncTransaction(self.sync.resume_transaction(txn_id, timeout_ms), self._pool)
+
+    # ------------------------------------------------------------------ factories
+    @overload
+    async def create_producer(
+        self, topic: str, *, producer_name: str | None = None, max_pending_messages: int = 10_000
+    ) -> AsyncProducer[bytes | str]: ...
+
+    @overload
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        producer_name: str | None = None,
+        schema: Schema[T],
+        max_pending_messages: int = 10_000,
+    ) -> AsyncProducer[T]: ...
+
+    async def create_producer(
+        self,
+        topic: str,
+        *,
+        producer_name: str | None = None,
+        schema: Schema[Any] | None = None,
+        max_pending_messages: int = 10_000,
+    ) -> AsyncProducer[Any]:
+        """See ``Client.create_producer``; ``max_pending_messages`` bounds sends in flight."""
+        self._check_open()
+        if max_pending_messages < 1:
+            raise ConfigError("max_pending_messages must be at least 1")
+        producer: Producer[Any] = await self._pool.run(
+            functools.partial(Producer, self.sync, topic, producer_name=producer_name, schema=schema)
+        )
+        return AsyncProducer(producer, self._pool, self.operation_timeout_seconds, max_pending_messages)
+
+    @overload
+    async def subscribe(
+        self,
+        topic: str | list[str] | None,
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ...,
+        initial_position: InitialPosition | str = ...,
+        pattern: str | None = ...,
+        schema: None = ...,
+        **options: Any,
+    ) -> AsyncConsumer[bytes]: ...
+
+    @overload
+    async def subscribe(
+        self,
+        topic: str | list[str] | None,
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ...,
+        initial_position: InitialPosition | str = ...,
+        pattern: str | None = ...,
+        schema: Schema[T],
+        **options: Any,
+    ) -> AsyncConsumer[T]: ...
+
+    async def subscribe(
+        self,
+        topic: str | list[str] | None,
+        subscription_name: str,
+        *,
+        consumer_type: ConsumerType | str = ConsumerType.Exclusive,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        pattern: str | None = None,
+        schema: Schema[Any] | None = None,
+        **options: Any,
+    ) -> AsyncConsumer[Any]:
+        """See ``Client.subscribe``."""
+        self._check_open()
+        consumer: Consumer[Any] = await self._pool.run(
+            functools.partial(
+                self.sync.subscribe,
+                topic,
+                subscription_name,
+                consumer_type=consumer_type,
+                initial_position=initial_position,
+                pattern=pattern,
+                schema=schema,
+                **options,
+            )
+        )
+        return AsyncConsumer(consumer, self._pool)
+
+    @overload
+    async def create_reader(self, topic: str, start_message_id: MessageId = ...) -> AsyncReader[bytes]: ...
+
+    @overload
+    async def create_reader(
+        self, topic: str, start_message_id: MessageId = ..., *, schema: Schema[T]
+    ) -> AsyncReader[T]: ...
+
+    async def create_reader(
+        self, topic: str, start_message_id: MessageId = EARLIEST, *, schema: Schema[Any] | None = None
+    ) -> AsyncReader[Any]:
+        """See ``Client.create_reader``."""
+        self._check_open()
+        reader: Reader[Any] = await self._pool.run(
+            functools.partial(self.sync.create_reader, topic, start_message_id, schema=schema)
+        )
+        return AsyncReader(reader, self._pool)
+
+    async def create_topic(self, topic: str, partitions: int = 1) -> None:
+        """Create a (partitioned) topic; a no-op if it exists."""
+        await self._pool.run(self.sync.create_topic, topic, partitions)
+
+    async def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
+        """Per partition, the id of the last committed message."""
+        return await self._pool.run(self.sync.get_last_message_ids, topic)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def close(self) -> None:
+        """Close the sync client if this wrapper made it (consumers, connections, anything
+        ``embedded`` started), then the thread pool."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._owns:
+                await self._pool.run(self.sync.close)
+        finally:
+            self._pool.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+__all__ = [
+    "AsyncClient",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "AsyncReader",
+    "AsyncTransaction",
+    "AsyncTransactionBuilder",
+]

@@ -1,0 +1,271 @@
+"""Schemas: how message values become bytes and back, as in Pulsar's ``pulsar.schema``.
+
+``BytesSchema`` (the default), ``StringSchema``, ``JsonSchema(RecordType)`` and
+``AvroSchema(RecordType)``, where a record type is a dataclass or a pydantic model (or ``dict``
+with an explicit Avro schema). Pass one to ``create_producer``, ``subscribe`` or ``create_reader``;
+``msg.value()`` then returns the decoded object and ``msg.data()`` the raw bytes.
+
+Every message written with a schema other than bytes carries the header ``pulsar.schema``:
+``STRING``, ``JSON:<fingerprint>`` or ``AVRO:<fingerprint>``, the fingerprint being the 16 hex
+digits of the CRC-64-AVRO fingerprint of the writer schema's canonical form. Avro values are
+encoded schemaless (no schema in the payload), so a reader decodes them only when it knows the
+writer schema: its own (same fingerprint) or one passed as ``writer_schemas=`` (then Avro schema
+resolution applies). Anything else raises ``IncompatibleSchema``: a value is never misread.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from pulsar_txn import _records
+from pulsar_txn.errors import ConfigError, IncompatibleSchema, SchemaSerializationError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+SCHEMA_HEADER = "pulsar.schema"
+"""The Kafka header naming the schema a message was written with."""
+
+
+class Schema(ABC, Generic[T]):
+    """How values of type ``T`` are encoded; subclasses are the concrete schemas."""
+
+    schema_type: ClassVar[str]
+    """Pulsar's SchemaType name: ``BYTES``, ``STRING``, ``JSON``, ``AVRO``."""
+
+    @abstractmethod
+    def encode(self, value: T) -> bytes:
+        """The payload for ``value``; ``SchemaSerializationError`` if it does not fit the schema."""
+
+    @abstractmethod
+    def decode(self, data: bytes) -> T:
+        """The value of a payload written with this very schema."""
+
+    def header(self) -> bytes | None:
+        """The ``pulsar.schema`` header value written with each message (None: no header)."""
+        return self.schema_type.encode()
+
+    def decode_message(self, data: bytes, header: bytes | None) -> T:
+        """The value of a received message, given its ``pulsar.schema`` header (None if absent).
+
+        Raises ``IncompatibleSchema`` when the message was written with a schema this one cannot
+        read, ``SchemaSerializationError`` when the payload does not decode."""
+        written = header.decode("ascii", "replace").split(":", 1)[0] if header else None
+        if written is not None and written != self.schema_type:
+            raise IncompatibleSchema(
+                f"message written with schema {written}, read with {self.schema_type}; use "
+                "BytesSchema (or msg.data()) to get its bytes"
+            )
+        return self.decode(data)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class BytesSchema(Schema[bytes]):
+    """Raw bytes, the default. Reads every message, whatever it was written with. For
+    compatibility with existing code, ``encode`` also takes a ``str`` (as UTF-8)."""
+
+    schema_type = "BYTES"
+
+    def encode(self, value: bytes) -> bytes:
+        if isinstance(value, str):  # the producer's historical convenience: str -> UTF-8
+            return value.encode()
+        if isinstance(value, bytes | bytearray | memoryview):
+            return bytes(value)
+        raise SchemaSerializationError(f"BytesSchema takes bytes or str, not {type(value).__name__}")
+
+    def decode(self, data: bytes) -> bytes:
+        return bytes(data)
+
+    def header(self) -> bytes | None:
+        return None  # plain messages stay header-free, readable by any Kafka consumer as-is
+
+    def decode_message(self, data: bytes, header: bytes | None) -> bytes:
+        return bytes(data)
+
+
+class StringSchema(Schema[str]):
+    """UTF-8 text."""
+
+    schema_type = "STRING"
+
+    def encode(self, value: str) -> bytes:
+        if not isinstance(value, str):
+            raise SchemaSerializationError(f"StringSchema takes str, not {type(value).__name__}")
+        return value.encode()
+
+    def decode(self, data: bytes) -> str:
+        try:
+            return bytes(data).decode()
+        except UnicodeDecodeError as exc:
+            raise SchemaSerializationError(f"payload is not UTF-8: {exc}") from None
+
+
+def _fingerprint(avro: dict[str, Any]) -> str:
+    return str(fingerprint(to_parsing_canonical_form(fastavro.parse_schema(avro)), "CRC-64-AVRO"))
+
+
+class _RecordSchema(Schema[R]):
+    """Common part of JSON and Avro: a record type (dataclass, pydantic model, or ``dict``)."""
+
+    def __init__(self, record_type: type[R], avro: dict[str, Any] | None) -> None:
+        if record_type is not dict and not _records.is_record_type(record_type):
+            raise ConfigError(
+                f"{type(self).__name__} takes a dataclass, a pydantic model or dict, not {record_type!r}"
+            )
+        self.record_type = record_type
+        if avro is None and record_type is not dict:
+            avro = _records.avro_schema(record_type)
+        self.avro_schema = avro
+        """The Avro schema of the record (JSON schemas are described by one too, as in Pulsar)."""
+        self.fingerprint = _fingerprint(avro) if avro is not None else None
+        """CRC-64-AVRO fingerprint of the schema's canonical form, as hex; None for schemaless JSON."""
+
+    def header(self) -> bytes:
+        tag = self.schema_type if self.fingerprint is None else f"{self.schema_type}:{self.fingerprint}"
+        return tag.encode()
+
+    def _to_plain(self, value: R) -> Any:
+        if self.record_type is dict:
+            if not isinstance(value, dict):
+                raise SchemaSerializationError(f"expected a dict, got {type(value).__name__}")
+            return value
+        return _records.to_plain(value, self.record_type)
+
+    def _from_plain(self, data: Any) -> R:
+        if self.record_type is dict:
+            if not isinstance(data, dict):
+                raise SchemaSerializationError(f"expected a JSON object, got {type(data).__name__}")
+            return data  # type: ignore[return-value]  # R is dict here
+        value: R = _records.from_plain(data, self.record_type)
+        return value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.record_type.__name__})"
+
+
+class JsonSchema(_RecordSchema[R]):
+    """Records as JSON objects. ``JsonSchema(MyDataclass)``, ``JsonSchema(MyModel)`` or
+    ``JsonSchema(dict)`` (any JSON object). JSON is self-describing, so a reader decodes messages
+    whatever record version wrote them, as long as they build its record type (else
+    ``SchemaSerializationError``)."""
+
+    schema_type = "JSON"
+
+    def __init__(self, record_type: type[R]) -> None:
+        if record_type is not dict:
+            _records.check_json_compatible(record_type)
+        super().__init__(record_type, None)
+
+    def encode(self, value: R) -> bytes:
+        try:
+            return json.dumps(self._to_plain(value), separators=(",", ":"), ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise SchemaSerializationError(f"cannot encode {type(value).__name__} as JSON: {exc}") from None
+
+    def decode(self, data: bytes) -> R:
+        try:
+            plain = json.loads(bytes(data))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise SchemaSerializationError(f"payload is not JSON: {exc}") from None
+        return self._from_plain(plain)
+
+
+class AvroSchema(_RecordSchema[R]):
+    """Records in Avro binary encoding (fastavro), schemaless, with the writer schema's fingerprint
+    in the message header.
+
+    ``AvroSchema(MyDataclass)`` derives the Avro schema from the type hints;
+    ``AvroSchema(dict, schema={...})`` reads and writes dicts with an explicit schema.
+    ``writer_schemas=[older, ...]`` lets a reader decode messages written with those schemas
+    (Avro resolution to this schema); any other writer schema raises ``IncompatibleSchema``."""
+
+    schema_type = "AVRO"
+
+    def __init__(
+        self,
+        record_type: type[R],
+        *,
+        schema: dict[str, Any] | None = None,
+        writer_schemas: list[dict[str, Any]] | None = None,
+    ) -> None:
+        if record_type is dict and schema is None:
+            raise ConfigError("AvroSchema(dict) needs schema={...}")
+        super().__init__(record_type, schema)
+        assert self.avro_schema is not None and self.fingerprint is not None
+        try:
+            self._parsed = fastavro.parse_schema(self.avro_schema)
+            self._writers = {
+                _fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])
+            }
+        except Exception as exc:  # fastavro's SchemaParseException and friends
+            raise ConfigError(f"invalid Avro schema: {exc}") from None
+        self._writers.pop(self.fingerprint, None)
+
+    def encode(self, value: R) -> bytes:
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, self._parsed, self._to_plain(value))
+        except SchemaSerializationError:
+            raise
+        except Exception as exc:  # fastavro raises ValueError, TypeError, AttributeError, ...
+            raise SchemaSerializationError(f"cannot encode {type(value).__name__} as Avro: {exc}") from None
+        return out.getvalue()
+
+    def decode(self, data: bytes) -> R:
+        return self._read(data, self._parsed, None)
+
+    def decode_message(self, data: bytes, header: bytes | None) -> R:
+        tag = header.decode("ascii", "replace") if header else ""
+        kind, _, fp = tag.partition(":")
+        if kind != "AVRO":
+            written = kind or "no schema (plain bytes)"
+            raise IncompatibleSchema(f"message written with {written}, read with AVRO")
+        if fp == self.fingerprint:
+            return self._read(data, self._parsed, None)
+        writer = self._writers.get(fp)
+        if writer is None:
+            raise IncompatibleSchema(
+                f"message written with Avro schema {fp}, this reader's is {self.fingerprint}: pass "
+                "the writer schema as AvroSchema(..., writer_schemas=[...]) to read it"
+            )
+        return self._read(data, writer, self._parsed)
+
+    def _read(self, data: bytes, writer: Any, reader: Any | None) -> R:
+        buf = io.BytesIO(bytes(data))
+        try:
+            plain = fastavro.schemaless_reader(buf, writer, reader)
+        except Exception as exc:  # truncated data, failed schema resolution
+            if type(exc).__name__ == "SchemaResolutionError":
+                raise IncompatibleSchema(f"writer schema does not resolve to the reader's: {exc}") from None
+            raise SchemaSerializationError(f"payload is not valid Avro for {self!r}: {exc}") from None
+        if buf.tell() != len(buf.getbuffer()):
+            raise SchemaSerializationError(
+                f"payload has {len(buf.getbuffer()) - buf.tell()} bytes after the {self!r} record"
+            )
+        return self._from_plain(plain)
+
+
+def schema_header(headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]) -> bytes | None:
+    """The ``pulsar.schema`` header of a record's headers, if any."""
+    for name, value in headers:
+        if name == SCHEMA_HEADER:
+            return value
+    return None
+
+
+__all__ = [
+    "SCHEMA_HEADER",
+    "AvroSchema",
+    "BytesSchema",
+    "JsonSchema",
+    "Schema",
+    "StringSchema",
+]

@@ -1,0 +1,142 @@
+"""The Pulsar-shaped client API against the real broker: schemas end to end, the send_async
+callback, and ending a transaction by its id from another client."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pulsar_txn import (
+    AvroSchema,
+    BytesSchema,
+    Client,
+    IncompatibleSchema,
+    JsonSchema,
+    MessageId,
+    PersistenceError,
+    Result,
+    StringSchema,
+    TransactionState,
+)
+from tests.conftest import Cluster, read_all
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+@dataclasses.dataclass
+class Order:
+    order_id: str
+    amount: float
+    tags: list[str]
+    note: str | None = None
+
+
+@dataclasses.dataclass
+class OtherOrder:
+    order_id: str
+
+
+def test_avro_records_sent_in_a_transaction_come_back_as_records_and_raw_bytes_stay_available(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"avro_{uid}"
+    c.client.create_topic(topic, 2)
+    schema = AvroSchema(Order)
+    producer = c.client.create_producer(topic, schema=schema)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest", schema=schema)
+    orders = [Order(f"o{i}", i * 1.5, [str(i)], None if i % 2 else "n") for i in range(6)]
+    with c.client.transaction(timeout=30) as txn:
+        for o in orders:
+            producer.send(o, txn=txn, partition_key=o.order_id)
+    got = [consumer.receive(5000) for _ in orders]
+    assert sorted((m.value() for m in got), key=lambda o: o.order_id) == orders
+    for m in got:
+        assert m.data() == schema.encode(m.value()) and m.data == m.data()
+        assert m.txn_id == txn.txn_id
+        consumer.acknowledge(m)
+
+
+def test_readers_with_another_schema_get_incompatible_schema_but_bytes_readers_get_the_payload(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"mismatch_{uid}"
+    c.client.create_topic(topic, 1)
+    writer = AvroSchema(Order)
+    c.client.create_producer(topic, schema=writer).send(Order("o1", 2.0, []))
+    (other,) = read_all(c.client.create_reader(topic, schema=AvroSchema(OtherOrder)))
+    with pytest.raises(IncompatibleSchema):
+        other.value()
+    (as_json,) = read_all(c.client.create_reader(topic, schema=JsonSchema(Order)))
+    with pytest.raises(IncompatibleSchema):
+        as_json.value()
+    (raw,) = read_all(c.client.create_reader(topic, schema=BytesSchema()))
+    assert raw.value() == writer.encode(Order("o1", 2.0, [])) == raw.data()
+    assert raw.schema_header == writer.header()
+
+
+def test_string_and_json_schemas_through_a_consumer(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    text_topic, json_topic = f"str_{uid}", f"json_{uid}"
+    c.client.create_topic(text_topic, 1)
+    c.client.create_topic(json_topic, 1)
+    c.client.create_producer(text_topic, schema=StringSchema()).send("héllo")
+    c.client.create_producer(json_topic, schema=JsonSchema(dict)).send({"a": [1, 2], "b": None})
+    text = c.client.subscribe(text_topic, f"s_{uid}", initial_position="Earliest", schema=StringSchema())
+    assert text.receive(5000).value() == "héllo"
+    (doc,) = read_all(c.client.create_reader(json_topic, schema=JsonSchema(dict)))
+    assert doc.value() == {"a": [1, 2], "b": None}
+    assert doc.data() == b'{"a":[1,2],"b":null}'
+
+
+def test_send_async_callback_gets_result_ok_and_message_id_or_the_typed_error(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"cb_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    calls: list[tuple[Any, Any]] = []
+    done = threading.Event()
+
+    def callback(result: Any, msg_id: Any) -> None:
+        calls.append((result, msg_id))
+        if len(calls) == 2:
+            done.set()
+
+    ok = producer.send_async(b"fine", callback)
+    producer.send_async(b"x" * 3_000_000, callback)  # larger than the broker accepts
+    assert done.wait(30)
+    by_kind = {r is Result.Ok: (r, mid) for r, mid in calls}
+    assert by_kind[True] == (Result.Ok, ok.result(5))
+    assert isinstance(by_kind[True][1], MessageId)
+    failure, no_id = by_kind[False]
+    assert isinstance(failure, PersistenceError) and no_id is None
+
+
+def test_a_transaction_is_committed_by_its_id_from_another_client(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"byid_{uid}"
+    c.client.create_topic(topic, 1)
+    txn = c.client.transaction(timeout=60)
+    c.client.create_producer(topic).send(b"m", txn=txn)
+    assert read_all(c.client.create_reader(topic), 500) == []
+    with Client(
+        c.client.service_url,
+        kafka=c.client.kafka,
+        num_tcs=c.config.num_tcs,
+        snapshot_topic=c.config.snapshot_topic,
+    ) as other:
+        handle = other.resume_transaction(str(txn.txn_id))
+        handle.commit()
+        assert handle.state is TransactionState.COMMITTED
+    assert [m.data() for m in read_all(c.client.create_reader(topic))] == [b"m"]
