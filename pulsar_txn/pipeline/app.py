@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Transform = Callable[[Message], bytes | str]
+Transform = Callable[[Message[bytes]], bytes | str]
 SOURCE_PROPERTY = "pipeline.source"  # the input MessageId an output message was made from
 
 
-def upper(msg: Message) -> bytes:
+def upper(msg: Message[bytes]) -> bytes:
     """The default transform (the demo's): upper-case the payload."""
     return msg.data.upper()
 
@@ -82,7 +82,7 @@ class ExactlyOncePipeline:
         self._transform = transform
         self._on_progress = on_progress
         self._output = TopicName.parse(settings.output_topic)
-        self._producers: dict[int, Producer] = {}
+        self._producers: dict[int, Producer[bytes | str]] = {}
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -133,7 +133,7 @@ class ExactlyOncePipeline:
     def _producer_prefix(self) -> str:
         return f"{self.settings.instance_id}-out-"
 
-    def _producer(self, partition: int) -> Producer:
+    def _producer(self, partition: int) -> Producer[bytes | str]:
         producer = self._producers.get(partition)
         if producer is None:
             topic = str(self._output.with_partition(partition))
@@ -143,7 +143,7 @@ class ExactlyOncePipeline:
             self._producers[partition] = producer
         return producer
 
-    def _process(self, consumer: Consumer, batch: list[Message]) -> None:
+    def _process(self, consumer: Consumer[bytes], batch: list[Message[bytes]]) -> None:
         started = time.monotonic()
         txn = self._client.transaction(self.settings.transaction_timeout_s)
         try:

@@ -10,8 +10,9 @@ import threading
 import time
 
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
+from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
-from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings
+from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings, upper
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-exit", type=float, help="exit after this many seconds without input")
     p.add_argument("--num-tcs", type=int, help="the cluster's number of TCs (default: read from Kafka)")
     p.add_argument("--snapshot-topic", help="transaction-buffer snapshot topic, if not the default")
+    p.add_argument("--work-ms", type=float, default=0.0, help="simulated processing time per message")
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
 
@@ -62,7 +64,14 @@ def run(args: argparse.Namespace) -> int:
                 shown[0] = now
                 print(_line(progress), flush=True)
 
-        pipeline = ExactlyOncePipeline(client, settings, on_progress=show)
+        transform = upper
+        if args.work_ms > 0:
+
+            def transform(msg: Message[bytes]) -> bytes:
+                time.sleep(args.work_ms / 1000)
+                return upper(msg)
+
+        pipeline = ExactlyOncePipeline(client, settings, transform, on_progress=show)
         try:
             progress = pipeline.run(stop)
         finally:

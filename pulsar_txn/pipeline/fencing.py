@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def leftover_transactions(
-    client: Client, consumer: Consumer, output: TopicName, producer_prefix: str
+    client: Client, consumer: Consumer[bytes], output: TopicName, producer_prefix: str
 ) -> set[TxnID]:
     """Open transactions that hold our input (pending acks) or our output (first message is ours)."""
     found = set(consumer.pending_transactions())
@@ -48,7 +48,7 @@ def leftover_transactions(
     return found
 
 
-def abort_leftovers(client: Client, consumer: Consumer, txns: set[TxnID], timeout: float) -> int:
+def abort_leftovers(client: Client, consumer: Consumer[bytes], txns: set[TxnID], timeout: float) -> int:
     """Abort ``txns`` (already-ended ones are fine) and wait until the consumer has seen every outcome,
     so that nothing it holds back can be redelivered after later messages. Returns how many were
     aborted here."""

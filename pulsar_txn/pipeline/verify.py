@@ -39,10 +39,10 @@ class Verdict:
         )
 
 
-def read_committed(client: Client, topic: str, quiet_ms: int = 2000) -> list[Message]:
+def read_committed(client: Client, topic: str, quiet_ms: int = 2000) -> list[Message[bytes]]:
     """Every committed message of ``topic`` (all partitions) until the topic has been quiet a while."""
     reader = client.create_reader(topic)
-    out: list[Message] = []
+    out: list[Message[bytes]] = []
     try:
         while True:
             out.append(reader.read_next(quiet_ms))
@@ -56,7 +56,7 @@ def verify_exactly_once(
     client: Client,
     input_topic: str,
     output_topic: str,
-    transform: Callable[[Message], bytes | str] | None = None,
+    transform: Callable[[Message[bytes]], bytes | str] | None = None,
 ) -> Verdict:
     inputs = read_committed(client, input_topic)
     outputs = read_committed(client, output_topic)
