@@ -173,6 +173,13 @@ def cmd_pending_ack_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from pulsar_txn.pipeline.demo import run_pipeline_demo
+
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
+    return run_pipeline_demo(Path(data_dir), messages=args.messages, kills=args.kills)
+
+
+def cmd_tc_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.demo import run_demo
 
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
@@ -234,10 +241,16 @@ def parser() -> argparse.ArgumentParser:
     pipeline_args(p)
     p.set_defaults(func=cmd_pipeline)
 
-    p = sub.add_parser("demo", help="standalone + a scripted series of transactions with a summary")
+    p = sub.add_parser("demo", help="the main job: the exactly-once pipeline, killed and restarted, checked")
+    p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
+    p.add_argument("--messages", type=int, default=20_000, help="input messages")
+    p.add_argument("--kills", type=int, default=2, help="how many times the pipeline is SIGKILLed")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("tc-demo", help="standalone + a scripted series of raw coordinator transactions")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
     p.add_argument("--transactions", type=int, default=200)
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_tc_demo)
     return root
 
 
