@@ -1,0 +1,377 @@
+"""Exactly-once pipeline: ours (consume, produce and ack in one of our transactions per batch) side by
+side with the same pipeline on Kafka's own transactions (confluent-kafka: transactional producer +
+``send_offsets_to_transaction`` + read_committed consumer), same broker, same run.
+
+Two phases per pipeline:
+- throughput: a backlog of N x 1 KB input messages (3 partitions), batches of 100 per transaction;
+  input messages/s from the first committed batch to the last;
+- latency: input published live at a fixed rate while the pipeline runs; end-to-end latency from the
+  input's publish time to the output message becoming visible to a read-committed reader.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
+
+from bench._common import (
+    CoordinatorProcess,
+    Probes,
+    fmt,
+    format_table,
+    percentile,
+    run_suite,
+    step,
+    wait_until_quiet,
+)
+from kafka_store import KafkaConfig
+from pulsar_txn.client import Client
+from pulsar_txn.errors import Timeout
+from pulsar_txn.message import Message
+from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineProgress, PipelineSettings
+
+PARTITIONS = 3
+BATCH = 100
+PAYLOAD = os.urandom(1024)
+BUSY_PCT = 20.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    backlog: int
+    live_rate: int  # input messages/s during the latency phase
+    live_s: float
+
+
+DEFAULT = Sizes(backlog=30_000, live_rate=1_000, live_s=15.0)
+QUICK = Sizes(backlog=6_000, live_rate=500, live_s=5.0)
+
+
+def transform(msg: Message[bytes]) -> bytes:
+    return bytes(msg.data)  # identical work on both sides: the payload is copied through
+
+
+# ---------------------------------------------------------------------------------------------- ours
+def _ours_throughput(client: Client, topic: str, n: int) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:6]
+    out = f"ours_out_{uid}"
+    client.create_topic(out, PARTITIONS)
+    marks: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def on_progress(p: PipelineProgress) -> None:
+        marks.append((time.perf_counter(), p.processed))
+        if p.processed >= n:
+            stop.set()
+
+    settings = PipelineSettings(
+        topic, out, subscription=f"ours_{uid}", instance_id=f"ours-{uid}", batch_size=BATCH
+    )
+    pipeline = ExactlyOncePipeline(client, settings, transform, on_progress)
+    worker = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+    worker.start()
+    worker.join(600)
+    stop.set()
+    pipeline.close()
+    return _rate(marks, n) | {"transactions": len(marks), "failed": pipeline.progress.failed_batches}
+
+
+def _ours_latency(client: Client, sizes: Sizes) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:6]
+    src, out = f"ours_live_in_{uid}", f"ours_live_out_{uid}"
+    client.create_topic(src, PARTITIONS)
+    client.create_topic(out, PARTITIONS)
+    stop = threading.Event()
+    settings = PipelineSettings(src, out, subscription=f"ol_{uid}", instance_id=f"ol-{uid}", batch_size=BATCH)
+    pipeline = ExactlyOncePipeline(client, settings, transform)
+    worker = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+    worker.start()
+    latencies: list[float] = []
+    reader = client.create_reader(out)
+    total = int(sizes.live_rate * sizes.live_s)
+
+    def read() -> None:
+        deadline = time.monotonic() + sizes.live_s + 60
+        while len(latencies) < total and time.monotonic() < deadline:
+            try:
+                msg = reader.read_next(1000)
+            except Timeout:
+                continue
+            latencies.append(time.time() * 1000 - float(msg.event_timestamp or 0))
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    time.sleep(2.0)  # the pipeline has subscribed
+    producer = client.create_producer(src)
+    _paced(
+        total,
+        sizes.live_rate,
+        lambda i: producer.send_async(PAYLOAD, event_timestamp=int(time.time() * 1000)),
+    )
+    producer.flush()
+    reading.join(sizes.live_s + 90)
+    stop.set()
+    worker.join(60)
+    pipeline.close()
+    reader.close()
+    return _latency(latencies, total)
+
+
+# ---------------------------------------------------------------------------------------------- Kafka
+def _kafka_pipeline(
+    bootstrap: str, src: str, out: str, stop: threading.Event, marks: list[tuple[float, int]]
+) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:6]
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"kafka_{uid}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = KafkaProducer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uid}", "linger.ms": 0}
+    )
+    producer.init_transactions(30)
+    consumer.subscribe([src])
+    processed = aborted = 0
+    try:
+        while not stop.is_set():
+            msgs = [m for m in consumer.consume(BATCH, 0.05) if m.error() is None]
+            if not msgs:
+                continue
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(out, value=m.value(), partition=m.partition(), timestamp=m.timestamp()[1])
+            positions: dict[int, int] = {}
+            for m in msgs:
+                positions[m.partition()] = int(m.offset() or 0) + 1
+            try:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(src, p, o) for p, o in positions.items()],
+                    consumer.consumer_group_metadata(),
+                    30,
+                )
+                producer.commit_transaction(30)
+            except KafkaException:
+                producer.abort_transaction(30)
+                aborted += 1
+                continue
+            processed += len(msgs)
+            marks.append((time.perf_counter(), processed))
+    finally:
+        consumer.close()
+    return {"aborted": aborted}
+
+
+def _kafka_throughput(bootstrap: str, topic: str, n: int, admin_client: Client) -> dict[str, Any]:
+    out = f"kafka_out_{uuid.uuid4().hex[:6]}"
+    admin_client.create_topic(out, PARTITIONS)
+    marks: list[tuple[float, int]] = []
+    stop = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result.update(_kafka_pipeline(bootstrap, topic, out, stop, marks))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 600
+    while (not marks or marks[-1][1] < n) and time.monotonic() < deadline and worker.is_alive():
+        time.sleep(0.02)
+    stop.set()
+    worker.join(60)
+    return _rate(marks, n) | {"transactions": len(marks), "failed": result.get("aborted", 0)}
+
+
+def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:6]
+    src, out = f"kafka_live_in_{uid}", f"kafka_live_out_{uid}"
+    client.create_topic(src, PARTITIONS)
+    client.create_topic(out, PARTITIONS)
+    stop = threading.Event()
+    worker = threading.Thread(target=_kafka_pipeline, args=(bootstrap, src, out, stop, []), daemon=True)
+    worker.start()
+    total = int(sizes.live_rate * sizes.live_s)
+    latencies: list[float] = []
+    reader = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"kafka_reader_{uid}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    reader.subscribe([out])
+
+    def read() -> None:
+        deadline = time.monotonic() + sizes.live_s + 60
+        while len(latencies) < total and time.monotonic() < deadline:
+            for m in reader.consume(500, 0.2):
+                if m.error() is None:
+                    latencies.append(time.time() * 1000 - m.timestamp()[1])
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    time.sleep(2.0)
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+
+    def send(i: int) -> None:
+        producer.produce(src, value=PAYLOAD, partition=i % PARTITIONS, timestamp=int(time.time() * 1000))
+        producer.poll(0)
+
+    _paced(total, sizes.live_rate, send)
+    producer.flush(30)
+    reading.join(sizes.live_s + 90)
+    stop.set()
+    worker.join(60)
+    reader.close()
+    return _latency(latencies, total)
+
+
+# ---------------------------------------------------------------------------------------------- shared
+def _paced(total: int, rate: int, send: Any) -> None:
+    started = time.perf_counter()
+    for i in range(total):
+        due = started + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(i)
+
+
+def _rate(marks: list[tuple[float, int]], n: int) -> dict[str, Any]:
+    if len(marks) < 2:
+        return {"rate": 0.0, "processed": marks[-1][1] if marks else 0, "complete": False}
+    (t0, p0), (t1, p1) = marks[0], marks[-1]
+    return {"rate": (p1 - p0) / max(1e-9, t1 - t0), "processed": p1, "complete": p1 >= n, "seconds": t1 - t0}
+
+
+def _latency(samples: list[float], total: int) -> dict[str, Any]:
+    return {
+        "p50_ms": percentile(samples, 0.50),
+        "p99_ms": percentile(samples, 0.99),
+        "received": len(samples),
+        "expected": total,
+    }
+
+
+def _fill(client: Client, topic: str, n: int) -> None:
+    client.create_topic(topic, PARTITIONS)
+    producer = client.create_producer(topic)
+    for i in range(n):
+        producer.send_async(PAYLOAD, partition_key=str(i))
+    producer.flush()
+
+
+def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
+    sizes = QUICK if quick else DEFAULT
+    raw: dict[str, Any] = {"quick": quick, "sizes": sizes.__dict__, "batch": BATCH}
+    busy, waited = wait_until_quiet(BUSY_PCT, 60.0, sample_s=2.0)
+    raw["machine"] = {"cpus": os.cpu_count(), "busy_before_pct": busy, "waited_for_quiet_s": waited}
+    kafka = KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    with CoordinatorProcess(bootstrap, workdir) as coord:
+        assert coord.proc is not None
+        probes = Probes(workdir, coord.proc.pid)
+        client = Client(coord.url, kafka=kafka, num_tcs=coord.num_tcs)
+        try:
+            backlog = "pipeline_input"
+            step(
+                f"write {sizes.backlog:,} x 1 KB input messages",
+                lambda: _fill(client, backlog, sizes.backlog),
+            )
+            runs: dict[str, Any] = {}
+            for key, label, fn in (
+                (
+                    "kafka_tput",
+                    "Kafka transactions: backlog",
+                    lambda: _kafka_throughput(bootstrap, backlog, sizes.backlog, client),
+                ),
+                ("ours_tput", "ours: backlog", lambda: _ours_throughput(client, backlog, sizes.backlog)),
+                (
+                    "kafka_lat",
+                    f"Kafka transactions: live {sizes.live_rate}/s",
+                    lambda: _kafka_latency(bootstrap, client, sizes),
+                ),
+                ("ours_lat", f"ours: live {sizes.live_rate}/s", lambda: _ours_latency(client, sizes)),
+            ):
+                value, cpu = probes.measure(lambda fn=fn, label=label: step(label, fn))
+                runs[key] = value | {"cpu": cpu}
+            raw["runs"] = runs
+        finally:
+            client.close()
+    return raw
+
+
+def _rows(raw: dict[str, Any]) -> list[list[str]]:
+    r = raw["runs"]
+    ours, kafka = r["ours_tput"]["rate"], r["kafka_tput"]["rate"]
+    ratio = ours / kafka if kafka else 0.0
+    return [
+        [
+            f"throughput, input msg/s (1 KB, {BATCH}/txn)",
+            fmt(ours, "/s", 0),
+            f"Kafka txns {fmt(kafka, '/s', 0)}",
+            ">= Kafka's own",
+            f"{'yes' if ratio >= 1 else 'NO'} ({ratio:.0%})",
+        ],
+        [
+            "end-to-end latency p50",
+            fmt(r["ours_lat"]["p50_ms"], " ms"),
+            f"Kafka txns {fmt(r['kafka_lat']['p50_ms'], ' ms')}",
+            "report",
+            "-",
+        ],
+        [
+            "end-to-end latency p99",
+            fmt(r["ours_lat"]["p99_ms"], " ms"),
+            f"Kafka txns {fmt(r['kafka_lat']['p99_ms'], ' ms')}",
+            "report",
+            "-",
+        ],
+    ]
+
+
+def run(quick: bool) -> int:
+    raw, path = run_suite("pipeline", quick, _measure, _rows)
+    r = raw["runs"]
+    print("\nruns:")
+    print(
+        format_table(
+            [
+                "run",
+                "processed/received",
+                "transactions",
+                "failed",
+                "machine CPU",
+                "broker CPU",
+                "coordinator CPU",
+            ],
+            [
+                [
+                    k,
+                    str(v.get("processed", v.get("received"))),
+                    str(v.get("transactions", "-")),
+                    str(v.get("failed", "-")),
+                    fmt(v["cpu"].get("machine_pct", 0.0), "%", 0),
+                    fmt(v["cpu"].get("broker0_pct", 0.0), "%", 0),
+                    fmt(v["cpu"].get("coordinator_pct", 0.0), "%", 0),
+                ]
+                for k, v in r.items()
+            ],
+        )
+    )
+    print(f"\nraw numbers: {path}  (total {raw['total_runtime_s']:.0f}s)")
+    return 0
