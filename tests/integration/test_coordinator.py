@@ -187,11 +187,17 @@ def test_mixed_timeouts_abort_in_deadline_order(
     txns = [ec.run(s.new_txn(0, ttl)) for ttl in ttls]
     tc = s.coordinator(0)
     wait_until(lambda: tc.stats()["timeout_count"] == len(ttls), 15)
-    aborting = [
-        seq
-        for seq, status, timed_out in _log_statuses(kafka, cfg.log_topic, 0)
-        if status == "ABORTING" and timed_out
-    ]
+
+    def aborting_in_log() -> list[int] | None:
+        seqs = [
+            seq
+            for seq, status, timed_out in _log_statuses(kafka, cfg.log_topic, 0)
+            if status == "ABORTING" and timed_out
+        ]
+        return seqs if len(seqs) == len(ttls) else None
+
+    # The counter moves when the abort is decided; its log record lands a moment later.
+    aborting = wait_until(aborting_in_log, 15)
     by_deadline = [t.least_bits for _, t in sorted(zip(ttls, txns, strict=True))]
     assert aborting == by_deadline
 
