@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -92,6 +92,7 @@ class _AckBatch:
     registered: Future[None]
     offsets: list[int] = field(default_factory=list)
     written: Future[None] = field(default_factory=Future)
+    flush: Callable[[], None] | None = None  # writes the batch now (commit, abort or close)
 
 
 @dataclass(order=True)
@@ -450,9 +451,10 @@ class Consumer:
             batch = self._ack_batches.get(key)
             if batch is None:
                 batch = self._ack_batches[key] = _AckBatch(registered)
+                batch.flush = lambda: self._flush_batch(key, txn, part)
                 txn.track(batch.written)
                 txn.add_end_listener(self._txn_ended)
-                txn.add_flush_hook(lambda: self._flush_batch(key, txn, part))
+                txn.add_flush_hook(batch.flush)
             batch.offsets.extend(offsets)
             full = len(batch.offsets) >= _ACK_BATCH_MAX
         if full:
@@ -698,6 +700,7 @@ class Consumer:
     def close(self) -> None:
         if self._closed:
             return
+        self._write_ack_batches()
         self._closed = True
         self._maintenance.join(5)
         with self._lock:
@@ -709,6 +712,20 @@ class Consumer:
             self._reader.close()
             if self._pa_reader is not None:
                 self._pa_reader.close()
+
+    def _write_ack_batches(self) -> None:
+        """Acks made in still-open transactions must outlive this consumer (Pulsar sends them to the
+        broker at once): write the batched ones before closing, so a successor sees them pending."""
+        with self._lock:
+            batches = list(self._ack_batches.values())
+        for batch in batches:
+            if batch.flush is not None:
+                batch.flush()
+        for batch in batches:
+            try:
+                batch.written.result(self._client.operation_timeout_seconds)
+            except Exception as exc:  # the transaction sees the failure too and cannot commit
+                log.warning("%s: transactional acks not written before close: %s", self.subscription, exc)
 
     def unsubscribe(self) -> None:
         """Close and delete the subscription (its consumer group and pending-ack logs)."""
