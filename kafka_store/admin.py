@@ -30,7 +30,9 @@ class TopicAdmin:
     @property
     def _admin(self) -> AdminClient:
         if self._client is None:
-            self._client = AdminClient(self._config.client_conf())
+            # librdkafka's admin client is producer-type, whose metadata requests auto-create a
+            # topic they name (docs/broker-quirks.md): a partition-count probe must not create it.
+            self._client = AdminClient({**self._config.client_conf(), "allow.auto.create.topics": False})
         return self._client
 
     @property
