@@ -11,24 +11,26 @@ import pytest
 import pulsar_txn
 
 
-def read_all(reader: pulsar_txn.Reader, quiet_ms: int = 1500) -> list[pulsar_txn.Message]:
+def _collect(next_message: Callable[[int], Any], quiet_ms: int, expect: int | None) -> list[Any]:
+    """Messages until ``quiet_ms`` pass without one. With ``expect``: wait up to 15 s for each of the
+    first ``expect`` messages, then only ``quiet_ms`` for any extra (which the caller will see)."""
+    out = []
+    while True:
+        wait = 15_000 if expect is not None and len(out) < expect else quiet_ms
+        try:
+            out.append(next_message(wait))
+        except pulsar_txn.Timeout:
+            return out
+
+
+def read_all(reader: pulsar_txn.Reader, quiet_ms: int = 1000, expect: int | None = None) -> list[Any]:
     """Everything the reader delivers until it has been quiet for ``quiet_ms``."""
-    out = []
-    while True:
-        try:
-            out.append(reader.read_next(quiet_ms))
-        except pulsar_txn.Timeout:
-            return out
+    return _collect(reader.read_next, quiet_ms, expect)
 
 
-def drain(consumer: pulsar_txn.Consumer, quiet_ms: int = 1500) -> list[pulsar_txn.Message]:
+def drain(consumer: pulsar_txn.Consumer, quiet_ms: int = 1000, expect: int | None = None) -> list[Any]:
     """Everything the consumer receives until it has been quiet for ``quiet_ms``."""
-    out = []
-    while True:
-        try:
-            out.append(consumer.receive(quiet_ms))
-        except pulsar_txn.Timeout:
-            return out
+    return _collect(consumer.receive, quiet_ms, expect)
 
 
 def receive_n(consumer: pulsar_txn.Consumer, n: int, timeout_ms: int = 10_000) -> list[pulsar_txn.Message]:

@@ -38,7 +38,9 @@ def record(report: Any) -> None:
     elif report.skipped and entry["outcome"] != "failed":
         entry["outcome"] = "skipped"
         longrepr = report.longrepr
-        entry["reason"] = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix("Skipped: ")
+        entry["reason"] = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix(
+            "Skipped: "
+        )
 
 
 def write(path: Path, mode: str) -> None:
@@ -58,7 +60,9 @@ def _verdict(tests: list[dict[str, Any]]) -> str:
         reasons = sorted({t.get("reason", "") for t in tests if t["outcome"] == "skipped"})
         ran = sum(1 for t in tests if t["outcome"] == "passed")
         return f"skipped ({'; '.join(reasons)})" + (f"; {ran} of {len(tests)} tests passed" if ran else "")
-    return f"pass ({len(tests)} test{'s' if len(tests) > 1 else ''}, {sum(t['seconds'] for t in tests):.1f} s)"
+    return (
+        f"pass ({len(tests)} test{'s' if len(tests) > 1 else ''}, {sum(t['seconds'] for t in tests):.1f} s)"
+    )
 
 
 def render(data: dict[str, Any]) -> str:

@@ -211,7 +211,10 @@ def clients(deployment: Deployment) -> Iterator[Callable[..., pulsar_txn.Client]
 @pytest.fixture
 def admin(deployment: Deployment, client: pulsar_txn.Client) -> pulsar_txn.TransactionsAdmin:
     return pulsar_txn.TransactionsAdmin(
-        client, admin_url=deployment.admin_url, auth_token=deployment.auth_token, log_topic=deployment.log_topic
+        client,
+        admin_url=deployment.admin_url,
+        auth_token=deployment.auth_token,
+        log_topic=deployment.log_topic,
     )
 
 

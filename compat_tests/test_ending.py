@@ -122,7 +122,7 @@ def test_E5_commit_waits_for_in_flight_sends_and_acks_of_30_threads_and_empty_tx
     for t in threads:
         t.join()
     txn.commit()  # returns only once every send and ack of the transaction is durable
-    assert len(read_all(client.create_reader(dst))) == 300
+    assert len(read_all(client.create_reader(dst), 500, expect=300)) == 300
     assert pending_acks(consumer) == 0
     consumer.redeliver_unacknowledged_messages()
     assert drain(consumer, 800) == []

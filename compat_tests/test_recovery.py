@@ -23,11 +23,11 @@ Admin = pulsar_txn.TransactionsAdmin
 def test_R1_coordinator_restart_open_txns_keep_timeouts_committing_txns_complete(
     restartable: Deployment, clients: Clients, admin: Admin, uid: str
 ) -> None:
-    client = clients(operation_timeout_seconds=3)
+    client = clients(operation_timeout_seconds=2)
     ready, late = f"r1ready_{uid}", f"r1late_{uid}"
     client.create_topic(ready, 1)
     client.create_topic(late, 1)
-    open_txn = client.transaction(10)
+    open_txn = client.transaction(8)
     deadline = admin.transaction_metadata(open_txn.txn_id)["deadline_ms"]
     txn = client.transaction(120)
     client.create_producer(ready).send("r", txn=txn)
@@ -41,7 +41,7 @@ def test_R1_coordinator_restart_open_txns_keep_timeouts_committing_txns_complete
     restartable.start_coordinator()
     # No client drives it: the restarted coordinator finishes the commit by itself.
     wait_until(lambda: admin.transaction_status(txn.txn_id) == "COMMITTED", 30, "COMMITTED after restart")
-    assert values(read_all(client.create_reader(ready), 1000)) == ["r"]
+    assert values(read_all(client.create_reader(ready), 500, expect=1)) == ["r"]
     wait_until(lambda: admin.transaction_status(open_txn.txn_id) == "ABORTED", 20, "the open txn's timeout")
     meta = admin.transaction_metadata(open_txn.txn_id)
     assert meta["deadline_ms"] == deadline and meta["timed_out"] is True
@@ -77,7 +77,7 @@ def test_R2_buffer_recovery_after_restart_same_state_from_latest_snapshot(
     assert after["max_read_position"] == 41  # 20 x (message + marker), "plain", then the open txn
     assert values(read_all(client.create_reader(topic), 800)) == ["plain"]
     open_txn.commit()
-    assert values(read_all(client.create_reader(topic), 1000)) == ["plain", "open"]
+    assert values(read_all(client.create_reader(topic), 500, expect=2)) == ["plain", "open"]
 
 
 def test_R3_pending_acks_survive_consumer_restart_conflict_commit_and_abort(
@@ -100,7 +100,7 @@ def test_R3_pending_acks_survive_consumer_restart_conflict_commit_and_abort(
         restarted.acknowledge(msgs[0].message_id, txn=other)
     keep.commit()
     drop.abort()
-    assert sorted(values(drain(restarted))) == sorted(values(msgs[3:]))
+    assert sorted(values(drain(restarted, 500, expect=3))) == sorted(values(msgs[3:]))
 
 
 def test_R4_1000_txns_with_2s_timeouts_all_abort(client: pulsar_txn.Client, admin: Admin) -> None:
@@ -178,4 +178,4 @@ def test_R5_coordinator_not_ready_gives_retriable_error_and_client_retries(
     finally:
         restarter.join()
     assert time.monotonic() - started >= 0.9
-    assert values(read_all(client.create_reader(topic), 800)) == ["after-restart"]
+    assert values(read_all(client.create_reader(topic), 500, expect=1)) == ["after-restart"]

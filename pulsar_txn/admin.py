@@ -52,7 +52,7 @@ class TransactionsAdmin:
         self._timeout = timeout_seconds
 
     # ------------------------------------------------------------------ coordinator (HTTP)
-    def coordinator_stats(self) -> dict[str, Any]:
+    def coordinator_stats(self) -> dict[int, dict[str, Any]]:
         """``pulsar-admin transactions coordinator-stats``: per TC id, counters such as
         ``timeout_count``, ``committed_count``, ``ongoing_txn_size``, ``least_sig_bits``."""
         body = self._get("/admin/v2/transactions/coordinatorStats")
@@ -96,7 +96,9 @@ class TransactionsAdmin:
                 f"no transaction log {self.log_topic!r} (is log_topic right?)"
             ) from None
         except StoreError as exc:
-            raise PersistenceError(f"reading TC {tc_id}'s log failed: {exc}", retriable=exc.retriable) from None
+            raise PersistenceError(
+                f"reading TC {tc_id}'s log failed: {exc}", retriable=exc.retriable
+            ) from None
         return {meta.txn_id: _meta_dict(meta) for _seq, meta in sorted(fold.txns.items())}
 
     def transaction_metadata(self, txn_id: TxnID | str) -> dict[str, Any]:

@@ -428,6 +428,17 @@ class Consumer:
         offsets = [m.offset for m in mids]
         with self._lock:
             part = self._part_for(first)
+        # The log must exist before the transaction ends: the TC writes its outcome marker only to an
+        # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
+        try:
+            self._ensure_pa_topic(part)
+        except StoreError as exc:
+            failure = PersistenceError(
+                f"cannot create pending-ack log {part.pa_topic}: {exc}", retriable=True
+            )
+            txn.record_failure(failure)
+            raise failure from None
+        with self._lock:
             try:
                 part.pending.check(txn.txn_id, kind, offsets)
             except PulsarTxnError as exc:

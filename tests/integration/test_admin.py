@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
 
 
-def _admin(c: Cluster, **kwargs: object) -> TransactionsAdmin:
+def _admin(c: Cluster, auth_token: str | None = None) -> TransactionsAdmin:
     return TransactionsAdmin(
-        c.client, admin_url=c.coordinator.admin_url, log_topic=c.config.log_topic, **kwargs  # type: ignore[arg-type]
+        c.client, admin_url=c.coordinator.admin_url, log_topic=c.config.log_topic, auth_token=auth_token
     )
 
 
