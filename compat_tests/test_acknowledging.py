@@ -174,18 +174,22 @@ def test_A8_consume_process_produce_crash_before_commit_then_exactly_once(
     src, dst = f"a8in_{uid}", f"a8out_{uid}"
     publish(client, src, 20)
     client.create_topic(dst, 1)
-    attempts = crashes = 0
+    attempts = worked = crashes = 0
     committed_out: list[str] = []
-    while attempts < 10:  # bounded: 2 batches, every other attempt crashes
+    history: list[tuple[int, str]] = []
+    while len(committed_out) < 20 and attempts < 12:  # bounded; every other working attempt crashes
         attempts += 1
         process = clients()  # each attempt is a fresh process
         consumer = process.subscribe(src, "pipeline", initial_position="Earliest", subscribe_timeout=30)
-        batch = consumer.batch_receive(10, 3000)
+        batch = consumer.batch_receive(10, 5000)
         if not batch:
+            history.append((0, "empty"))
             process.close()
-            break
+            continue
         producer = process.create_producer(dst)
-        crash = attempts % 2 == 1
+        worked += 1
+        crash = worked % 2 == 1
+        history.append((len(batch), "crash" if crash else "commit"))
         txn = process.transaction(3 if crash else 60)  # 3 s: the sends must fit in, even under load
         try:
             for m in batch:
@@ -204,6 +208,8 @@ def test_A8_consume_process_produce_crash_before_commit_then_exactly_once(
             txn.commit()
             committed_out = sorted(committed_out + [m.data.decode().upper() for m in batch])
             process.close()
-    assert crashes >= 2
+    assert crashes >= 2 and len(committed_out) == 20, history
+    leftover = clients().subscribe(src, "pipeline")
+    assert drain(leftover, 1000) == []  # every input was acked, in committed transactions
     out = sorted(values(read_all(client.create_reader(dst), 500, expect=20)))
     assert out == sorted(f"M{i:04d}" for i in range(20))
