@@ -3,6 +3,7 @@
 The public API follows Pulsar's client: ``Client`` → transactions, producers, consumers, readers.
 """
 
+from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.client import AuthenticationToken, Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, DeadLetterPolicy, InitialPosition
@@ -81,6 +82,7 @@ __all__ = [
     "TransactionHasOperationFailed",
     "TransactionNotFound",
     "TransactionState",
+    "TransactionsAdmin",
     "TxnAction",
     "TxnID",
     "__version__",

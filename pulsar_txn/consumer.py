@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -102,6 +102,7 @@ class _AckBatch:
     registered: Future[None]
     offsets: list[int] = field(default_factory=list)
     written: Future[None] = field(default_factory=Future)
+    flush: Callable[[], None] | None = None  # writes the batch now (commit, abort or close)
 
 
 @dataclass(order=True)
@@ -473,6 +474,17 @@ class Consumer(Generic[T]):
         offsets = [m.offset for m in mids]
         with self._lock:
             part = self._part_for(first)
+        # The log must exist before the transaction ends: the TC writes its outcome marker only to an
+        # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
+        try:
+            self._ensure_pa_topic(part)
+        except StoreError as exc:
+            failure = PersistenceError(
+                f"cannot create pending-ack log {part.pa_topic}: {exc}", retriable=True
+            )
+            txn.record_failure(failure)
+            raise failure from None
+        with self._lock:
             try:
                 part.pending.check(txn.txn_id, kind, offsets)
             except PulsarTxnError as exc:
@@ -496,9 +508,10 @@ class Consumer(Generic[T]):
             batch = self._ack_batches.get(key)
             if batch is None:
                 batch = self._ack_batches[key] = _AckBatch(registered)
+                batch.flush = lambda: self._flush_batch(key, txn, part)
                 txn.track(batch.written)
                 txn.add_end_listener(self._txn_ended)
-                txn.add_flush_hook(lambda: self._flush_batch(key, txn, part))
+                txn.add_flush_hook(batch.flush)
             batch.offsets.extend(offsets)
             full = len(batch.offsets) >= _ACK_BATCH_MAX
         if full:
@@ -760,6 +773,7 @@ class Consumer(Generic[T]):
         """Persist the cursor and leave the subscription (it stays; see ``unsubscribe``)."""
         if self._closed:
             return
+        self._write_ack_batches()
         self._closed = True
         self._maintenance.join(5)
         with self._lock:
@@ -771,6 +785,20 @@ class Consumer(Generic[T]):
             self._reader.close()
             if self._pa_reader is not None:
                 self._pa_reader.close()
+
+    def _write_ack_batches(self) -> None:
+        """Acks made in still-open transactions must outlive this consumer (Pulsar sends them to the
+        broker at once): write the batched ones before closing, so a successor sees them pending."""
+        with self._lock:
+            batches = list(self._ack_batches.values())
+        for batch in batches:
+            if batch.flush is not None:
+                batch.flush()
+        for batch in batches:
+            try:
+                batch.written.result(self._client.operation_timeout_seconds)
+            except Exception as exc:  # the transaction sees the failure too and cannot commit
+                log.warning("%s: transactional acks not written before close: %s", self.subscription, exc)
 
     def unsubscribe(self) -> None:
         """Close and delete the subscription (its consumer group and pending-ack logs)."""

@@ -1,0 +1,68 @@
+"""Closing a consumer keeps the acks it made in transactions that are still open."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pulsar_txn.errors import Timeout, TransactionConflict
+from pulsar_txn.pendingack.stats import pending_ack_stats
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_close_writes_batched_txn_acks_so_a_successor_sees_them_pending(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    c = cluster()
+    topic, sub = f"close_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(4):
+        producer.send(f"m{i}")
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(4)]
+    keep, drop = c.client.transaction(60), c.client.transaction(60)
+    for m in msgs[:2]:
+        consumer.acknowledge(m, txn=keep)
+    for m in msgs[2:]:
+        consumer.acknowledge(m, txn=drop)
+    consumer.close()  # no commit or abort yet: the acks must be durable now
+    stats = pending_ack_stats(c.client, topic, sub)[f"persistent://public/default/{topic}-partition-0"]
+    assert stats["pending_ack_count"] == 4
+    successor = c.client.subscribe(topic, sub)
+    with pytest.raises(Timeout):
+        successor.receive(800)  # all four pending: none redelivered
+    with pytest.raises(TransactionConflict):
+        successor.acknowledge(msgs[0].message_id, txn=c.client.transaction(60))
+    keep.commit()
+    drop.abort()
+    again = sorted(successor.receive(5000).data for _ in range(2))
+    assert again == [b"m2", b"m3"]
+    with pytest.raises(Timeout):
+        successor.receive(800)
+
+
+def test_first_txn_ack_creates_the_pending_ack_log_partitioned_like_the_topic_so_a_timeout_releases_it(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    from pulsar_txn.naming import TopicName, pending_ack_topic
+
+    c = cluster()
+    topic, sub = f"palog_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 3)
+    producer = c.client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}", partition_key=f"k{i}")
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    pa_topic = pending_ack_topic(TopicName.parse(topic), sub)
+    assert not c.client._admin.topic_exists(pa_topic)  # subscribing alone creates nothing
+    m = consumer.receive(5000)
+    txn = c.client.transaction(2)
+    consumer.acknowledge(m, txn=txn)  # never committed: only the TC's timeout abort ends it
+    assert c.client._admin.partition_count(pa_topic) == 3
+    others = {consumer.receive(5000).message_id for _ in range(2)}
+    again = consumer.receive(15_000)  # the abort marker reached the log and released the ack
+    assert again.message_id == m.message_id and again.message_id not in others
