@@ -513,7 +513,8 @@ class Consumer(Generic[T]):
                 txn.add_end_listener(self._txn_ended)
                 txn.add_flush_hook(batch.flush)
             batch.offsets.extend(offsets)
-            full = len(batch.offsets) >= _ACK_BATCH_MAX
+            # A cumulative ack is one per partition and transaction: nothing to wait for.
+            full = kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
         if full:
             self._flush_batch(key, txn, part)
 

@@ -147,7 +147,14 @@ class ExactlyOncePipeline:
         started = time.monotonic()
         txn = self._client.transaction(self.settings.transaction_timeout_s)
         try:
+            # Everything up to the batch's last message of a partition was delivered in order in this
+            # or an earlier (committed) batch of this session: one cumulative ack per partition. Acks
+            # go first, so their pending-ack writes overlap with the sends.
             last: dict[tuple[str, int], MessageId] = {}
+            for msg in batch:
+                last[(msg.message_id.topic, msg.message_id.partition)] = msg.message_id
+            for mid in last.values():
+                consumer.acknowledge_cumulative(mid, txn=txn)
             for msg in batch:
                 mid = msg.message_id
                 self._producer(mid.partition).send_async(
@@ -157,11 +164,6 @@ class ExactlyOncePipeline:
                     partition_key=msg.partition_key,
                     event_timestamp=msg.event_timestamp,
                 )
-                last[(mid.topic, mid.partition)] = mid
-            # Everything up to the batch's last message of a partition was delivered in order in this
-            # or an earlier (committed) batch of this session: one cumulative ack per partition.
-            for mid in last.values():
-                consumer.acknowledge_cumulative(mid, txn=txn)
             txn.commit()
         except BaseException:
             if txn.state is TransactionState.OPEN:
