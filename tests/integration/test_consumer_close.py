@@ -60,11 +60,11 @@ def test_first_txn_ack_creates_the_pending_ack_log_partitioned_like_the_topic_so
     pa_topic = pending_ack_topic(TopicName.parse(topic), sub)
     assert not c.client._admin.topic_exists(pa_topic)  # subscribing alone creates nothing
     m = consumer.receive(5000)
-    txn = c.client.transaction(2)
+    txn = c.client.transaction(5)
     consumer.acknowledge(m, txn=txn)  # never committed: only the TC's timeout abort ends it
     assert c.client._admin.partition_count(pa_topic) == 3
     others = {consumer.receive(5000).message_id for _ in range(2)}
-    again = consumer.receive(15_000)  # the abort marker reached the log and released the ack
+    again = consumer.receive(30_000)  # the abort marker reached the log and released the ack
     assert again.message_id == m.message_id and again.message_id not in others
 
 
