@@ -31,8 +31,9 @@ def test_R1_coordinator_restart_open_txns_keep_timeouts_committing_txns_complete
     open_txn = client.transaction(8)
     deadline = admin.transaction_metadata(open_txn.txn_id)["deadline_ms"]
     txn = client.transaction(120)
-    client.create_producer(ready).send("r", txn=txn)
-    client.create_producer(late).send("l", txn=txn)
+    # The client's 2 s operation timeout is for the commit below; sends may take longer on a busy machine.
+    client.create_producer(ready).send_async("r", txn=txn).result(60)
+    client.create_producer(late).send_async("l", txn=txn).result(60)
     restartable.delete_topic(late)  # its marker cannot be written: the commit stays COMMITTING
     with pytest.raises(pulsar_txn.Timeout):
         txn.commit()
