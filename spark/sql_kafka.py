@@ -12,8 +12,9 @@ the Kafka rows' ``headers`` that drops markers, aborted transactions and discard
           .load()
           .where(plan.filter_sql))
 
-The filter names aborted TxnIDs as binary literals, so its size grows with the aborted transactions
-whose abort marker lies inside the read range (docs/spark.md, "Limitations").
+The filter names every aborted TxnID of each partition (pruned to the log-start offset) as a binary
+literal, so its size grows with the aborted transactions kept by retention (docs/spark.md,
+"Limitations").
 """
 
 from __future__ import annotations
