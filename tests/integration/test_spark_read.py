@@ -209,6 +209,31 @@ def test_sql_kafka_plan_keeps_exactly_what_the_source_delivers_on_real_rows(
     open_txn.abort()
 
 
+def test_batch_report_counts_committed_records_bytes_and_txns_per_partition(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    from spark.jobs.batch_report import _table, report
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"sr_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send("abc")
+    for n in (2, 3):
+        with c.client.transaction(60) as txn:
+            for _ in range(n):
+                producer.send("xy", txn=txn)
+    aborted = c.client.transaction(60)
+    producer.send("gone", txn=aborted)
+    aborted.abort()
+    rows = report(spark, _opts(c, kafka, topic))
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["records"], r["value_bytes"], r["plain_records"], r["committed_txns"]) == (6, 13, 1, 2)
+    assert r["first_offset"] == 0
+    assert "total" in _table(rows)
+
+
 # ---------------------------------------------------------------------------------------------- streaming
 Delivered = dict[int, list[tuple[int, int, str]]]  # batch id -> (partition, offset, value)
 
