@@ -103,3 +103,15 @@ def test_rate_limit_shares_the_cap_in_proportion_and_every_partition_with_data_m
     assert rate_limit(starts, ends, 1000) == ends  # under the cap: unchanged
     # A partition new since ``starts`` counts from 0.
     assert rate_limit({}, {("t", 0): 4}, 2) == {("t", 0): 2}
+
+
+def test_start_below_log_start_fails_with_data_loss_unless_failondataloss_is_false() -> None:
+    from pulsar_txn.errors import DataLossError
+    from spark._plan import Planner
+
+    strict = Planner(parse_options(BASE, streaming=False))
+    assert strict.check_start(("t", 0), 5, 5) == 5
+    with pytest.raises(DataLossError, match=r"t\[0\]: offsets 2\.\.4"):
+        strict.check_start(("t", 0), 2, 5)
+    lenient = Planner(parse_options({**BASE, "failOnDataLoss": "false"}, streaming=False))
+    assert lenient.check_start(("t", 0), 2, 5) == 5
