@@ -208,7 +208,7 @@ def _session() -> Any:
 
 def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
     committed = 100_000 if quick else 1_000_000
-    runs = 3 if quick else 2
+    runs = 4 if quick else 2
     raw: dict[str, Any] = {"quick": quick, "committed_target": committed, "partitions": PARTITIONS}
     busy, waited = wait_until_quiet(20.0, 30.0, sample_s=2.0)
     raw["machine"] = {"cpus": os.cpu_count(), "busy_before_pct": busy, "waited_for_quiet_s": waited}
@@ -246,9 +246,13 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
             "warm-up read (Python workers, JIT)",
             lambda: _spark_read(session, {**base, "endingOffsets": '{"sparkbench":{"0":1000}}'}),
         )
+        names = list(variants)
         for i in range(runs):
-            for name, fn in variants.items():
-                results[name].append(step(f"run {i + 1}: {name}", fn))
+            # Alternate the order each round (on/off, then off/on, ...): the first Spark query after
+            # a pause pays for restarting idle Python workers, which must not land on one side.
+            order = names if i % 2 == 0 else names[1::-1] + names[2:3] + names[4:2:-1]
+            for name in order:
+                results[name].append(step(f"run {i + 1}: {name}", variants[name]))
     finally:
         session.stop()
     raw["runs"] = results
