@@ -16,6 +16,7 @@ SUITES: dict[str, tuple[str, str]] = {
     "buffer": ("bench.buffer", "transaction buffer: produce, read-committed read, recovery, reader memory"),
     "acks": ("bench.acks", "acks/s: plain individual/cumulative, transactional, Kafka commit baselines"),
     "pipeline": ("bench.pipeline", "exactly-once pipeline vs Kafka transactions: msg/s, latency"),
+    "spark": ("bench.spark", "Spark batch read rows/s: pulsar_txn source, filter on vs off, plain consumer"),
 }
 
 

@@ -78,6 +78,10 @@ class PersistenceError(PulsarTxnError):
     server_error = ServerError.PersistenceError
 
 
+class DataLossError(PulsarTxnError):
+    """Records a reader was asked for are gone (deleted by retention, or the partition shrank)."""
+
+
 class AuthenticationError(PulsarTxnError):
     """The coordinator rejected the client's credentials."""
 
