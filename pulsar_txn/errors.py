@@ -163,6 +163,12 @@ class ConnectionClosed(PulsarTxnError):
     retriable = True
 
 
+class IncompatibleSchema(PulsarTxnError, ValueError):
+    """Data whose shape the operation cannot take (e.g. a DataFrame without a ``value`` column)."""
+
+    server_error = ServerError.IncompatibleSchema
+
+
 _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.PersistenceError: PersistenceError,
     ServerError.AuthenticationError: AuthenticationError,
@@ -172,6 +178,7 @@ _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.UnsupportedVersionError: UnsupportedVersionError,
     ServerError.TopicNotFound: TopicNotFound,
     ServerError.InvalidTopicName: InvalidTopicName,
+    ServerError.IncompatibleSchema: IncompatibleSchema,
     ServerError.TooManyRequests: TooManyRequests,
     ServerError.TransactionCoordinatorNotFound: TransactionCoordinatorNotFoundError,
     ServerError.InvalidTxnStatus: InvalidTxnStatusError,

@@ -1,0 +1,250 @@
+"""Transactional Spark writes (issue 6) on a real local Spark against the real broker: one transaction
+per write, exactly once per (query id, batch id) across failed and killed batches."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka_store import KafkaConfig, read_range
+from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
+from pulsar_txn.buffer.reader import load_state
+from pulsar_txn.errors import IncompatibleSchema, TopicNotFound, TransactionHasOperationFailed
+from pulsar_txn.txnid import TxnID
+from spark._write_progress import encode_batch_commit, progress_partition
+from spark.writer import transactional_foreach_batch, write_transactional
+from tests.conftest import Cluster, read_all
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+@pytest.fixture
+def c(cluster: ClusterFactory) -> Cluster:
+    return cluster()
+
+
+def settings(c: Cluster, uid: str) -> dict[str, Any]:
+    assert c.coordinator.url is not None
+    return {
+        "service_url": c.coordinator.url,
+        "bootstrap_servers": c.client.kafka.bootstrap_servers,
+        "num_tcs": c.config.num_tcs,
+        "progress_topic": f"progress_{uid}",
+        "txn_timeout_seconds": 60,
+    }
+
+
+def committed(c: Cluster, topic: str) -> list[Any]:
+    reader = c.client.create_reader(topic)
+    try:
+        return read_all(reader, 1500)
+    finally:
+        reader.close()
+
+
+def raw_txn_records(kafka: KafkaConfig, topic: str, partitions: int) -> list[TxnID]:
+    """TxnIDs of every transactional data record stored, visible or not (markers excluded)."""
+    out = []
+    for p in range(partitions):
+        for rec in read_range(kafka, topic, p):
+            raw = rec.header(TXN_HEADER)
+            if raw is not None and rec.header(CTL_HEADER) is None:
+                out.append(TxnID.from_bytes(raw))
+    return out
+
+
+def rows_df(spark: Any, n: int, partitions: int = 2) -> Any:
+    data = [(f"k{i % 5}", f"v{i}", [("n", str(i).encode())]) for i in range(n)]
+    return spark.createDataFrame(
+        data, "key string, value string, headers array<struct<key:string,value:binary>>"
+    ).repartition(partitions)
+
+
+# ---------------------------------------------------------------------------------------- batch
+def test_a_dataframe_is_written_in_one_committed_transaction(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_batch_{uid}"
+    c.client.create_topic(topic, 3)
+    result = write_transactional(rows_df(spark_session, 200, 4), topic=topic, **settings(c, uid))
+    msgs = committed(c, topic)
+    assert sorted(m.data.decode() for m in msgs) == sorted(f"v{i}" for i in range(200))
+    assert {m.txn_id for m in msgs} == {result.txn_id} and not result.skipped
+    by_value = {m.data.decode(): m for m in msgs}
+    assert by_value["v7"].partition_key == "k2" and by_value["v7"].properties == {"n": "7"}
+    # Same key, same partition: the key chooses the partition when no partition column is given.
+    assert len({(m.partition_key, m.message_id.partition) for m in msgs}) == 5
+
+
+def test_topic_and_partition_columns_route_each_row(c: Cluster, spark_session: Any, uid: str) -> None:
+    a, b = f"sw_route_a_{uid}", f"sw_route_b_{uid}"
+    c.client.create_topic(a, 2)
+    c.client.create_topic(b, 1)
+    df = spark_session.createDataFrame(
+        [(a, 1, "x"), (b, None, "y"), (a, 0, "z")], "topic string, partition int, value string"
+    )
+    write_transactional(df, **settings(c, uid))
+    assert sorted((m.message_id.partition, m.data) for m in committed(c, a)) == [(0, b"z"), (1, b"x")]
+    assert [m.data for m in committed(c, b)] == [b"y"]
+
+
+def test_bad_input_is_a_typed_error_and_leaves_nothing_visible(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_bad_{uid}"
+    c.client.create_topic(topic, 1)
+    with pytest.raises(IncompatibleSchema, match="'value' column"):
+        write_transactional(spark_session.range(3), topic=topic, **settings(c, uid))
+    with pytest.raises(TopicNotFound):
+        write_transactional(rows_df(spark_session, 3), topic=f"missing_{uid}", **settings(c, uid))
+    # A bad row is only seen by a task: the transaction is aborted and the task's error type kept.
+    df = spark_session.createDataFrame([("a",), (None,)], "value string").coalesce(1)
+    with pytest.raises(IncompatibleSchema, match="null value"):
+        write_transactional(df, topic=topic, **settings(c, uid))
+    assert committed(c, topic) == []
+    assert len(raw_txn_records(c.client.kafka, topic, 1)) == 1  # "a" was produced, then aborted
+
+
+# ---------------------------------------------------------------------------------- idempotency
+def test_a_replayed_batch_of_a_query_is_skipped_and_later_batches_are_written(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_idem_{uid}"
+    c.client.create_topic(topic, 2)
+    s = settings(c, uid)
+    first = write_transactional(rows_df(spark_session, 50), topic=topic, query_id="q", batch_id=0, **s)
+    again = write_transactional(rows_df(spark_session, 50), topic=topic, query_id="q", batch_id=0, **s)
+    other_query = write_transactional(rows_df(spark_session, 1), topic=topic, query_id="q2", batch_id=0, **s)
+    nxt = write_transactional(rows_df(spark_session, 10), topic=topic, query_id="q", batch_id=1, **s)
+    assert not first.skipped and again.skipped and again.txn_id is None
+    assert not other_query.skipped and not nxt.skipped
+    counts = Counter(m.txn_id for m in committed(c, topic))
+    assert counts == {first.txn_id: 50, other_query.txn_id: 1, nxt.txn_id: 10}
+
+
+def _left_over_attempt(c: Cluster, uid: str, topic: str, query_id: str, batch_id: int) -> TxnID:
+    """What a driver killed mid-batch leaves: its batch record and part of the output, in a txn that
+    is still open."""
+    txn = c.client.transaction(120)
+    progress = f"progress_{uid}"
+    c.client.create_topic(progress, 1)
+    part = progress_partition(query_id, 1)
+    c.client.create_producer(f"{progress}-partition-{part}").send(
+        encode_batch_commit(query_id, batch_id, txn.txn_id), txn=txn, partition_key=query_id
+    )
+    out = c.client.create_producer(topic)
+    for i in range(7):
+        out.send(f"partial-{i}", txn=txn)
+    return txn.txn_id
+
+
+def test_an_open_attempt_left_by_a_killed_driver_is_aborted_and_the_batch_written_once(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_open_{uid}"
+    c.client.create_topic(topic, 1)
+    left_over = _left_over_attempt(c, uid, topic, "q", 0)
+    assert committed(c, topic) == []  # the open txn pins the partition
+    result = write_transactional(
+        rows_df(spark_session, 20), topic=topic, query_id="q", batch_id=0, **settings(c, uid)
+    )
+    msgs = committed(c, topic)
+    assert Counter(m.txn_id for m in msgs) == {result.txn_id: 20}
+    state, _ = load_state(c.client.kafka, topic, 0)
+    assert left_over in state.aborted
+
+
+def test_an_attempt_that_committed_before_the_driver_died_makes_the_replay_a_no_op(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_done_{uid}"
+    c.client.create_topic(topic, 1)
+    left_over = _left_over_attempt(c, uid, topic, "q", 3)
+    c.client.resume_transaction(left_over).commit()
+    result = write_transactional(
+        rows_df(spark_session, 20), topic=topic, query_id="q", batch_id=3, **settings(c, uid)
+    )
+    assert result.skipped
+    assert [m.data.decode() for m in committed(c, topic)] == [f"partial-{i}" for i in range(7)]
+
+
+# ------------------------------------------------------------------------- killed batches (Spark)
+def _failing_once(flag: Path, bad: str) -> Any:
+    """A UDF that raises on ``bad`` while ``flag`` exists: the batch dies after other rows of it were
+    produced."""
+    from pyspark.sql.functions import udf
+
+    path = str(flag)
+
+    def check(value: str) -> str:
+        if value == bad and os.path.exists(path):
+            raise RuntimeError("injected failure mid-batch")
+        return value
+
+    return udf(check, "string")
+
+
+def test_a_batch_failing_midway_is_aborted_and_its_replay_writes_each_row_once(
+    c: Cluster, spark_session: Any, uid: str, tmp_path: Path
+) -> None:
+    topic = f"sw_fail_{uid}"
+    c.client.create_topic(topic, 2)
+    flag = tmp_path / "fail"
+    flag.touch()
+    check = _failing_once(flag, "v25")
+    df = rows_df(spark_session, 60, 1).select("key", check("value").alias("value"))
+    with pytest.raises(TransactionHasOperationFailed, match="injected failure"):
+        write_transactional(df, topic=topic, query_id="q", batch_id=0, **settings(c, uid))
+    assert raw_txn_records(c.client.kafka, topic, 2)  # part of the batch was produced ...
+    assert committed(c, topic) == []  # ... and is never visible
+    flag.unlink()
+    result = write_transactional(df, topic=topic, query_id="q", batch_id=0, **settings(c, uid))
+    values = [m.data.decode() for m in committed(c, topic)]
+    assert sorted(values) == sorted(f"v{i}" for i in range(60))
+    assert {m.txn_id for m in committed(c, topic)} == {result.txn_id}
+
+
+def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_each_row_once(
+    c: Cluster, spark_session: Any, uid: str, tmp_path: Path
+) -> None:
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.functions import col
+
+    topic = f"sw_stream_{uid}"
+    c.client.create_topic(topic, 2)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for f in range(3):
+        (inputs / f"{f}.json").write_text("".join(f'{{"n": {f * 20 + i}}}\n' for i in range(20)))
+    flag = tmp_path / "fail"
+    flag.touch()
+    check = _failing_once(flag, "25")
+    write = transactional_foreach_batch(topic=topic, **settings(c, uid))
+
+    def run() -> Any:
+        stream = (
+            spark_session.readStream.schema("n long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inputs))
+            .select(check(col("n").cast("string").alias("value")).alias("value"))
+        )
+        return (
+            stream.writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    with pytest.raises(StreamingQueryException, match="injected failure"):
+        run().awaitTermination(120)
+    flag.unlink()
+    assert run().awaitTermination(120) is not False
+    values = Counter(m.data.decode() for m in committed(c, topic))
+    assert values == Counter(str(i) for i in range(60))
