@@ -125,6 +125,12 @@ class PartitionReader:
             for msg in self._poll_messages(max_records, timeout)
         ]
 
+    def poll_messages(self, max_records: int = 1000, timeout: float = 0.1) -> list[Any]:
+        """Like ``poll_batch`` but the client's own message objects (``offset()``, ``key()``,
+        ``value()``, ``headers()``, ``timestamp()``), for bulk readers that build columns without a
+        record object per message (the Spark source). Errors are handled as in ``poll_batch``."""
+        return self._poll_messages(max_records, timeout)
+
     def _poll_messages(self, max_records: int, timeout: float) -> list[Any]:
         # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
         # then whatever else is already fetched is drained without waiting.

@@ -66,6 +66,10 @@ class PersistenceError(PulsarTxnError):
     server_error = ServerError.PersistenceError
 
 
+class DataLossError(PulsarTxnError):
+    """Records a reader was asked for are gone (deleted by retention, or the partition shrank)."""
+
+
 class AuthenticationError(PulsarTxnError):
     server_error = ServerError.AuthenticationError
 

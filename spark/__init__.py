@@ -1,1 +1,18 @@
-"""Spark integration: committed-only reads of pulsar-txn topics and transactional writes."""
+"""Spark integration: committed-only reads of pulsar-txn topics and transactional writes.
+
+``spark.register(session)`` registers the ``pulsar_txn`` data source; then
+``session.read.format("pulsar_txn")`` and ``session.readStream.format("pulsar_txn")`` work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(session: Any) -> None:
+    """Register the ``pulsar_txn`` data source with a SparkSession (idempotent)."""
+    from spark.source import PulsarTxnDataSource
+
+    session.dataSource.register(PulsarTxnDataSource)

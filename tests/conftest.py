@@ -248,6 +248,9 @@ def spark_session() -> Iterator[Any]:
     """One local Spark (2 cores) for the whole run; the JVM starts once (~10 s)."""
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter (the venv with pyarrow and our packages); Spark's
+    # data source planner ignores spark.pyspark.python and follows the environment variable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("pulsar-txn-tests")

@@ -1,0 +1,179 @@
+"""Driver side: which partitions, which offset ranges, and the TB facts each range needs.
+
+A range ``[start, end)`` of a partition never ends past the partition's ``maxReadPosition``, computed
+by ``pulsar_txn.buffer`` (latest snapshot + scan of the tail, ``load_state`` / ``scan``). Below
+``maxReadPosition`` every transaction has ended, so the visibility of each record there is final: the
+executor only needs the aborted transactions whose abort marker lies at or after ``start`` and the
+discarded offset ranges that meet ``[start, end)``; both ship inside the input partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from kafka_store import KafkaConfig, PartitionReader, StoreError, TopicAdmin
+from pulsar_txn.buffer.reader import BufferOptions, load_state, scan
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.errors import ConfigError, DataLossError, TopicNotFound
+from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
+
+log = logging.getLogger(__name__)
+
+
+class RangePartition(InputPartition):
+    """One Spark task: records ``[start, end)`` of one Kafka partition (picklable)."""
+
+    def __init__(
+        self,
+        options: SourceOptions,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        aborted: list[bytes],
+        discarded: list[list[int]],
+    ) -> None:
+        super().__init__((topic, partition, start, end))
+        self.options = options
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.aborted = aborted  # 16-byte TxnIDs of aborted txns that may have messages in the range
+        self.discarded = discarded  # never-delivered offset ranges [first, last] meeting the range
+
+
+def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPartition]:
+    """The topic-partitions named by subscribe / subscribePattern / assign, sorted."""
+    kind, value = opts.subscription
+    admin = TopicAdmin(kafka)
+    try:
+        if kind == "assign":
+            return sorted(parse_assign(value))
+        if kind == "subscribe":
+            topics = [t.strip() for t in value.split(",") if t.strip()]
+        else:
+            try:
+                pattern = re.compile(value)
+            except re.error as exc:
+                raise ConfigError(f"option subscribePattern={value!r}: {exc}") from None
+            topics = [t for t in admin.list_topics() if pattern.fullmatch(t) and not t.startswith("__")]
+        out: list[TopicPartition] = []
+        for topic in topics:
+            out.extend((topic, p) for p in range(admin.partition_count(topic)))
+        return sorted(out)
+    except StoreError as exc:
+        if "does not exist" in str(exc) or "nknown topic" in str(exc):
+            raise TopicNotFound(str(exc)) from None
+        raise
+
+
+def watermarks(kafka: KafkaConfig, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    """(log-start offset, end offset) of each partition."""
+    reader = PartitionReader(kafka)
+    try:
+        return {tp: reader.watermarks(*tp) for tp in tps}
+    except StoreError as exc:
+        if "nknown" in str(exc):
+            raise TopicNotFound(str(exc)) from None
+        raise
+    finally:
+        reader.close()
+
+
+@dataclass
+class Bounds:
+    low: int  # log-start offset
+    limit: int  # maxReadPosition (or the end offset when the transaction filter is off)
+
+
+class Planner:
+    """Per-partition TB states, loaded once and advanced by scanning at each planning call."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.kafka = opts.kafka_config()
+        self._buffer = BufferOptions(num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+        self._store = (
+            SnapshotStore(self.kafka, topic=opts.snapshot_topic)
+            if opts.transaction_filter and opts.snapshot_topic
+            else None
+        )
+        self.states: dict[TopicPartition, TxnBufferState] = {}
+
+    def partitions(self) -> list[TopicPartition]:
+        return resolve_partitions(self.opts, self.kafka)
+
+    def state(self, tp: TopicPartition, at_least: int = 0) -> TxnBufferState:
+        """The TB state of ``tp``, scanned to the end offset now (or reused if it covers ``at_least``)."""
+        state = self.states.get(tp)
+        if state is None:
+            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer)
+            self.states[tp] = state
+        elif at_least == 0 or state.scanned_to < at_least:
+            scan(state, self.kafka)
+        return state
+
+    def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, Bounds]:
+        """Log-start offset and read limit (maxReadPosition) of each partition, now."""
+        marks = watermarks(self.kafka, tps)
+        if not self.opts.transaction_filter:
+            return {tp: Bounds(low, high) for tp, (low, high) in marks.items()}
+        out = {}
+        for tp in tps:
+            state = self.state(tp)
+            if marks[tp][0] > 0:
+                state.prune(marks[tp][0])
+            out[tp] = Bounds(marks[tp][0], state.max_read_position)
+        return out
+
+    def resolve(
+        self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds], default: int
+    ) -> dict[TopicPartition, int]:
+        """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON (missing -> default)."""
+        out = {}
+        for tp, b in bounds.items():
+            if spec == "earliest":
+                want = EARLIEST
+            elif spec == "latest":
+                want = LATEST
+            else:
+                assert isinstance(spec, dict)
+                want = spec.get(tp, default)
+            out[tp] = b.low if want == EARLIEST else b.limit if want == LATEST else want
+        if isinstance(spec, dict):
+            unknown = sorted(set(spec) - set(bounds))
+            if unknown:
+                raise ConfigError(f"offsets given for partitions that are not read: {unknown}")
+        return out
+
+    def check_start(self, tp: TopicPartition, start: int, low: int) -> int:
+        """A start below the log-start offset lost records to retention: fail, or skip ahead."""
+        if start >= low:
+            return start
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{tp[0]}[{tp[1]}]: offsets {start}..{low - 1} were deleted before they were read "
+                "(set failOnDataLoss=false to skip them)"
+            )
+        log.warning("%s[%d]: offsets %d..%d are gone; skipping them", tp[0], tp[1], start, low - 1)
+        return low
+
+    def range_partition(self, tp: TopicPartition, start: int, end: int) -> RangePartition:
+        """The input partition for ``[start, end)``; ``end`` must not pass maxReadPosition."""
+        aborted: list[bytes] = []
+        discarded: list[list[int]] = []
+        if self.opts.transaction_filter:
+            state = self.state(tp, at_least=end)
+            aborted = sorted(t.to_bytes() for t, marker_at in state.aborted.items() if marker_at >= start)
+            discarded = [list(r) for r in state.discarded if r[1] >= start and r[0] < end]
+        return RangePartition(self.opts, tp[0], tp[1], start, end, aborted, discarded)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,154 @@
+"""Executor side: read one ``RangePartition`` from Kafka and yield Arrow record batches.
+
+The hot loop touches each client message once and appends to plain column lists; Arrow builds the
+columns in bulk. The TB rule itself stays in ``TxnBufferState.is_visible``: the executor rebuilds a
+state holding just the aborted set and discarded ranges the driver shipped for this range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_store import PartitionReader
+from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
+from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.errors import DataLossError, Timeout
+from pulsar_txn.txnid import TxnID
+from spark._plan import RangePartition
+from spark._schema import arrow_schema
+
+_TS_US = pa.timestamp("us", tz="UTC")
+
+
+def _filter_state(part: RangePartition) -> TxnBufferState:
+    opts = part.options
+    state = TxnBufferState(part.topic, part.partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+    state.aborted = {TxnID.from_bytes(raw): part.end for raw in part.aborted}
+    state.discarded = [list(r) for r in part.discarded]
+    return state
+
+
+def _txn_name(raw: bytes, names: dict[bytes, str | None]) -> str | None:
+    name = names.get(raw)
+    if name is None and raw not in names:
+        name = str(TxnID.from_bytes(raw)) if len(raw) == 16 else None
+        names[raw] = name
+    return name
+
+
+def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """Visible records of ``[part.start, part.end)`` in offset order, in Arrow batches."""
+    opts = part.options
+    topic, partition, end = part.topic, part.partition, part.end
+    if part.start >= end:
+        return
+    reader = PartitionReader(opts.kafka_config(), fetch_wait_ms=50)
+    try:
+        low, _high = reader.watermarks(topic, partition)
+        start = part.start
+        if low > start:
+            if opts.fail_on_data_loss:
+                raise DataLossError(
+                    f"{topic}[{partition}]: offsets {start}..{min(low, end) - 1} were deleted before "
+                    "they were read (set failOnDataLoss=false to skip them)"
+                )
+            start = low
+        if start >= end:
+            return
+        reader.assign({(topic, partition): start})
+        schema = arrow_schema(opts.include_headers)
+        state = _filter_state(part) if opts.transaction_filter else None
+        names: dict[bytes, str | None] = {}
+        last_progress = time.monotonic()
+        done = False
+        while not done:
+            msgs = reader.poll_messages(opts.fetch_batch, 0.2)
+            if not msgs:
+                if reader.at_eof(topic, partition):
+                    return  # nothing more below ``end`` (compaction gaps, or records deleted meanwhile)
+                if time.monotonic() - last_progress > opts.poll_timeout_s:
+                    raise Timeout(
+                        f"no progress reading {topic}[{partition}] at {start}..{end} for "
+                        f"{opts.poll_timeout_s:.0f}s"
+                    )
+                continue
+            last_progress = time.monotonic()
+            batch, done = _columns(msgs, end, state, opts.include_headers, names)
+            if batch[0]:
+                yield _record_batch(batch, topic, partition, schema, opts.include_headers)
+    finally:
+        reader.close()
+
+
+def _columns(
+    msgs: list[Any],
+    end: int,
+    state: TxnBufferState | None,
+    include_headers: bool,
+    names: dict[bytes, str | None],
+) -> tuple[tuple[list[Any], ...], bool]:
+    """Column lists of the visible messages below ``end``; and whether ``end`` was reached."""
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    stamps: list[int] = []
+    types: list[int] = []
+    txns: list[str | None] = []
+    headers: list[list[dict[str, Any]]] = []
+    done = False
+    visible = state.is_visible if state is not None else None
+    for m in msgs:
+        o = m.offset()
+        if o >= end:
+            done = True
+            break
+        h = m.headers()
+        txn = None
+        if h:
+            ctl = False
+            for k, v in h:
+                if k == TXN_HEADER:
+                    txn = v
+                elif k == CTL_HEADER:
+                    ctl = True
+            if visible is not None and (ctl or (txn is not None and not visible(o, h))):
+                continue  # markers, aborted and discarded records are never delivered
+        offsets.append(o)
+        keys.append(m.key())
+        values.append(m.value())
+        ts_type, ts = m.timestamp()
+        stamps.append(ts)
+        types.append(ts_type - 1)  # librdkafka 1/2 (create/log-append) -> Kafka's 0/1; none -> -1
+        txns.append(_txn_name(txn, names) if txn is not None else None)
+        if include_headers:
+            headers.append([{"key": k, "value": v} for k, v in h] if h else [])
+        if o + 1 >= end:
+            done = True
+            break
+    return (offsets, keys, values, stamps, types, txns, headers), done
+
+
+def _record_batch(
+    cols: tuple[list[Any], ...], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    offsets, keys, values, stamps, types, txns, headers = cols
+    n = len(offsets)
+    stamp_ms = pa.array(stamps, pa.int64())
+    arrays = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pc.multiply(stamp_ms, 1000).cast(_TS_US),
+        pa.array(types, pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.array(headers, schema.field("headers").type))
+    arrays.append(pa.array(txns, pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,0 +1,162 @@
+"""``PulsarTxnDataSource``: committed-only batch and streaming reads of pulsar-txn topics.
+
+``spark.read.format("pulsar_txn")`` / ``spark.readStream.format("pulsar_txn")`` with Spark's Kafka
+source options (docs/spark.md). Every range ends at its partition's maxReadPosition, so an open
+transaction holds back everything from its first message on; markers, aborted and discarded records
+are dropped on the executors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pulsar_txn.errors import ConfigError
+from spark._offsets import Offsets, from_json, rate_limit, to_json
+from spark._options import EARLIEST, LATEST, SourceOptions, TopicPartition, parse_options
+from spark._plan import Planner, RangePartition
+from spark._read import read_partition
+from spark._schema import spark_schema
+
+log = logging.getLogger(__name__)
+
+NAME = "pulsar_txn"
+
+
+def _partition(part: InputPartition) -> RangePartition:
+    if not isinstance(part, RangePartition):
+        raise ConfigError(f"not a pulsar_txn input partition: {part!r}")
+    return part
+
+
+class PulsarTxnDataSource(DataSource):
+    """Spark data source ``pulsar_txn``: see docs/spark.md for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        raw = {str(k).lower(): str(v) for k, v in self.options.items()}.get("includeheaders", "false")
+        return spark_schema(raw.strip().lower() in ("true", "1", "yes"))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PulsarTxnBatchReader(parse_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PulsarTxnStreamReader(parse_options(self.options, streaming=True))
+
+
+class PulsarTxnBatchReader(DataSourceReader):
+    """One input partition per topic-partition: ``[startingOffsets, min(endingOffsets, maxReadPosition))``."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.options)
+        try:
+            tps = planner.partitions()
+            bounds = planner.bounds(tps)
+            starts = planner.resolve(self.options.starting, bounds, EARLIEST)
+            ends = planner.resolve(self.options.ending, bounds, LATEST)
+            out: list[InputPartition] = []
+            for tp in tps:
+                end = min(ends[tp], bounds[tp].limit)  # never past maxReadPosition
+                if ends[tp] > end:
+                    log.info("%s[%d]: endingOffsets %d capped at maxReadPosition %d", *tp, ends[tp], end)
+                start = planner.check_start(tp, starts[tp], bounds[tp].low)
+                if start < end:
+                    out.append(planner.range_partition(tp, start, end))
+            # Spark wants at least one partition; an empty range reads nothing.
+            return out or [RangePartition(self.options, "", 0, 0, 0, [], [])]
+        finally:
+            planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(_partition(partition))
+
+
+class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"topic": {"partition": next offset}}``; a micro-batch ends at each partition's
+    maxReadPosition at planning time (capped by ``maxOffsetsPerTrigger``)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        # Lives in the driver-side Python worker for the query's lifetime: TB states are loaded once
+        # (snapshot + tail scan) and then only scanned forward at each planning call.
+        self.planner = Planner(options)
+        self._target: Offsets | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps = self.planner.partitions()
+        bounds = self.planner.bounds(tps)
+        return to_json(self.planner.resolve(self.options.starting, bounds, LATEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self.planner.partitions()
+        self._target = {tp: b.limit for tp, b in self.planner.bounds(tps).items()}
+
+    def _available(self, starts: Offsets) -> Offsets:
+        tps = self.planner.partitions()
+        bounds = self.planner.bounds(tps)
+        ends: Offsets = {}
+        for tp in tps:
+            begin = starts.get(tp, 0)  # a partition that appeared since: from its beginning
+            limit = bounds[tp].limit
+            if self._target is not None:
+                limit = min(limit, self._target.get(tp, begin))
+            ends[tp] = max(begin, limit)
+        for tp, begin in starts.items():
+            ends.setdefault(tp, begin)  # a partition that vanished keeps its offset
+        return ends
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        starts = from_json(start)
+        ends = self._available(starts)
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(starts, ends, limit.max_rows)
+        return to_json(ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        starts, ends = from_json(start), from_json(end)
+        ranges: list[tuple[TopicPartition, int, int]] = [
+            (tp, starts.get(tp, 0), e) for tp, e in sorted(ends.items()) if starts.get(tp, 0) < e
+        ]
+        if not ranges:
+            return []
+        marks = self.planner.bounds([tp for tp, _, _ in ranges]) if ranges else {}
+        out: list[InputPartition] = []
+        for tp, begin, e in ranges:
+            low = marks[tp].low
+            s = self.planner.check_start(tp, begin, low) if tp in starts else max(begin, low)
+            if s < e:
+                out.append(self.planner.range_partition(tp, s, e))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(_partition(partition))
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # Spark's checkpoint holds the offsets; nothing to acknowledge in Kafka
+
+    def stop(self) -> None:
+        self.planner.close()
