@@ -102,14 +102,14 @@ def _is(dtype: DataType, kinds: tuple[type[DataType], ...]) -> bool:
 def layout_for(schema: StructType, topic: str | None) -> RowLayout:
     """Check the schema; raise ``IncompatibleSchema`` naming the offending column."""
     fields = {f.name: (i, f.dataType) for i, f in enumerate(schema.fields)}
+    if "value" not in fields:
+        raise IncompatibleSchema(
+            f"the DataFrame needs a 'value' column (string or binary); it has {list(fields)}"
+        )
     unknown = [name for name in fields if name not in COLUMNS]
     if unknown:
         raise IncompatibleSchema(
             f"unexpected column(s) {unknown}: a transactional write takes {list(COLUMNS)} (select them first)"
-        )
-    if "value" not in fields:
-        raise IncompatibleSchema(
-            f"the DataFrame needs a 'value' column (string or binary); it has {list(fields)}"
         )
     positions: dict[str, int] = {}
     for name, (index, dtype) in fields.items():

@@ -41,7 +41,7 @@ from spark._write_progress import (
     settle_open_attempts,
 )
 from spark._write_schema import RowLayout, layout_for
-from spark._write_task import ClientSettings, client_for, write_partition
+from spark._write_task import ClientSettings, client_for, close_clients, require_topic, write_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,7 +50,13 @@ log = logging.getLogger(__name__)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread that runs a micro-batch
 
-__all__ = ["TransactionalWriter", "WriteResult", "transactional_foreach_batch", "write_transactional"]
+__all__ = [
+    "TransactionalWriter",
+    "WriteResult",
+    "close_clients",
+    "transactional_foreach_batch",
+    "write_transactional",
+]
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ class TransactionalWriter:
             raise ConfigError("give both query_id and batch_id (idempotent write) or neither")
         client = client_for(self.settings)
         if self.topic is not None:
-            client.create_producer(self.topic)  # TopicNotFound now, before a transaction is opened
+            require_topic(client, self.topic)  # TopicNotFound now, before a transaction is opened
         if query_id is None or batch_id is None:
             txn = self._attempt(client, df, layout, None)
             return WriteResult(txn, skipped=False)
