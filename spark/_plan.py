@@ -73,9 +73,12 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
         raise
 
 
-def watermarks(kafka: KafkaConfig, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+def watermarks(
+    kafka: KafkaConfig, tps: list[TopicPartition], reader: PartitionReader | None = None
+) -> dict[TopicPartition, tuple[int, int]]:
     """(log-start offset, end offset) of each partition."""
-    reader = PartitionReader(kafka)
+    own = reader is None
+    reader = reader or PartitionReader(kafka)
     try:
         return {tp: reader.watermarks(*tp) for tp in tps}
     except StoreError as exc:
@@ -83,7 +86,8 @@ def watermarks(kafka: KafkaConfig, tps: list[TopicPartition]) -> dict[TopicParti
             raise TopicNotFound(str(exc)) from None
         raise
     finally:
-        reader.close()
+        if own:
+            reader.close()
 
 
 @dataclass
@@ -105,31 +109,38 @@ class Planner:
             else None
         )
         self.states: dict[TopicPartition, TxnBufferState] = {}
+        self._reader: PartitionReader | None = None
 
     def partitions(self) -> list[TopicPartition]:
         return resolve_partitions(self.opts, self.kafka)
 
-    def state(self, tp: TopicPartition, at_least: int = 0) -> TxnBufferState:
-        """The TB state of ``tp``, scanned to the end offset now (or reused if it covers ``at_least``)."""
+    def state(self, tp: TopicPartition, at_least: int = 0, end: int | None = None) -> TxnBufferState:
+        """The TB state of ``tp`` scanned to ``end`` (default: the end offset now); a cached state that
+        already covers ``at_least`` is reused as it is."""
         state = self.states.get(tp)
         if state is None:
-            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer)
+            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer, end=end)
             self.states[tp] = state
-        elif at_least == 0 or state.scanned_to < at_least:
-            scan(state, self.kafka)
+        elif (at_least == 0 or state.scanned_to < at_least) and (end is None or state.scanned_to < end):
+            scan(state, self.kafka, end)
         return state
+
+    def watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        if self._reader is None:
+            self._reader = PartitionReader(self.kafka)  # kept: planning calls come every micro-batch
+        return watermarks(self.kafka, tps, self._reader)
 
     def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, Bounds]:
         """Log-start offset and read limit (maxReadPosition) of each partition, now."""
-        marks = watermarks(self.kafka, tps)
+        marks = self.watermarks(tps)
         if not self.opts.transaction_filter:
             return {tp: Bounds(low, high) for tp, (low, high) in marks.items()}
         out = {}
-        for tp in tps:
-            state = self.state(tp)
-            if marks[tp][0] > 0:
-                state.prune(marks[tp][0])
-            out[tp] = Bounds(marks[tp][0], state.max_read_position)
+        for tp, (low, high) in marks.items():
+            state = self.state(tp, end=high)  # scans only what was appended since the last call
+            if low > 0:
+                state.prune(low)
+            out[tp] = Bounds(low, state.max_read_position)
         return out
 
     def resolve(
@@ -175,5 +186,8 @@ class Planner:
         return RangePartition(self.opts, tp[0], tp[1], start, end, aborted, discarded)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._store is not None:
             self._store.close()

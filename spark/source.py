@@ -143,10 +143,10 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ]
         if not ranges:
             return []
-        marks = self.planner.bounds([tp for tp, _, _ in ranges]) if ranges else {}
+        marks = self.planner.watermarks([tp for tp, _, _ in ranges])
         out: list[InputPartition] = []
         for tp, begin, e in ranges:
-            low = marks[tp].low
+            low = marks[tp][0]
             s = self.planner.check_start(tp, begin, low) if tp in starts else max(begin, low)
             if s < e:
                 out.append(self.planner.range_partition(tp, s, e))

@@ -156,3 +156,158 @@ def test_bad_options_raise_typed_errors(spark: Any, kafka: KafkaConfig, uid: str
                 "startingOffsets": "latest",
             },
         )
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+Delivered = dict[int, list[tuple[int, int, str]]]  # batch id -> (partition, offset, value)
+
+
+def _stream(
+    spark: Any, opts: dict[str, str], checkpoint: Path, trigger: dict[str, Any], results: Delivered
+) -> Any:
+    """Start a query whose foreachBatch sink is idempotent per batch id (as a real exactly-once sink);
+    a batch Spark runs again after a restart must carry exactly the same records."""
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = sorted((r.partition, r.offset, r.value.decode()) for r in df.collect())
+        if batch_id in results:
+            assert results[batch_id] == rows, f"batch {batch_id} replayed with different records"
+        results[batch_id] = rows
+
+    return (
+        spark.readStream.format("pulsar_txn")
+        .options(**opts)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def _flatten(results: Delivered) -> list[tuple[int, int, str]]:
+    return [row for batch in sorted(results) for row in results[batch]]
+
+
+def _assert_exactly_once_in_order(results: Delivered, expected: set[str]) -> None:
+    rows = _flatten(results)
+    values = [v for _, _, v in rows]
+    assert len(values) == len(set(values)), "a record was delivered twice"
+    assert set(values) == expected
+    for p in {p for p, _, _ in rows}:
+        offsets = [o for q, o, _ in rows if q == p]
+        assert offsets == sorted(offsets), f"partition {p} delivered out of order"
+
+
+class _Writer(threading.Thread):
+    """A bounded producer loop: transactions of 3 (every 3rd aborted) and a plain message each round."""
+
+    def __init__(self, c: Cluster, topic: str, rounds: int, pause: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.c, self.topic, self.rounds, self.pause = c, topic, rounds, pause
+        self.expected: set[str] = set()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            producer = self.c.client.create_producer(self.topic)
+            for i in range(self.rounds):
+                txn = self.c.client.transaction(60)
+                values = [f"t{i}-{j}" for j in range(3)]
+                for v in values:
+                    producer.send(v, txn=txn)
+                if i % 3 == 2:
+                    txn.abort()
+                else:
+                    txn.commit()
+                    self.expected.update(values)
+                producer.send(f"plain{i}")
+                self.expected.add(f"plain{i}")
+                time.sleep(self.pause)
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    def finish(self) -> set[str]:
+        self.join(120)
+        assert not self.is_alive(), "writer did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.expected
+
+
+def test_stream_available_now_delivers_each_committed_record_once_across_restarts(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str, tmp_path: Path
+) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"sa_{uid}"
+    c.client.create_topic(topic, 2)
+    opts = _opts(c, kafka, topic, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+    writer = _Writer(c, topic, rounds=15)
+    writer.start()
+    results: Delivered = {}
+    for _ in range(2):  # runs (each a restart from the checkpoint) while transactions commit and abort
+        q = _stream(spark, opts, tmp_path / "ckpt", {"availableNow": True}, results)
+        assert q.awaitTermination(120)
+    expected = writer.finish()
+    q = _stream(spark, opts, tmp_path / "ckpt", {"availableNow": True}, results)
+    assert q.awaitTermination(120)
+    _assert_exactly_once_in_order(results, expected)
+    assert all(len(rows) <= 20 for rows in results.values()), "maxOffsetsPerTrigger not honoured"
+
+
+def test_stream_processing_time_delivers_each_committed_record_once_across_stop_and_restart(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str, tmp_path: Path
+) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"sp_{uid}"
+    c.client.create_topic(topic, 2)
+    opts = _opts(c, kafka, topic, startingOffsets="earliest")
+    writer = _Writer(c, topic, rounds=15)
+    writer.start()
+    results: Delivered = {}
+    trigger = {"processingTime": "300 milliseconds"}
+    q = _stream(spark, opts, tmp_path / "ckpt", trigger, results)
+    try:
+        wait_until(lambda: len(_flatten(results)) >= 10, timeout=90, what="first records")
+    finally:
+        q.stop()
+    q = _stream(spark, opts, tmp_path / "ckpt", trigger, results)
+    try:
+        expected = writer.finish()
+        wait_until(lambda: len(_flatten(results)) >= len(expected), timeout=90, what="all records")
+        time.sleep(1)  # a few more (empty) batches: nothing extra may arrive
+    finally:
+        q.stop()
+    _assert_exactly_once_in_order(results, expected)
+
+
+def test_stream_is_held_at_an_open_transaction_and_continues_after_it_ends(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str, tmp_path: Path
+) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"so_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    opts = _opts(c, kafka, topic, startingOffsets="earliest")
+    results: Delivered = {}
+
+    def run_once() -> list[str]:
+        q = _stream(spark, opts, tmp_path / "ckpt", {"availableNow": True}, results)
+        assert q.awaitTermination(120)
+        return [v for _, _, v in _flatten(results)]
+
+    for i in range(3):
+        producer.send(f"a{i}")
+    held = c.client.transaction(60)
+    for i in range(3):
+        producer.send(f"t{i}", txn=held)
+    for i in range(3):
+        producer.send(f"b{i}")
+    assert run_once() == ["a0", "a1", "a2"]
+    assert run_once() == ["a0", "a1", "a2"]  # still held: nothing past the open txn's first message
+    held.commit()
+    aborted = c.client.transaction(60)
+    producer.send("x", txn=aborted)
+    producer.send("c0")
+    aborted.abort()
+    assert run_once() == ["a0", "a1", "a2", "t0", "t1", "t2", "b0", "b1", "b2", "c0"]
