@@ -3,7 +3,11 @@ per write, exactly once per (query id, batch id) across failed and killed batche
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +22,7 @@ from pulsar_txn.errors import IncompatibleSchema, TopicNotFound, TransactionHasO
 from pulsar_txn.txnid import TxnID
 from spark._write_progress import encode_batch_commit, progress_partition
 from spark.writer import close_clients, transactional_foreach_batch, write_transactional
-from tests.conftest import Cluster, read_all
+from tests.conftest import REPO, Cluster, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -248,3 +252,78 @@ def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_e
     assert run().awaitTermination(120) is not False
     values = Counter(m.data.decode() for m in committed(c, topic))
     assert values == Counter(str(i) for i in range(60))
+
+
+# ---------------------------------------------------------------- SIGKILLed driver (subprocess)
+def _run_job(args: list[str], log: Path, kill_at: str | None, timeout: float = 150) -> int:
+    """Run the example job (optionally killing its own driver at ``kill_at``) in its own process
+    group; whatever of the group outlives the driver (the JVM, Python workers) is killed with it."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    module = "spark.jobs.stream_aggregate"
+    if kill_at is not None:
+        env["PULSAR_TXN_KILL_AT"] = kill_at
+        module = "tests.integration._stream_aggregate_killed"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        return proc.wait(timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # three Spark driver starts; ~1 min on an idle machine
+def test_sigkilled_streaming_driver_restarted_from_checkpoint_writes_each_result_exactly_once(
+    c: Cluster, uid: str, tmp_path: Path
+) -> None:
+    src, out = f"sw_agg_in_{uid}", f"sw_agg_out_{uid}"
+    c.client.create_topic(src, 2)
+    c.client.create_topic(out, 2)
+    producer = c.client.create_producer(src)
+    for t in range(6):
+        with c.client.transaction(60) as txn:
+            for i in range(100):
+                producer.send_async(f"{t}-{i}", txn=txn, partition_key=f"k{i % 20}")
+    aborted = c.client.transaction(60)
+    for _ in range(50):
+        producer.send_async("no", txn=aborted, partition_key="aborted")
+    producer.flush()
+    aborted.abort()
+    s = settings(c, uid)
+    args = [
+        *("--service-url", s["service_url"], "--bootstrap-servers", s["bootstrap_servers"]),
+        *("--input", src, "--output", out, "--checkpoint", str(tmp_path / "ckpt")),
+        *("--num-tcs", str(c.config.num_tcs), "--snapshot-topic", c.config.snapshot_topic),
+        *("--progress-topic", s["progress_topic"], "--max-offsets-per-trigger", "100", "--available-now"),
+    ]
+    log = tmp_path / "job.log"
+    # 1: killed after every task produced batch 2 into its transaction, before the commit.
+    assert _run_job(args, log, "tasks:2") == -signal.SIGKILL, log.read_text()[-3000:]
+    state, _ = load_state(c.client.kafka, out, 0)
+    state1, _ = load_state(c.client.kafka, out, 1)
+    assert state.ongoing or state1.ongoing  # the killed batch's output is stored, in an open txn
+    # 2: killed after batch 4 committed, before Spark recorded it: the replay must not write it again.
+    assert _run_job(args, log, "commit:4") == -signal.SIGKILL, log.read_text()[-3000:]
+    # 3: runs to the end.
+    assert _run_job(args, log, None) == 0, log.read_text()[-3000:]
+
+    results = [json.loads(m.data) for m in committed(c, out)]
+    pairs = Counter((r["key"], r["batch"]) for r in results)
+    assert max(pairs.values()) == 1, "a batch's result was written twice"
+    final: dict[str, int] = {}
+    for r in sorted(results, key=lambda r: r["batch"]):
+        assert r["count"] > final.get(r["key"], 0)
+        final[r["key"]] = r["count"]
+    assert final == {f"k{k}": 30 for k in range(20)}
+    assert {r["batch"] for r in results} >= {2, 4}
