@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,11 @@ from spark._write_progress import encode_batch_commit, progress_partition
 from spark.writer import close_clients, transactional_foreach_batch, write_transactional
 from tests.conftest import REPO, Cluster, read_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # PySpark 4 warns on pandas 3 when a Python UDF is planned; the UDFs here use no pandas.
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+]
 
 ClusterFactory = Callable[..., Cluster]
 
@@ -65,11 +70,12 @@ def raw_txn_records(kafka: KafkaConfig, topic: str, partitions: int) -> list[Txn
     return out
 
 
-def rows_df(spark: Any, n: int, partitions: int = 2) -> Any:
-    data = [(f"k{i % 5}", f"v{i}", [("n", str(i).encode())]) for i in range(n)]
-    return spark.createDataFrame(
+def rows_df(spark: Any, n: int, partitions: int | None = 2, pad: int = 0) -> Any:
+    data = [(f"k{i % 5}", f"v{i}" + ":" * bool(pad) + "x" * pad, [("n", str(i).encode())]) for i in range(n)]
+    df = spark.createDataFrame(
         data, "key string, value string, headers array<struct<key:string,value:binary>>"
-    ).repartition(partitions)
+    )
+    return df if partitions is None else df.repartition(partitions)
 
 
 # ---------------------------------------------------------------------------------------- batch
@@ -180,19 +186,29 @@ def test_an_attempt_that_committed_before_the_driver_died_makes_the_replay_a_no_
 
 
 # ------------------------------------------------------------------------- killed batches (Spark)
-def _failing_once(flag: Path, bad: str) -> Any:
-    """A UDF that raises on ``bad`` while ``flag`` exists: the batch dies after other rows of it were
-    produced."""
+def _failing_once(flag: Path, bad: str, kafka: KafkaConfig, topic: str, stored_over: int) -> Any:
+    """A UDF that, while ``flag`` exists, raises on row ``bad`` once ``topic`` (2 partitions) holds
+    more than ``stored_over`` records: the batch dies after part of its output was stored. (Rows are
+    padded in the tests: Spark sends rows to the writer's Python worker in 64 KB buffers, so small
+    rows would all still be in flight.)"""
     from pyspark.sql.functions import udf
 
-    path = str(flag)
+    path, servers = str(flag), kafka.bootstrap_servers
 
     def check(value: str) -> str:
-        if value == bad and os.path.exists(path):
+        if value.split(":")[0] == bad and os.path.exists(path):
+            from kafka_store import KafkaConfig, end_offsets
+
+            conf = KafkaConfig(bootstrap_servers=servers)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if sum(end_offsets(conf, [(topic, 0), (topic, 1)]).values()) > stored_over:
+                    break
+                time.sleep(0.1)
             raise RuntimeError("injected failure mid-batch")
         return value
 
-    return udf(check, "string")
+    return udf(check, "string", useArrow=False)
 
 
 def test_a_batch_failing_midway_is_aborted_and_its_replay_writes_each_row_once(
@@ -202,16 +218,17 @@ def test_a_batch_failing_midway_is_aborted_and_its_replay_writes_each_row_once(
     c.client.create_topic(topic, 2)
     flag = tmp_path / "fail"
     flag.touch()
-    check = _failing_once(flag, "v25")
-    df = rows_df(spark_session, 60, 1).select("key", check("value").alias("value"))
+    # One partition in row order; the UDF fails on the last row, after the writer got most rows.
+    check = _failing_once(flag, "v2999", c.client.kafka, topic, 0)
+    df = rows_df(spark_session, 3000, None, pad=200).coalesce(1).select("key", check("value").alias("value"))
     with pytest.raises(TransactionHasOperationFailed, match="injected failure"):
         write_transactional(df, topic=topic, query_id="q", batch_id=0, **settings(c, uid))
     assert raw_txn_records(c.client.kafka, topic, 2)  # part of the batch was produced ...
     assert committed(c, topic) == []  # ... and is never visible
     flag.unlink()
     result = write_transactional(df, topic=topic, query_id="q", batch_id=0, **settings(c, uid))
-    values = [m.data.decode() for m in committed(c, topic)]
-    assert sorted(values) == sorted(f"v{i}" for i in range(60))
+    values = [m.data.decode().split(":")[0] for m in committed(c, topic)]
+    assert sorted(values) == sorted(f"v{i}" for i in range(3000))
     assert {m.txn_id for m in committed(c, topic)} == {result.txn_id}
 
 
@@ -219,17 +236,20 @@ def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_e
     c: Cluster, spark_session: Any, uid: str, tmp_path: Path
 ) -> None:
     from pyspark.errors import StreamingQueryException
-    from pyspark.sql.functions import col
+    from pyspark.sql.functions import col, concat, lit
 
     topic = f"sw_stream_{uid}"
     c.client.create_topic(topic, 2)
     inputs = tmp_path / "in"
     inputs.mkdir()
     for f in range(3):
-        (inputs / f"{f}.json").write_text("".join(f'{{"n": {f * 20 + i}}}\n' for i in range(20)))
+        path = inputs / f"{f}.json"
+        path.write_text("".join(f'{{"n": {f * 300 + i}}}\n' for i in range(300)))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # the file source goes by mtime
     flag = tmp_path / "fail"
     flag.touch()
-    check = _failing_once(flag, "25")
+    # Batch 0 (file 0) commits: 300 records + 2 markers; batch 1 dies on its last row after more.
+    check = _failing_once(flag, "599", c.client.kafka, topic, 302)
     write = transactional_foreach_batch(topic=topic, **settings(c, uid))
 
     def run() -> Any:
@@ -237,7 +257,7 @@ def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_e
             spark_session.readStream.schema("n long")
             .option("maxFilesPerTrigger", 1)
             .json(str(inputs))
-            .select(check(col("n").cast("string").alias("value")).alias("value"))
+            .select(check(concat(col("n").cast("string"), lit(":" + "x" * 1000))).alias("value"))
         )
         return (
             stream.writeStream.foreachBatch(write)
@@ -248,10 +268,12 @@ def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_e
 
     with pytest.raises(StreamingQueryException, match="injected failure"):
         run().awaitTermination(120)
+    assert len(raw_txn_records(c.client.kafka, topic, 2)) > 300  # batch 1 was partly stored
+    assert len(committed(c, topic)) == 300  # but only batch 0 is visible
     flag.unlink()
     assert run().awaitTermination(120) is not False
-    values = Counter(m.data.decode() for m in committed(c, topic))
-    assert values == Counter(str(i) for i in range(60))
+    values = Counter(m.data.decode().split(":")[0] for m in committed(c, topic))
+    assert values == Counter(str(i) for i in range(900))
 
 
 # ---------------------------------------------------------------- SIGKILLed driver (subprocess)
