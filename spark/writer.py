@@ -248,7 +248,7 @@ def _task_error(exc: Exception, txn_id: TxnID) -> PulsarTxnError:
     cls: type[PulsarTxnError] = TransactionHasOperationFailed
     for line in reversed(lines):
         match = _EXC_LINE.match(line)
-        if match:
+        if match and match.group(1) != "SQLSTATE":
             cause = match.group(2)
             named = getattr(errors, match.group(1).rsplit(".", 1)[-1], None)
             if isinstance(named, type) and issubclass(named, PulsarTxnError):

@@ -277,7 +277,7 @@ def test_foreach_batch_that_raises_midway_then_restarts_from_checkpoint_writes_e
 
 
 # ---------------------------------------------------------------- SIGKILLed driver (subprocess)
-def _run_job(args: list[str], log: Path, kill_at: str | None, timeout: float = 150) -> int:
+def _run_job(args: list[str], log: Path, kill_at: str | None, timeout: float = 420) -> int:
     """Run the example job (optionally killing its own driver at ``kill_at``) in its own process
     group; whatever of the group outlives the driver (the JVM, Python workers) is killed with it."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
@@ -305,7 +305,7 @@ def _run_job(args: list[str], log: Path, kill_at: str | None, timeout: float = 1
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # three Spark driver starts; ~1 min on an idle machine
+@pytest.mark.timeout(1500)  # three Spark driver starts: ~1 min on an idle machine, minutes on a busy one
 def test_sigkilled_streaming_driver_restarted_from_checkpoint_writes_each_result_exactly_once(
     c: Cluster, uid: str, tmp_path: Path
 ) -> None:
@@ -327,16 +327,16 @@ def test_sigkilled_streaming_driver_restarted_from_checkpoint_writes_each_result
         *("--service-url", s["service_url"], "--bootstrap-servers", s["bootstrap_servers"]),
         *("--input", src, "--output", out, "--checkpoint", str(tmp_path / "ckpt")),
         *("--num-tcs", str(c.config.num_tcs), "--snapshot-topic", c.config.snapshot_topic),
-        *("--progress-topic", s["progress_topic"], "--max-offsets-per-trigger", "100", "--available-now"),
+        *("--progress-topic", s["progress_topic"], "--max-offsets-per-trigger", "200", "--available-now"),
     ]
     log = tmp_path / "job.log"
-    # 1: killed after every task produced batch 2 into its transaction, before the commit.
-    assert _run_job(args, log, "tasks:2") == -signal.SIGKILL, log.read_text()[-3000:]
+    # 1: killed after every task produced batch 1 into its transaction, before the commit.
+    assert _run_job(args, log, "tasks:1") == -signal.SIGKILL, log.read_text()[-3000:]
     state, _ = load_state(c.client.kafka, out, 0)
     state1, _ = load_state(c.client.kafka, out, 1)
     assert state.ongoing or state1.ongoing  # the killed batch's output is stored, in an open txn
-    # 2: killed after batch 4 committed, before Spark recorded it: the replay must not write it again.
-    assert _run_job(args, log, "commit:4") == -signal.SIGKILL, log.read_text()[-3000:]
+    # 2: killed after batch 2 committed, before Spark recorded it: the replay must not write it again.
+    assert _run_job(args, log, "commit:2") == -signal.SIGKILL, log.read_text()[-3000:]
     # 3: runs to the end.
     assert _run_job(args, log, None) == 0, log.read_text()[-3000:]
 
@@ -348,4 +348,4 @@ def test_sigkilled_streaming_driver_restarted_from_checkpoint_writes_each_result
         assert r["count"] > final.get(r["key"], 0)
         final[r["key"]] = r["count"]
     assert final == {f"k{k}": 30 for k in range(20)}
-    assert {r["batch"] for r in results} >= {2, 4}
+    assert {r["batch"] for r in results} >= {1, 2, 3}
