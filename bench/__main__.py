@@ -15,6 +15,7 @@ SUITES: dict[str, tuple[str, str]] = {
     "coordinator": ("bench.coordinator", "TC throughput/latency, batching, memory, Kafka baselines"),
     "buffer": ("bench.buffer", "transaction buffer: produce, read-committed read, recovery, reader memory"),
     "acks": ("bench.acks", "acks/s: plain individual/cumulative, transactional, Kafka commit baselines"),
+    "spark": ("bench.spark", "Spark batch read rows/s: pulsar_txn source, filter on vs off, plain consumer"),
 }
 
 

@@ -3,8 +3,8 @@
 A range ``[start, end)`` of a partition never ends past the partition's ``maxReadPosition``, computed
 by ``pulsar_txn.buffer`` (latest snapshot + scan of the tail, ``load_state`` / ``scan``). Below
 ``maxReadPosition`` every transaction has ended, so the visibility of each record there is final: the
-executor only needs the aborted transactions whose abort marker lies at or after ``start`` and the
-discarded offset ranges that meet ``[start, end)``; both ship inside the input partition.
+executor only needs the partition's aborted TxnIDs (pruned to the log-start offset) and the discarded
+offset ranges that meet ``[start, end)``; both ship inside the input partition.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class RangePartition(InputPartition):
         self.partition = partition
         self.start = start
         self.end = end
-        self.aborted = aborted  # 16-byte TxnIDs of aborted txns that may have messages in the range
+        self.aborted = aborted  # 16-byte TxnIDs of the partition's aborted txns
         self.discarded = discarded  # never-delivered offset ranges [first, last] meeting the range
 
 
@@ -114,14 +114,16 @@ class Planner:
     def partitions(self) -> list[TopicPartition]:
         return resolve_partitions(self.opts, self.kafka)
 
-    def state(self, tp: TopicPartition, at_least: int = 0, end: int | None = None) -> TxnBufferState:
+    def state(
+        self, tp: TopicPartition, at_least: int | None = None, end: int | None = None
+    ) -> TxnBufferState:
         """The TB state of ``tp`` scanned to ``end`` (default: the end offset now); a cached state that
         already covers ``at_least`` is reused as it is."""
         state = self.states.get(tp)
         if state is None:
             state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer, end=end)
             self.states[tp] = state
-        elif (at_least == 0 or state.scanned_to < at_least) and (end is None or state.scanned_to < end):
+        elif (at_least is None or state.scanned_to < at_least) and (end is None or state.scanned_to < end):
             scan(state, self.kafka, end)
         return state
 
@@ -181,7 +183,9 @@ class Planner:
         discarded: list[list[int]] = []
         if self.opts.transaction_filter:
             state = self.state(tp, at_least=end)
-            aborted = sorted(t.to_bytes() for t, marker_at in state.aborted.items() if marker_at >= start)
+            # Every aborted txn, not only those whose abort marker is at or after ``start``: a late
+            # message of an aborted txn (after its marker) is dropped through this set alone.
+            aborted = sorted(t.to_bytes() for t in state.aborted)
             discarded = [list(r) for r in state.discarded if r[1] >= start and r[0] < end]
         return RangePartition(self.opts, tp[0], tp[1], start, end, aborted, discarded)
 

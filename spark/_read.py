@@ -25,12 +25,26 @@ from spark._schema import arrow_schema
 _TS_US = pa.timestamp("us", tz="UTC")
 
 
-def _filter_state(part: RangePartition) -> TxnBufferState:
-    opts = part.options
-    state = TxnBufferState(part.topic, part.partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
-    state.aborted = {TxnID.from_bytes(raw): part.end for raw in part.aborted}
-    state.discarded = [list(r) for r in part.discarded]
-    return state
+class RangeFilter:
+    """``TxnBufferState.is_visible`` for one range, on raw header bytes (the executor's hot path).
+
+    Below maxReadPosition the rule reduces to: a control record is dropped; a transactional record is
+    dropped when its TxnID header is not 16 bytes, names an aborted txn, or its offset is discarded.
+    Checking the raw 16 bytes against a set avoids a TxnID object per record; a property test checks
+    this against ``TxnBufferState.is_visible`` on random partitions (tests/unit/test_spark_read.py).
+    """
+
+    def __init__(self, aborted: list[bytes], discarded: list[list[int]]) -> None:
+        self.aborted = frozenset(aborted)
+        self._state = TxnBufferState("", 0)  # for ``is_discarded`` (the shared range lookup)
+        self._state.discarded = [list(r) for r in discarded]
+        self.has_discarded = bool(discarded)
+
+    def txn_visible(self, offset: int, txn_raw: bytes) -> bool:
+        """Visibility of a non-control record carrying TxnID header ``txn_raw``."""
+        if len(txn_raw) != 16 or txn_raw in self.aborted:
+            return False
+        return not (self.has_discarded and self._state.is_discarded(offset))
 
 
 def _txn_name(raw: bytes, names: dict[bytes, str | None]) -> str | None:
@@ -62,7 +76,7 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
             return
         reader.assign({(topic, partition): start})
         schema = arrow_schema(opts.include_headers)
-        state = _filter_state(part) if opts.transaction_filter else None
+        state = RangeFilter(part.aborted, part.discarded) if opts.transaction_filter else None
         names: dict[bytes, str | None] = {}
         last_progress = time.monotonic()
         done = False
@@ -88,7 +102,7 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
 def _columns(
     msgs: list[Any],
     end: int,
-    state: TxnBufferState | None,
+    state: RangeFilter | None,
     include_headers: bool,
     names: dict[bytes, str | None],
 ) -> tuple[tuple[list[Any], ...], bool]:
@@ -101,12 +115,14 @@ def _columns(
     txns: list[str | None] = []
     headers: list[list[dict[str, Any]]] = []
     done = False
-    visible = state.is_visible if state is not None else None
+    visible = state.txn_visible if state is not None else None
     for m in msgs:
         o = m.offset()
         if o >= end:
             done = True
             break
+        if o + 1 >= end:
+            done = True  # the range's last offset: whether kept or dropped, nothing more to read
         h = m.headers()
         txn = None
         if h:
@@ -116,7 +132,7 @@ def _columns(
                     txn = v
                 elif k == CTL_HEADER:
                     ctl = True
-            if visible is not None and (ctl or (txn is not None and not visible(o, h))):
+            if visible is not None and (ctl or (txn is not None and not visible(o, txn))):
                 continue  # markers, aborted and discarded records are never delivered
         offsets.append(o)
         keys.append(m.key())
@@ -127,9 +143,6 @@ def _columns(
         txns.append(_txn_name(txn, names) if txn is not None else None)
         if include_headers:
             headers.append([{"key": k, "value": v} for k, v in h] if h else [])
-        if o + 1 >= end:
-            done = True
-            break
     return (offsets, keys, values, stamps, types, txns, headers), done
 
 

@@ -158,6 +158,82 @@ def test_bad_options_raise_typed_errors(spark: Any, kafka: KafkaConfig, uid: str
         )
 
 
+def test_sql_kafka_plan_keeps_exactly_what_the_source_delivers_on_real_rows(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    from kafka_store import Appender
+    from pulsar_txn.buffer.marker import TXN_HEADER
+    from spark.sql_kafka import committed_read
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"sk_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(4):
+        producer.send(f"p{i}")
+    with c.client.transaction(60) as done:
+        for i in range(4):
+            producer.send(f"c{i}", txn=done)
+    aborted = c.client.transaction(60)
+    for i in range(4):
+        producer.send(f"a{i}", txn=aborted)
+    aborted.abort()
+    app = Appender(kafka)
+    try:
+        # A late message of an ended txn (discarded) and a corrupt TxnID header: never delivered.
+        app.append(topic, 0, b"late", headers=[(TXN_HEADER, done.txn_id.to_bytes())]).result(10)
+        app.append(topic, 1, b"corrupt", headers=[(TXN_HEADER, b"short")]).result(10)
+    finally:
+        app.close()
+    producer.send("q0")
+    open_txn = c.client.transaction(60)
+    producer.send("o0", txn=open_txn, partition_key="k")
+    producer.send("r0", partition_key="k")  # same partition, behind the open txn: held back
+    producer.flush()
+    opts = _opts(c, kafka, topic)
+
+    plan = committed_read(opts)
+    raw = (
+        spark.read.format("pulsar_txn")
+        .options(**opts, transactionFilter="false", includeHeaders="true")
+        .option("startingOffsets", plan.starting_offsets)
+        .option("endingOffsets", plan.ending_offsets)
+        .load()
+    )
+    kept = raw.where(plan.filter_sql).collect()
+    assert len(raw.collect()) > len(kept)
+    ours = _batch(spark, opts)
+    assert sorted(_values(kept)) == sorted(_values(ours))
+    assert sorted(_values(ours)) == sorted([f"p{i}" for i in range(4)] + [f"c{i}" for i in range(4)] + ["q0"])
+    assert raw.where(plan.filter_column()).count() == len(kept)
+    open_txn.abort()
+
+
+def test_batch_report_counts_committed_records_bytes_and_txns_per_partition(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    from spark.jobs.batch_report import _table, report
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"sr_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send("abc")
+    for n in (2, 3):
+        with c.client.transaction(60) as txn:
+            for _ in range(n):
+                producer.send("xy", txn=txn)
+    aborted = c.client.transaction(60)
+    producer.send("gone", txn=aborted)
+    aborted.abort()
+    rows = report(spark, _opts(c, kafka, topic))
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["records"], r["value_bytes"], r["plain_records"], r["committed_txns"]) == (6, 13, 1, 2)
+    assert r["first_offset"] == 0
+    assert "total" in _table(rows)
+
+
 # ---------------------------------------------------------------------------------------------- streaming
 Delivered = dict[int, list[tuple[int, int, str]]]  # batch id -> (partition, offset, value)
 

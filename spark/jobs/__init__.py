@@ -1,0 +1,1 @@
+"""Runnable Spark jobs: ``python -m spark.jobs.<name> --help``."""

@@ -1,0 +1,117 @@
+"""Option parsing and streaming offsets of the Spark source (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pulsar_txn.errors import ConfigError
+from spark._offsets import from_json, rate_limit, to_json
+from spark._options import EARLIEST, LATEST, parse_assign, parse_offsets, parse_options
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+
+
+def test_options_are_case_insensitive_and_kafka_prefixed_ones_pass_through() -> None:
+    opts = parse_options(
+        {
+            **BASE,
+            "STARTINGOFFSETS": "earliest",
+            "kafka.security.protocol": "PLAINTEXT",
+            "includeHeaders": "True",
+        },
+        streaming=False,
+    )
+    assert opts.kafka_conf == {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
+    assert opts.include_headers and opts.transaction_filter and opts.fail_on_data_loss
+    conf = opts.kafka_config()
+    assert conf.bootstrap_servers == "127.0.0.1:9092"
+    assert conf.to_librdkafka()["security.protocol"] == "PLAINTEXT"
+
+
+def test_offsets_accept_earliest_latest_and_sparks_per_partition_json() -> None:
+    assert parse_offsets("x", None, "earliest") == "earliest"
+    assert parse_offsets("x", " LATEST ", "earliest") == "latest"
+    assert parse_offsets("x", '{"a":{"0":23,"1":-2},"b":{"3":-1}}', "earliest") == {
+        ("a", 0): 23,
+        ("a", 1): EARLIEST,
+        ("b", 3): LATEST,
+    }
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["soon", "[1]", '{"a":[1]}', '{"a":{"x":1}}', '{"a":{"0":-3}}', '{"a":{"0":"5"}}', '{"a":{"0":true}}'],
+)
+def test_bad_offsets_raise_config_error(raw: str) -> None:
+    with pytest.raises(ConfigError, match="startingOffsets"):
+        parse_offsets("startingOffsets", raw, "earliest")
+
+
+def test_exactly_one_subscription_option_is_required() -> None:
+    with pytest.raises(ConfigError, match="exactly one"):
+        parse_options({"kafka.bootstrap.servers": "h:1"}, streaming=False)
+    with pytest.raises(ConfigError, match="exactly one"):
+        parse_options({**BASE, "subscribePattern": "t.*"}, streaming=False)
+    with pytest.raises(ConfigError, match="bootstrap"):
+        parse_options({"subscribe": "t"}, streaming=False)
+    assert parse_assign('{"a":[0,1],"b":[2]}') == [("a", 0), ("a", 1), ("b", 2)]
+    with pytest.raises(ConfigError, match="assign"):
+        parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"a":0}'}, streaming=False)
+
+
+def test_batch_and_stream_offset_rules_follow_sparks_kafka_source() -> None:
+    with pytest.raises(ConfigError, match="cannot be latest"):
+        parse_options({**BASE, "startingOffsets": "latest"}, streaming=False)
+    with pytest.raises(ConfigError, match="cannot be earliest"):
+        parse_options({**BASE, "endingOffsets": '{"t":{"0":-2}}'}, streaming=False)
+    with pytest.raises(ConfigError, match="batch reads only"):
+        parse_options({**BASE, "endingOffsets": "latest"}, streaming=True)
+    assert parse_options(BASE, streaming=True).starting == "latest"
+    assert parse_options(BASE, streaming=False).starting == "earliest"
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger"):
+        parse_options({**BASE, "maxOffsetsPerTrigger": "0"}, streaming=True)
+    with pytest.raises(ConfigError, match="transactionFilter"):
+        parse_options({**BASE, "transactionFilter": "maybe"}, streaming=False)
+    with pytest.raises(ConfigError, match="bootstrap"):
+        parse_options({**BASE, "kafka.bootstrap.servers": "nohost"}, streaming=False).kafka_config()
+
+
+def test_marker_secret_snapshot_topic_and_raw_mode() -> None:
+    opts = parse_options(
+        {**BASE, "markerSecret": "s3", "snapshotTopic": "none", "transactionFilter": "false"}, streaming=False
+    )
+    assert opts.marker_secret == b"s3"
+    assert opts.snapshot_topic is None
+    assert not opts.transaction_filter
+
+
+def test_stream_offsets_round_trip_as_sparks_kafka_json() -> None:
+    offsets = {("a", 0): 5, ("a", 10): 7, ("b", 1): 0}
+    data = to_json(offsets)
+    assert data == {"a": {"0": 5, "10": 7}, "b": {"1": 0}}
+    assert from_json(data) == offsets
+    with pytest.raises(ConfigError):
+        from_json({"a": 3})
+
+
+def test_rate_limit_shares_the_cap_in_proportion_and_every_partition_with_data_moves() -> None:
+    starts = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
+    ends = {("t", 0): 90, ("t", 1): 110, ("t", 2): 5}
+    capped = rate_limit(starts, ends, 10)
+    assert capped == {("t", 0): 9, ("t", 1): 101, ("t", 2): 5}
+    assert sum(capped[tp] - starts[tp] for tp in starts) <= 10
+    assert rate_limit(starts, ends, 1000) == ends  # under the cap: unchanged
+    # A partition new since ``starts`` counts from 0.
+    assert rate_limit({}, {("t", 0): 4}, 2) == {("t", 0): 2}
+
+
+def test_start_below_log_start_fails_with_data_loss_unless_failondataloss_is_false() -> None:
+    from pulsar_txn.errors import DataLossError
+    from spark._plan import Planner
+
+    strict = Planner(parse_options(BASE, streaming=False))
+    assert strict.check_start(("t", 0), 5, 5) == 5
+    with pytest.raises(DataLossError, match=r"t\[0\]: offsets 2\.\.4"):
+        strict.check_start(("t", 0), 2, 5)
+    lenient = Planner(parse_options({**BASE, "failOnDataLoss": "false"}, streaming=False))
+    assert lenient.check_start(("t", 0), 2, 5) == 5
