@@ -206,10 +206,11 @@ class ConnectionClosed(PulsarTxnError):
     retriable = True
 
 
-class IncompatibleSchema(PulsarTxnError):
-    """A message was written with a schema the reader's schema cannot decode (another schema type,
-    or an Avro writer schema with another fingerprint). Never a misread: the bytes are kept,
-    ``msg.data()`` still returns them."""
+class IncompatibleSchema(PulsarTxnError, ValueError):
+    """Data whose shape the reader or writer cannot take: a message written with a schema the
+    reader's schema cannot decode (another schema type, or an Avro writer schema with another
+    fingerprint; never a misread: the bytes are kept, ``msg.data()`` still returns them), or a
+    DataFrame without a ``value`` column."""
 
     server_error = ServerError.IncompatibleSchema
 
@@ -228,6 +229,7 @@ _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.UnsupportedVersionError: UnsupportedVersionError,
     ServerError.TopicNotFound: TopicNotFound,
     ServerError.InvalidTopicName: InvalidTopicName,
+    ServerError.IncompatibleSchema: IncompatibleSchema,
     ServerError.TooManyRequests: TooManyRequests,
     ServerError.TransactionCoordinatorNotFound: TransactionCoordinatorNotFoundError,
     ServerError.InvalidTxnStatus: InvalidTxnStatusError,
