@@ -2,7 +2,8 @@
 ``scanned_to`` (docs/storage-format.md, "Transaction buffer state").
 
 * ``ongoing``  txn -> offset of its first message here; the oldest pins ``max_read_position``.
-* ``aborted``  txn -> offset of its abort marker (upper bound of its messages here); readers skip them.
+* ``aborted``  txn -> offset of its abort marker; readers skip every message of these txns, also late
+  ones written after the marker (which are not in ``discarded``).
 * ``ended``    txns above their TC's low watermark that ended here (value: committed?), to spot late
   messages. Txns at or below the low watermark are known to have ended without an entry.
 * ``lwm``      TC id -> highest low watermark carried by a verified marker.
