@@ -84,7 +84,10 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
     info = {"url": node.url, "admin_url": node.admin_url, "bootstrap_servers": kafka.bootstrap_servers}
     print(json.dumps(info), flush=True)
     if ready_file:
-        Path(ready_file).write_text(json.dumps(info))
+        # Written whole, then renamed: a watcher that sees the file can read it.
+        tmp = Path(f"{ready_file}.tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, ready_file)
     try:
         await stop.wait()
     finally:
