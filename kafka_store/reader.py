@@ -8,7 +8,14 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
@@ -19,6 +26,7 @@ log = logging.getLogger(__name__)
 BEGINNING = OFFSET_BEGINNING
 
 MAX_RESPONSE_BYTES = 2_147_483_647
+_OPEN_WINDOW_S = 0.01  # how long an idle-gated reader fetches before it pauses again
 
 RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
@@ -58,7 +66,17 @@ def _to_record(msg: Any) -> StoredRecord:
 class PartitionReader:
     """An assign-only consumer (no group membership, never commits) for ranged and tailing reads."""
 
-    def __init__(self, config: KafkaConfig, *, fetch_wait_ms: int = 10, extra: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        config: KafkaConfig,
+        *,
+        fetch_wait_ms: int = 10,
+        idle_backoff_ms: int = 0,
+        extra: dict[str, Any] | None = None,
+    ):
+        """``idle_backoff_ms`` > 0: a tailing reader whose polls come back empty pauses its
+        partitions and fetches again only after that long (see ``KafkaConfig.idle_fetch_backoff_ms``).
+        Only for readers whose owner does not pause and resume partitions itself."""
         conf: dict[str, Any] = config.client_conf()
         conf.update(
             {
@@ -79,6 +97,10 @@ class PartitionReader:
         self._timeout = config.request_timeout_ms / 1000
         self._consumer: Consumer | None = None
         self._eof: dict[tuple[str, int], int] = {}
+        self._idle_backoff = idle_backoff_ms / 1000
+        self._idle_since: float | None = None  # partitions paused by the idle gate since then
+        self._opened_at = 0.0
+        self._next: dict[tuple[str, int], int] = {}  # the gate's record of where reading goes on
 
     @property
     def consumer(self) -> Consumer:
@@ -89,13 +111,20 @@ class PartitionReader:
     def assign(self, positions: dict[tuple[str, int], int]) -> None:
         self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
         self._eof.clear()
+        self._idle_since = None  # a fresh assignment fetches at once
+        self._opened_at = time.monotonic()
+        self._next = dict(positions)
 
     def add(self, topic: str, partition: int, offset: int) -> None:
         self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
         self._eof.pop((topic, partition), None)
+        self._next[(topic, partition)] = offset
+        if self._idle_since is not None:
+            self.pause([(topic, partition)])  # joins the idle gate's state; resumed with the others
 
     def remove(self, topic: str, partition: int) -> None:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+        self._next.pop((topic, partition), None)
 
     def pause(self, partitions: list[tuple[str, int]]) -> None:
         """Stop fetching these partitions (an idle consumer would otherwise poll the broker)."""
@@ -132,6 +161,50 @@ class PartitionReader:
         return self._poll_messages(max_records, timeout)
 
     def _poll_messages(self, max_records: int, timeout: float) -> list[Any]:
+        if not self._idle_backoff:
+            return self._poll_now(max_records, timeout)
+        # The idle gate: fetch in short open windows, paused in between while nothing arrives.
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            if self._idle_since is not None:
+                reopen = self._idle_since + self._idle_backoff
+                if reopen > deadline:
+                    if deadline > now:
+                        time.sleep(deadline - now)
+                    return []
+                if reopen > now:
+                    time.sleep(reopen - now)
+                self._set_idle_gate(False)
+            out = self._poll_now(max_records, min(max(deadline - time.monotonic(), 0.0), _OPEN_WINDOW_S))
+            now = time.monotonic()
+            if out:
+                self._opened_at = now
+                for msg in out:  # in offset order per partition: the last one wins
+                    self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
+                return out
+            if now - self._opened_at >= _OPEN_WINDOW_S:  # open for a fetch round trip, still nothing
+                self._set_idle_gate(True)
+            if now >= deadline:
+                return []
+
+    def _set_idle_gate(self, closed: bool) -> None:
+        assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        if closed:
+            self.pause(assignment)
+            self._idle_since = time.monotonic()
+        else:
+            # Pausing drops what was fetched but not consumed, and resuming fetches on from where
+            # the fetcher was: seek back to what we consumed up to, so nothing is skipped.
+            self.resume(assignment)
+            seek = [TopicPartition(t, p, self._next[(t, p)]) for t, p in assignment if (t, p) in self._next]
+            for tp in seek:
+                if tp.offset != OFFSET_INVALID:  # logical ones (beginning) are sought again as such
+                    self.consumer.seek(tp)
+            self._idle_since = None
+            self._opened_at = time.monotonic()
+
+    def _poll_now(self, max_records: int, timeout: float) -> list[Any]:
         # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
         # then whatever else is already fetched is drained without waiting.
         first = self.consumer.poll(timeout)

@@ -308,7 +308,9 @@ class Consumer(Generic[T]):
 
     def _pa(self) -> PartitionReader:
         if self._pa_reader is None:
-            self._pa_reader = PartitionReader(self._client.kafka, fetch_wait_ms=50)
+            self._pa_reader = PartitionReader(
+                self._client.kafka, fetch_wait_ms=50, idle_backoff_ms=self._client.kafka.idle_fetch_backoff_ms
+            )
         return self._pa_reader
 
     # ------------------------------------------------------------------ receiving

@@ -107,7 +107,9 @@ class CommittedReader:
     def _ensure_started(self) -> None:
         if self._scanner is not None:
             return
-        self._scanner = PartitionReader(self._kafka, fetch_wait_ms=20)
+        self._scanner = PartitionReader(
+            self._kafka, fetch_wait_ms=20, idle_backoff_ms=self._kafka.idle_fetch_backoff_ms
+        )
         for tp, start in self._starts.items():
             self._open(tp, start)
 
