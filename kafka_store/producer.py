@@ -24,6 +24,17 @@ log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
 DeliveryCallback = Callable[[int | None, StoreError | None], None]
+# producer, topic, partition, value, key, headers, callback, deadline
+_Append = tuple[
+    Any,
+    str,
+    int,
+    bytes | None,
+    bytes | None,
+    list[tuple[str, str | bytes | None]] | None,
+    DeliveryCallback,
+    float,
+]
 
 _UNAVAILABLE = {
     KafkaError._MSG_TIMED_OUT,
@@ -168,50 +179,48 @@ class Appender:
         producer = self._ensure_started()
         deadline = time.monotonic() + self._conf["message.timeout.ms"] / 1000
         hdrs: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
+        self._produce((producer, topic, partition, value, key, hdrs, callback, deadline), False)
 
+    def _produce(self, args: _Append, refresh: bool) -> None:
+        producer, topic, partition, value, key, hdrs, callback, deadline = args
+
+        # No closure here refers to another: the hot path must not build reference cycles (they
+        # would wait for the cyclic GC instead of being freed at once).
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             if err is None:
                 callback(int(msg.offset()), None)
             elif err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < deadline:
                 # Never sent: the producer's metadata predates the partition. Refresh off the
                 # delivery thread, then queue it again.
-                threading.Thread(target=produce, args=(True,), daemon=True).start()
+                threading.Thread(target=self._produce, args=(args, True), daemon=True).start()
             else:
                 callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
 
-        def produce(refresh: bool = False) -> None:
-            if refresh:
-                time.sleep(0.05)
-                self._refresh_metadata(producer, topic)
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=value,
-                        key=key,
-                        partition=partition,
-                        headers=hdrs,
-                        on_delivery=on_delivery,
+        if refresh:
+            time.sleep(0.05)
+            self._refresh_metadata(producer, topic)
+        while True:
+            try:
+                producer.produce(
+                    topic, value=value, key=key, partition=partition, headers=hdrs, on_delivery=on_delivery
+                )
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    callback(
+                        None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
                     return
-                except BufferError:
-                    if time.monotonic() > deadline:
-                        callback(
-                            None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
-                        )
-                        return
-                    time.sleep(0.005)
-                except KafkaException as exc:
-                    err = exc.args[0]
-                    if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < deadline:
-                        # A topic created (or grown) moments ago: metadata lags. Retry off this
-                        # thread, which may be an event loop's.
-                        threading.Thread(target=produce, args=(True,), daemon=True).start()
-                        return
-                    callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
+                time.sleep(0.005)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < deadline:
+                    # A topic created (or grown) moments ago: metadata lags. Retry off this thread,
+                    # which may be an event loop's.
+                    threading.Thread(target=self._produce, args=(args, True), daemon=True).start()
                     return
-
-        produce()
+                callback(None, translate_kafka_error(err, f"append to {topic}[{partition}]"))
+                return
 
     @staticmethod
     def _refresh_metadata(producer: Producer, topic: str) -> None:
