@@ -36,10 +36,10 @@ class KafkaConfig(BaseModel):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     request_timeout_ms: int = Field(default=10_000, gt=0)
-    # Tailing readers that stay caught up pause their partitions for this long between fetch rounds.
-    # Brokers that answer empty fetches at once (ignoring fetch.wait.max.ms) would otherwise make
-    # them spin; 0 turns it off (Apache Kafka holds empty fetches, so 0 costs nothing there).
-    idle_fetch_backoff_ms: int = Field(default=20, ge=0, le=10_000)
+    # > 0: caught-up subscription and Reader tails pause their partitions for this long between
+    # fetch rounds. For brokers that answer empty fetches at once (ignoring fetch.wait.max.ms), where
+    # idle readers would spin; Apache Kafka holds empty fetches itself. Off by default.
+    idle_fetch_backoff_ms: int = Field(default=0, ge=0, le=10_000)
     # Replication factor for the topics we create; -1 takes the cluster's default.replication.factor.
     replication_factor: int = Field(default=-1, ge=-1)
     # Any other librdkafka property, passed through unchanged (e.g. {"socket.keepalive.enable": "true"}).

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 BEGINNING = OFFSET_BEGINNING
 
 MAX_RESPONSE_BYTES = 2_147_483_647
-_OPEN_WINDOW_S = 0.01  # how long an idle-gated reader fetches before it pauses again
+_POLL_SLICE_S = 0.01  # an idle-gated reader polls in slices this long, to notice when it is caught up
 
 RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
@@ -99,7 +99,7 @@ class PartitionReader:
         self._eof: dict[tuple[str, int], int] = {}
         self._idle_backoff = idle_backoff_ms / 1000
         self._idle_since: float | None = None  # partitions paused by the idle gate since then
-        self._opened_at = 0.0
+        self._eof_seen: dict[tuple[str, int], int] = {}  # end-of-partition events since the gate opened
         self._next: dict[tuple[str, int], int] = {}  # the gate's record of where reading goes on
 
     @property
@@ -112,7 +112,7 @@ class PartitionReader:
         self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
         self._eof.clear()
         self._idle_since = None  # a fresh assignment fetches at once
-        self._opened_at = time.monotonic()
+        self._eof_seen.clear()
         self._next = dict(positions)
 
     def add(self, topic: str, partition: int, offset: int) -> None:
@@ -176,16 +176,19 @@ class PartitionReader:
                 if reopen > now:
                     time.sleep(reopen - now)
                 self._set_idle_gate(False)
-            out = self._poll_now(max_records, min(max(deadline - time.monotonic(), 0.0), _OPEN_WINDOW_S))
-            now = time.monotonic()
+            out = self._poll_now(max_records, min(max(deadline - time.monotonic(), 0.0), _POLL_SLICE_S))
+            for msg in out:  # in offset order per partition: the last one wins
+                self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
             if out:
-                self._opened_at = now
-                for msg in out:  # in offset order per partition: the last one wins
-                    self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
                 return out
-            if now - self._opened_at >= _OPEN_WINDOW_S:  # open for a fetch round trip, still nothing
+            # Pause only once every partition has reported, since the gate opened, an end we have
+            # consumed up to: then nothing fetched can be waiting, however slow the broker is.
+            assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+            if assignment and all(
+                tp in self._eof_seen and self._eof_seen[tp] <= self._next.get(tp, -1) for tp in assignment
+            ):
                 self._set_idle_gate(True)
-            if now >= deadline:
+            if time.monotonic() >= deadline:
                 return []
 
     def _set_idle_gate(self, closed: bool) -> None:
@@ -202,7 +205,7 @@ class PartitionReader:
                 if tp.offset != OFFSET_INVALID:  # logical ones (beginning) are sought again as such
                     self.consumer.seek(tp)
             self._idle_since = None
-            self._opened_at = time.monotonic()
+            self._eof_seen.clear()
 
     def _poll_now(self, max_records: int, timeout: float) -> list[Any]:
         # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
@@ -219,7 +222,10 @@ class PartitionReader:
             if err is None:
                 out.append(msg)
             elif err.code() == KafkaError._PARTITION_EOF:
-                self._eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+                tp = (msg.topic() or "", msg.partition() or 0)
+                self._eof[tp] = msg.offset() or 0
+                if self._idle_backoff:
+                    self._eof_seen[tp] = msg.offset() or 0
             elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
             elif err.fatal():

@@ -29,3 +29,33 @@ def test_append_reaches_partitions_added_after_the_producer_saw_the_topic(
         assert appender.append(topic, 2, b"b").result(30) == 0  # refreshed, not "unknown partition"
     finally:
         appender.close()
+
+
+def test_idle_gated_reader_loses_and_repeats_nothing_across_idle_pauses(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    import time
+
+    from kafka_store import PartitionReader
+
+    topic = f"gate_{uid}"
+    admin.ensure_topic(topic, 2)
+    appender = Appender(kafka)
+    reader = PartitionReader(kafka, idle_backoff_ms=20)
+    reader.assign({(topic, 0): 0, (topic, 1): 0})
+    seen: list[tuple[int, int]] = []
+    try:
+        for burst in range(6):  # bursts with idle gaps in between: the gate pauses and reopens
+            for i in range(50):
+                appender.append(topic, i % 2, f"{burst}-{i}".encode())
+            appender.flush(30)
+            deadline = time.monotonic() + 30
+            while len(seen) < (burst + 1) * 50 and time.monotonic() < deadline:
+                seen.extend((r.partition, r.offset) for r in reader.poll_batch(1000, 0.05))
+            time.sleep(0.1)  # idle: caught up, so the gate closes
+            seen.extend((r.partition, r.offset) for r in reader.poll_batch(1000, 0.05))
+        for p in (0, 1):
+            assert [o for q, o in seen if q == p] == list(range(150))  # each once, in order
+    finally:
+        reader.close()
+        appender.close()
