@@ -59,7 +59,6 @@ class PipelineProgress:
     sessions: int = 0  # subscribe + fence cycles (1 + restarts after failures)
     fenced: int = 0  # transactions of a previous run aborted at start-up
     started: float = field(default_factory=time.monotonic)
-    batch_ms: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -144,7 +143,6 @@ class ExactlyOncePipeline:
         return producer
 
     def _process(self, consumer: Consumer[bytes], batch: list[Message[bytes]]) -> None:
-        started = time.monotonic()
         txn = self._client.transaction(self.settings.transaction_timeout_s)
         try:
             # Everything up to the batch's last message of a partition was delivered in order in this
@@ -175,7 +173,6 @@ class ExactlyOncePipeline:
         progress = self.progress
         progress.processed += len(batch)
         progress.transactions += 1
-        progress.batch_ms.append((time.monotonic() - started) * 1000)
         if self._on_progress is not None:
             self._on_progress(progress)
 

@@ -42,14 +42,18 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     client.create_topic(OUTPUT, PARTITIONS)
     producer = client.create_producer(INPUT)
     half = messages // 2
-    for i in range(half):
+
+    def publish(i: int) -> None:
         producer.send_async(f"order {i:06d} " + "x" * 64, partition_key=f"customer-{i % 97}")
+
+    for i in range(half):
+        publish(i)
     producer.flush()
     print(f"published {half} input messages; the rest arrive while the pipeline runs", flush=True)
 
     def publish_rest() -> None:
         for i in range(half, messages):
-            producer.send_async(f"order {i:06d} " + "x" * 64, partition_key=f"customer-{i % 97}")
+            publish(i)
             if i % 500 == 0:
                 time.sleep(0.05)
         producer.flush()
