@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kafka_store import KafkaConfig, LocalBroker, StoreError
+from pulsar_txn._gc import tune_for_service
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
@@ -97,6 +98,7 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     kafka, config = build_configs(args)
+    tune_for_service()
     asyncio.run(_serve_forever(kafka, config, args.ready_file))
     return 0
 
@@ -108,6 +110,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     try:
         kafka, config = build_configs(args, bootstrap)
         print(f"embedded Kafka broker: {bootstrap}  (data in {data_dir})", flush=True)
+        tune_for_service()
         asyncio.run(_serve_forever(kafka, config, args.ready_file))
     finally:
         broker.stop()

@@ -48,6 +48,7 @@ class TcCounters:
     timed_out: int = 0
     append_log: LatencyWindow = field(default_factory=LatencyWindow)
     end_retries: int = 0
+    read_backs: int = 0  # log writes that had to wait for the tail (a foreign record preceded them)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -56,5 +57,6 @@ class TcCounters:
             "aborted_count": self.aborted,
             "timeout_count": self.timed_out,
             "end_retry_count": self.end_retries,
+            "read_back_count": self.read_backs,
             "append_log_latency": self.append_log.snapshot(),
         }

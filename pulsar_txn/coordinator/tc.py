@@ -1,8 +1,12 @@
 """One transaction coordinator (TC): the owner of one transaction-log partition.
 
 All methods run on the service's event loop; no locks. Every state change is written to the log
-and *confirmed by read-back* (the owner's tail has read past the write with no newer claim before it)
-before the caller hears of it, so a deposed owner can never report an outcome it did not own.
+and *confirmed* before the caller hears of it: no newer claim may precede the write in the log, so a
+deposed owner can never report an outcome it did not own. An offset is known to hold no foreign claim
+when the owner's tail has read it, or when it is one of the owner's own acknowledged writes. Kafka
+gives a partition's records consecutive offsets, so while every offset since the tail's position is
+our own write, no claim can sit between them and no read-back is needed; any other record leaves a
+gap that only the tail can close.
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ class TransactionCoordinator:
         self._keys_by_seq: dict[int, set[bytes]] = {}
         self._next_seq = 0
         self._last_read = -1
+        # Every offset <= _verified was read by the tail or is our own write; _own holds our
+        # acknowledged offsets above it (beyond a gap the tail has not read yet).
+        self._verified = -1
+        self._own: set[int] = set()
         self._confirm_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_seq = 0
         self._replayed = asyncio.Event()
@@ -128,10 +136,31 @@ class TransactionCoordinator:
                 return
         if self._claim_offset is not None and self._last_read >= self._claim_offset:
             self._replayed.set()
+        if not recovering:
+            self._advance_verified(self._last_read)
         self._release_waiters()
 
+    def _note_own(self, offset: int) -> None:
+        """One of our writes was acknowledged at ``offset`` (on the loop)."""
+        if self.state is TcState.READY and offset > self._verified:
+            if offset == self._verified + 1:
+                self._advance_verified(offset)
+            else:
+                self._own.add(offset)
+
+    def _advance_verified(self, through: int) -> None:
+        own = self._own
+        verified = max(self._verified, through)
+        if own:
+            own.difference_update([o for o in own if o <= verified])
+            while verified + 1 in own:
+                verified += 1
+                own.discard(verified)
+        self._verified = verified
+
     def _release_waiters(self) -> None:
-        while self._confirm_waiters and self._confirm_waiters[0][0] <= self._last_read:
+        confirmed = max(self._last_read, self._verified)
+        while self._confirm_waiters and self._confirm_waiters[0][0] <= confirmed:
             _offset, _n, fut = heapq.heappop(self._confirm_waiters)
             if not fut.done():
                 fut.set_result(None)
@@ -177,6 +206,7 @@ class TransactionCoordinator:
                 self._retire_queue.append((meta.ended_at_ms + self._config.end_txn_retention_ms, seq))
         self._retire_queue = deque(sorted(self._retire_queue))
         stale = list(fold.stale_keys)
+        self._verified = self._last_read
         self.state = TcState.READY
         self.recover_ended_ms = now
         self._spawn(self._timeout_loop(), "timeouts")
@@ -257,8 +287,6 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- persistence with read-back
     async def _persist(self, records: list[tuple[bytes, bytes | None]], *, confirm: bool = True) -> None:
         started = time.perf_counter()
-        if confirm:
-            self.demand_reads(0.5)  # the tail starts fetching while the write is in flight
         loop = asyncio.get_running_loop()
         done: asyncio.Future[int] = loop.create_future()
         pending = [len(records), -1]  # records still unacknowledged, highest offset so far
@@ -271,6 +299,7 @@ class TransactionCoordinator:
                     PersistenceError(f"TC {self.tc_id}: transaction log write failed: {error}")
                 )
                 return
+            self._note_own(offset)
             pending[0] -= 1
             pending[1] = max(pending[1], offset)
             if pending[0] == 0:
@@ -289,8 +318,12 @@ class TransactionCoordinator:
     async def _confirmed(self, offset: int) -> None:
         if self.state is not TcState.READY:
             self.check_serving()
-        if offset <= self._last_read:
+        if offset <= self._last_read or offset <= self._verified:
             return
+        # A record we did not write (or whose acknowledgement we lost) precedes ours: only the tail
+        # can tell whether it is a newer owner's claim.
+        self.counters.read_backs += 1
+        self.demand_reads(0.5)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1
         heapq.heappush(self._confirm_waiters, (offset, self._waiter_seq, fut))

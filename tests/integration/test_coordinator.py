@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -236,3 +237,51 @@ def test_garbage_in_the_log_is_skipped_and_recovery_continues(
     assert tc.get(txn) is not None
     assert tc.stats()["skipped_log_records"] == 2
     assert ec2.run(ec2.service.new_txn(0, 0)) == TxnID(0, 1)
+
+
+def test_consecutive_own_writes_are_confirmed_without_read_back(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"noreadback_{uid}"
+    admin.ensure_topic(topic, 1)
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    for _ in range(20):
+        txn = ec.run(ec.service.new_txn(0, 0))
+        ec.run(ec.service.add_partitions(txn, [topic]))
+        ec.run(ec.service.end_txn(txn, TxnAction.COMMIT))
+    # Every offset since the claim is one of the owner's own acknowledged writes: no claim can
+    # sit between them, so none of the 60 confirmed writes waited for the tail.
+    assert ec.service.coordinator(0).stats()["read_back_count"] == 0
+
+
+def test_foreign_record_before_a_write_holds_it_until_the_tail_has_read_past(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    import asyncio
+
+    from kafka_store import Appender
+
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    first = ec.run(ec.service.new_txn(0, 0))
+    tc = ec.service.coordinator(0)
+    held: list[Any] = []
+    deliver = tc.on_records
+    tc.on_records = held.extend  # type: ignore[method-assign]  # the tail's batches wait here
+    app = Appender(kafka)
+    app.append(cfg.log_topic, 0, b"\x00not ours", key=b"txn/0/99@0").result(10)
+    app.close()
+    assert ec._loop is not None
+    pending = asyncio.run_coroutine_threadsafe(ec.service.new_txn(0, 0), ec._loop.loop)
+    # Its record lands after one we did not write: it may be a newer owner's claim, so the
+    # NEW_TXN answer waits until the tail has read that record.
+    time.sleep(1.0)
+    assert not pending.done()
+    assert tc.stats()["read_back_count"] == 1
+    tc.on_records = deliver  # type: ignore[method-assign]
+    ec._loop.loop.call_soon_threadsafe(deliver, list(held))
+    second = pending.result(10)
+    assert second == TxnID(0, first.least_bits + 1)
+    ec.run(ec.service.end_txn(second, TxnAction.ABORT))  # past the gap: own writes again
+    assert tc.stats()["read_back_count"] == 1
+    assert tc.stats()["state"] == "Ready"
