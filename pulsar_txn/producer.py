@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import StoreError
+from pulsar_txn._future import LazyFuture
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
 from pulsar_txn.message import EVENT_TIME_HEADER, PRODUCER_HEADER, PROPERTY_PREFIX, SEQUENCE_HEADER, MessageId
@@ -113,7 +114,7 @@ class Producer(Generic[T]):
             headers.append((PROPERTY_PREFIX + name, value.encode()))
         key = partition_key.encode() if partition_key is not None else None
         topic = self.topic.kafka_topic
-        result: Future[MessageId] = Future()
+        result: Future[MessageId] = LazyFuture()
 
         def done(offset: int | None, error: StoreError | None) -> None:
             if error is not None or offset is None:

@@ -1,0 +1,97 @@
+"""A ``concurrent.futures.Future`` that builds its lock only when a thread has to wait on it.
+
+A standard Future allocates a Condition (an RLock, a deque and five bound methods) up front. A
+producer returns one Future per message, and applications keep thousands of them alive while
+sends are in flight; every one of those objects is then re-scanned by the cyclic GC, which cost
+more than the send itself. Most send futures finish before anyone waits on them, so the Condition
+(and the waiter and callback lists) are made on first need (``result`` on a pending future,
+``add_done_callback``, ``wait``, ...); everything else behaves exactly as the standard class.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Guards the switch from "no condition" to "condition": completing a future without one, and making
+# one, never interleave, so a thread that waits always sees a completion or gets notified of it.
+_GUARD = threading.Lock()
+_ENDED = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+
+
+class LazyFuture(Future[T]):
+    """``concurrent.futures.Future`` with a lazily created Condition (see the module docstring)."""
+
+    def __init__(self) -> None:  # not Future.__init__: that builds the Condition
+        self._cond: threading.Condition | None = None
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._lists: tuple[list[Any], list[Any]] | None = None  # (waiters, done callbacks), on need
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        cond = self._cond
+        if cond is None:
+            with _GUARD:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    def _make_lists(self) -> tuple[list[Any], list[Any]]:
+        lists = self._lists
+        if lists is None:
+            with _GUARD:
+                lists = self._lists
+                if lists is None:
+                    lists = self._lists = ([], [])
+        return lists
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]  # for concurrent.futures.wait
+        return self._make_lists()[0]
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        return self._make_lists()[1]
+
+    def done(self) -> bool:
+        return self._state in _ENDED
+
+    def result(self, timeout: float | None = None) -> T:
+        if self._state == FINISHED:  # final: state and outcome never change again
+            if self._exception is not None:
+                raise self._exception
+            return self._result  # type: ignore[no-any-return]
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def set_result(self, result: T) -> None:
+        with _GUARD:
+            if self._cond is None and self._state not in _ENDED:
+                self._result = result
+                self._state = FINISHED
+                return  # no condition: nobody waits and no callback was added
+        # A condition exists, or the future has ended already (the base class raises
+        # InvalidStateError, outside _GUARD: its repr needs the condition).
+        super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        with _GUARD:
+            if self._cond is None and self._state not in _ENDED:
+                self._exception = exception
+                self._state = FINISHED
+                return
+        super().set_exception(exception)
+
+
+__all__ = ["LazyFuture"]
