@@ -34,6 +34,7 @@ from bench._common import (
     wait_until_quiet,
 )
 from kafka_store import KafkaConfig
+from pulsar_txn._gc import SERVICE_THRESHOLDS, tune_for_service
 from pulsar_txn.client import Client
 from pulsar_txn.errors import Timeout
 from pulsar_txn.message import Message
@@ -279,6 +280,9 @@ def _fill(client: Client, topic: str, n: int) -> None:
 def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
     sizes = QUICK if quick else DEFAULT
     raw: dict[str, Any] = {"quick": quick, "sizes": sizes.__dict__, "batch": BATCH}
+    # Both pipelines run in this process: give it the GC settings `pulsar-txn pipeline` runs with.
+    tune_for_service()
+    raw["gc_thresholds"] = SERVICE_THRESHOLDS
     busy, waited = wait_until_quiet(BUSY_PCT, 60.0, sample_s=2.0)
     raw["machine"] = {"cpus": os.cpu_count(), "busy_before_pct": busy, "waited_for_quiet_s": waited}
     kafka = KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=30_000)

@@ -1,10 +1,11 @@
-"""Garbage-collector settings for long-running service processes (coordinator, standalone).
+"""Garbage-collector settings for our long-running processes (coordinator, standalone, pipeline).
 
 A coordinator keeps every finished transaction for ``end_txn_retention_ms`` (hundreds of thousands
 at full load), and CPython's default thresholds re-scan that whole population every few seconds:
-at 2,000 txn/s the full collections alone cost ~20% of the event loop. The service makes no
-reference cycles per request, so young collections can be far rarer. Only the service entry points
-call this; an application embedding the coordinator keeps its own settings.
+at 2,000 txn/s the full collections alone cost ~20% of the event loop. A pipeline holds a batch of
+messages and their send futures; there full collections took ~20% of the process's CPU. Neither
+makes reference cycles per message or request, so young collections can be far rarer. Only our
+entry points call this; an application using the library keeps its own settings.
 """
 
 from __future__ import annotations

@@ -195,6 +195,7 @@ def cmd_tc_demo(args: argparse.Namespace) -> int:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.cli import run
 
+    tune_for_service()
     return run(args)
 
 

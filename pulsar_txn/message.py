@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from kafka_store import StoredRecord
 from pulsar_txn.buffer.marker import TXN_HEADER
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import partition_name
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 from pulsar_txn.txnid import TxnID
 
@@ -115,7 +115,7 @@ class Message(Generic[T]):
             seq,
             txn,
             redelivery_count,
-            str(TopicName.parse(rec.topic).with_partition(rec.partition)),
+            partition_name(rec.topic, rec.partition),
             schema_header,
             chosen,
         )

@@ -8,6 +8,7 @@ partition N; a non-partitioned Pulsar topic is partition 0. A bare ``local`` nam
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -72,6 +73,13 @@ class TopicName:
     def __str__(self) -> str:
         suffix = "" if self.partition is None else f"-partition-{self.partition}"
         return f"persistent://{self.tenant}/{self.namespace}/{self.local}{suffix}"
+
+
+@functools.lru_cache(maxsize=4096)
+def partition_name(kafka_topic: str, partition: int) -> str:
+    """The Pulsar name of a Kafka topic's partition (``persistent://public/default/t-partition-0``);
+    cached: every received message carries one."""
+    return str(TopicName.parse(kafka_topic).with_partition(partition))
 
 
 def pending_ack_topic(topic: TopicName, subscription: str) -> str:
