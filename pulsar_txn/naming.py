@@ -28,6 +28,12 @@ class TopicName:
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
+        """``persistent://tenant/ns/topic[-partition-N]`` or a short name; ``InvalidTopicName`` if bad.
+        Cached: names are parsed on every send, ack and marker."""
+        return _parse(name)
+
+    @classmethod
+    def _parse_uncached(cls, name: str) -> TopicName:
         text = name.strip()
         if "://" in text:
             domain, _, rest = text.partition("://")
@@ -73,6 +79,11 @@ class TopicName:
     def __str__(self) -> str:
         suffix = "" if self.partition is None else f"-partition-{self.partition}"
         return f"persistent://{self.tenant}/{self.namespace}/{self.local}{suffix}"
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(name: str) -> TopicName:
+    return TopicName._parse_uncached(name)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Protocol
 
-from kafka_store import Appender, StoreError, TopicAdmin, TopicNotFoundError
+from kafka_store import Appender, ProduceError, StoreError, TopicAdmin, TopicNotFoundError
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -63,8 +63,23 @@ class KafkaTxnEndpoints:
 
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
         value, headers = marker_record(marker, topic, partition, self._secret)
-        future = self._appender.append(topic, partition, value, headers=headers)
-        await asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: StoreError | None) -> None:  # on the loop
+            if not done.done():
+                if error is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(error)
+
+        def delivered(offset: int | None, error: StoreError | None) -> None:  # delivery thread
+            if error is None and offset is None:
+                error = ProduceError("no offset")
+            loop.call_soon_threadsafe(settle, error)
+
+        self._appender.append_cb(topic, partition, value, headers=headers, callback=delivered)
+        await done
 
     async def end_on_partition(
         self,

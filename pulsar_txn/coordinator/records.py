@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_store import REGISTRY, RecordKind
+from pulsar_txn.coordinator._meta_codec import TXN_META_CODE, TXN_META_V1, encode_txn_meta_v1
 from pulsar_txn.coordinator.status import TxnStatus
 from pulsar_txn.txnid import TxnID
 
 _STATUS_SYMBOLS = [s.value for s in TxnStatus]
+_STATUS_INDEX = {symbol: index for index, symbol in enumerate(_STATUS_SYMBOLS)}
 
 TXN_META = REGISTRY.register(
     RecordKind(
         "TxnMeta",
-        code=1,
+        code=TXN_META_CODE,
         schemas={
             1: {
                 "type": "record",
@@ -63,6 +65,9 @@ TXN_META = REGISTRY.register(
         },
     )
 )
+
+if TXN_META.latest != TXN_META_V1:  # a new schema version needs its own direct encoder
+    raise RuntimeError(f"TxnMeta v{TXN_META.latest} has no direct encoder in _meta_codec")
 
 CLAIM = REGISTRY.register(
     RecordKind(
@@ -151,7 +156,8 @@ class TxnMeta:
         )
 
     def encode(self, epoch: int) -> bytes:
-        return TXN_META.encode(self.to_fields(epoch))
+        """TXN_META at its latest version (v1), without going through fastavro (see _meta_codec)."""
+        return encode_txn_meta_v1(self, epoch, _STATUS_INDEX)
 
     def copy(self) -> TxnMeta:
         return TxnMeta(
