@@ -55,6 +55,7 @@ TTL_FIELD_UNIT_MS = 1
 clients send (``Commands.newTxn(tcId, requestId, unit.toMillis(timeout))``), so we read it the same way."""
 
 _READ_SIZE = 64 * 1024
+_WRITE_HIGH_WATER = 1 << 20  # bytes buffered for a client before a response waits for it to read
 _INT32_MAX = (1 << 31) - 1
 _INTERNAL_ERROR = "internal error in the transaction coordinator"
 
@@ -152,6 +153,8 @@ class _Connection:
         self._reader = reader
         self._writer = writer
         self._decoder = FrameDecoder(server.max_frame_size)
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
         self._last_received = self._loop.time()
         self._connected = False
@@ -173,6 +176,7 @@ class _Connection:
             await self._read_loop()
         finally:
             # Close before any await: stop() may cancel us mid-clean-up.
+            self._flush()  # e.g. the ERROR that explains why we close
             self._writer.close()
             keepalive.cancel()
             for task in self._tasks:
@@ -263,6 +267,7 @@ class _Connection:
             await asyncio.sleep(interval)
             if self._loop.time() - self._last_received >= 2 * interval:
                 log.info("closing connection from %s: silent for %.1fs", self.peer, 2 * interval)
+                self._flush()
                 self._writer.close()  # the read loop then sees EOF and cleans up
                 return
             if self._connected:
@@ -271,13 +276,24 @@ class _Connection:
     # -- sending -------------------------------------------------------------------------------------
 
     async def _send(self, base: BaseCommand) -> None:
+        # Responses finished in one loop iteration go out in one write (one syscall, not one each).
         if self._writer.is_closing():
             return
-        self._writer.write(encode_command(base))
-        try:
-            await self._writer.drain()
-        except OSError as exc:
-            log.debug("send to %s failed: %s", self.peer, exc)
+        self._out.append(encode_command(base))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            try:
+                await self._writer.drain()  # a client that does not read holds us back, not our memory
+            except OSError as exc:
+                log.debug("send to %s failed: %s", self.peer, exc)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self._writer.is_closing():
+            self._writer.write(b"".join(self._out))
+        self._out.clear()
 
     async def _send_error(self, request_id: int, error: ServerError, message: str) -> None:
         await self._send(wrap(CommandError(request_id=request_id, error=error, message=message)))

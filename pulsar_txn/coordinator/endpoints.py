@@ -13,6 +13,7 @@ import time
 from typing import Protocol
 
 from kafka_store import Appender, ProduceError, StoreError, TopicAdmin, TopicNotFoundError
+from pulsar_txn._loop_inbox import inbox
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -64,6 +65,7 @@ class KafkaTxnEndpoints:
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
         value, headers = marker_record(marker, topic, partition, self._secret)
         loop = asyncio.get_running_loop()
+        box = inbox(loop)
         done: asyncio.Future[None] = loop.create_future()
 
         def settle(error: StoreError | None) -> None:  # on the loop
@@ -76,7 +78,7 @@ class KafkaTxnEndpoints:
         def delivered(offset: int | None, error: StoreError | None) -> None:  # delivery thread
             if error is None and offset is None:
                 error = ProduceError("no offset")
-            loop.call_soon_threadsafe(settle, error)
+            box.put(settle, error)
 
         self._appender.append_cb(topic, partition, value, headers=headers, callback=delivered)
         await done

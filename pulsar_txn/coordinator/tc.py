@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from kafka_store import Appender, StoreError
+from pulsar_txn._loop_inbox import inbox
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
 from pulsar_txn.coordinator.fold import TcLogFold
@@ -288,6 +289,7 @@ class TransactionCoordinator:
     async def _persist(self, records: list[tuple[bytes, bytes | None]], *, confirm: bool = True) -> None:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
+        box = inbox(loop)
         done: asyncio.Future[int] = loop.create_future()
         pending = [len(records), -1]  # records still unacknowledged, highest offset so far
 
@@ -306,7 +308,7 @@ class TransactionCoordinator:
                 done.set_result(pending[1])
 
         def delivered(offset: int | None, error: StoreError | None) -> None:  # appender thread
-            loop.call_soon_threadsafe(acked, offset, error)
+            box.put(acked, offset, error)
 
         for key, value in records:
             self._appender.append_cb(self._config.log_topic, self.tc_id, value, key=key, callback=delivered)

@@ -1,0 +1,43 @@
+"""LoopInbox runs calls queued from other threads on the loop, in order, batching wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from pulsar_txn._loop_inbox import inbox
+
+
+def test_calls_from_threads_run_on_the_loop_in_queue_order() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        box = inbox(loop)
+        assert inbox(loop) is box
+        seen: list[tuple[int, bool]] = []
+        done = asyncio.Event()
+        loop_thread = threading.get_ident()
+
+        def record(i: int) -> None:
+            seen.append((i, threading.get_ident() == loop_thread))
+            if i == 999:
+                done.set()
+
+        def producer() -> None:
+            for i in range(1000):
+                box.put(record, i)
+
+        t = threading.Thread(target=producer)
+        t.start()
+        await asyncio.wait_for(done.wait(), 10)
+        t.join()
+        assert [i for i, _ in seen] == list(range(1000))
+        assert all(on_loop for _, on_loop in seen)
+
+    asyncio.run(main())
+
+
+def test_put_after_the_loop_closed_is_dropped_quietly() -> None:
+    loop = asyncio.new_event_loop()
+    box = inbox(loop)
+    loop.close()
+    box.put(print, "never")  # no exception on the delivery thread
