@@ -126,6 +126,15 @@ class PartitionReader:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
         self._next.pop((topic, partition), None)
 
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read ``topic[partition]`` from ``offset`` next (the partition must be assigned)."""
+        try:
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            raise _translate(exc, f"seek of {topic}[{partition}] to {offset}") from None
+        self._next[(topic, partition)] = offset
+        self._eof.pop((topic, partition), None)
+
     def pause(self, partitions: list[tuple[str, int]]) -> None:
         """Stop fetching these partitions (an idle consumer would otherwise poll the broker)."""
         if partitions:

@@ -68,8 +68,10 @@ class LogTail:
         kafka: KafkaConfig,
         loop: asyncio.AbstractEventLoop,
         dispatch: Callable[[dict[tuple[str, int], tuple[int, list[LogRecord]]]], None],
+        known: Callable[[str, int], int] = lambda _topic, _partition: -1,
     ) -> None:
         self._reader = PartitionReader(kafka, fetch_wait_ms=5)
+        self._known = known  # offsets at or below it need no reading (see _skip_known)
         self._loop = loop
         self._dispatch = dispatch
         self._commands: queue.SimpleQueue[tuple[str, str, int, int, int]] = queue.SimpleQueue()
@@ -119,6 +121,7 @@ class LogTail:
                     self._wake.clear()
                     if time.monotonic() >= self._demand_until:
                         next_refresh = time.monotonic() + 1.0
+                        self._skip_known()
                         self._demand_until = time.monotonic() + 0.05  # one short refresh read
                     continue
                 self._set_paused(False)
@@ -136,6 +139,18 @@ class LogTail:
                         groups.setdefault(tp, (generation, []))[1].append((offset, key, value))
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
+
+    def _skip_known(self) -> None:
+        """Before a refresh read, move past what the owner already knows holds no foreign record
+        (its own acknowledged writes and what the tail has read): the refresh then reads only what
+        came after, instead of every record the owner wrote since the last one."""
+        for topic, partition in list(self._assigned):
+            known = self._known(topic, partition)
+            if known >= 0:
+                try:
+                    self._reader.seek(topic, partition, known + 1)
+                except StoreError as exc:  # only an optimisation: the refresh then reads it all
+                    log.debug("log tail: seek of %s[%d] failed: %s", topic, partition, exc)
 
     def _set_paused(self, paused: bool) -> None:
         if paused != self._paused:
@@ -218,7 +233,7 @@ class CoordinatorService:
         self._endpoints = self._endpoints_override or KafkaTxnEndpoints(
             self._appender, admin, secret, snapshots=snapshots, num_tcs=cfg.num_tcs
         )
-        self._tail = LogTail(self.kafka, self._loop, self._dispatch)
+        self._tail = LogTail(self.kafka, self._loop, self._dispatch, self._known_through)
         self._tail.add(cfg.owners_topic, 0, 0)
         self._tail.start()
         self._started = True
@@ -371,6 +386,11 @@ class CoordinatorService:
 
     def _on_fenced(self, tc_id: int) -> None:
         self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it
+
+    def _known_through(self, topic: str, partition: int) -> int:
+        """(On the tail's thread.) How far a ready TC's log needs no reading; -1: read everything."""
+        tc = self._tcs.get(partition) if topic == self.config.log_topic else None
+        return tc.known_through() if tc is not None else -1
 
     def _dispatch(self, groups: dict[tuple[str, int], tuple[int, list[LogRecord]]]) -> None:
         for (topic, partition), (generation, records) in groups.items():

@@ -159,6 +159,13 @@ class TransactionCoordinator:
                 own.discard(verified)
         self._verified = verified
 
+    def known_through(self) -> int:
+        """Every offset at or below this holds no record a READY owner still has to read (-1 while
+        not ready: then everything must be read). Read from the log tail's thread."""
+        if self.state is not TcState.READY:
+            return -1
+        return max(self._last_read, self._verified)
+
     def _release_waiters(self) -> None:
         confirmed = max(self._last_read, self._verified)
         while self._confirm_waiters and self._confirm_waiters[0][0] <= confirmed:

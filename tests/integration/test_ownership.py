@@ -84,3 +84,17 @@ def test_deposed_owner_cannot_decide_an_outcome_when_two_instances_both_own_tc0(
     meta_c = c.service.coordinator(0).get(txn)
     assert meta_c is not None and meta_c.status is TxnStatus.ABORTED
     assert c.run(c.service.new_txn(0, 0)) == TxnID(0, 1)
+
+
+def test_idle_owner_notices_a_newer_claim_through_its_refresh_read(
+    embedded: Factory, coord_config: ConfigFactory
+) -> None:
+    cfg = coord_config(static_tc_ids=(0,))
+    a = embedded(cfg)
+    for _ in range(20):  # own writes the refresh skips over (it seeks past what A already knows)
+        a.run(a.service.new_txn(0, 60_000))
+    time.sleep(2.5)  # A's tail has gone idle: only its once-a-second refresh reads now
+    b = embedded(cfg)
+    assert b.owned_tcs() == [0]
+    # A writes nothing more, so only the refresh can show it the newer claim.
+    wait_until(lambda: a.owned_tcs() == [], 10, what="idle A gives TC 0 up")
