@@ -94,8 +94,8 @@ class TransactionCoordinator:
         self._keys_by_seq: dict[int, set[bytes]] = {}
         self._next_seq = 0
         self._last_read = -1
-        # Every offset <= _verified was read by the tail or is our own write; _own holds our
-        # acknowledged offsets above it (beyond a gap the tail has not read yet).
+        # Confirmed through: every offset <= _verified was read by the tail or is our own write (once
+        # READY, never below _last_read); _own holds our acknowledged offsets beyond a gap above it.
         self._verified = -1
         self._own: set[int] = set()
         self._confirm_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -132,6 +132,7 @@ class TransactionCoordinator:
                 and self._fold.apply(offset, key, value) is not None
             ):
                 self._last_read = offset - 1
+                self._advance_verified(self._last_read)
                 self._release_waiters()  # writes before the new claim stay valid
                 self._fence(offset)
                 return
@@ -162,13 +163,10 @@ class TransactionCoordinator:
     def known_through(self) -> int:
         """Every offset at or below this holds no record a READY owner still has to read (-1 while
         not ready: then everything must be read). Read from the log tail's thread."""
-        if self.state is not TcState.READY:
-            return -1
-        return max(self._last_read, self._verified)
+        return self._verified if self.state is TcState.READY else -1
 
     def _release_waiters(self) -> None:
-        confirmed = max(self._last_read, self._verified)
-        while self._confirm_waiters and self._confirm_waiters[0][0] <= confirmed:
+        while self._confirm_waiters and self._confirm_waiters[0][0] <= self._verified:
             _offset, _n, fut = heapq.heappop(self._confirm_waiters)
             if not fut.done():
                 fut.set_result(None)
@@ -327,7 +325,7 @@ class TransactionCoordinator:
     async def _confirmed(self, offset: int) -> None:
         if self.state is not TcState.READY:
             self.check_serving()
-        if offset <= self._last_read or offset <= self._verified:
+        if offset <= self._verified:
             return
         # A record we did not write (or whose acknowledgement we lost) precedes ours: only the tail
         # can tell whether it is a newer owner's claim.
