@@ -188,17 +188,16 @@ class PartitionReader:
             out = self._poll_now(max_records, min(max(deadline - time.monotonic(), 0.0), _POLL_SLICE_S))
             for msg in out:  # in offset order per partition: the last one wins
                 self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
-            if out:
-                return out
-            # Pause only once every partition has reported, since the gate opened, an end we have
-            # consumed up to: then nothing fetched can be waiting, however slow the broker is.
+            # Pause once every partition has reported, since the gate opened, an end we have consumed
+            # up to: then nothing fetched can be waiting, however slow the broker is. Checked after
+            # records too: a reader that gets a few new records at every poll must still pause.
             assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
             if assignment and all(
                 tp in self._eof_seen and self._eof_seen[tp] <= self._next.get(tp, -1) for tp in assignment
             ):
                 self._set_idle_gate(True)
-            if time.monotonic() >= deadline:
-                return []
+            if out or time.monotonic() >= deadline:
+                return out
 
     def _set_idle_gate(self, closed: bool) -> None:
         assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]

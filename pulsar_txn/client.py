@@ -6,6 +6,7 @@ import logging
 import re
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -28,6 +29,8 @@ from pulsar_txn.txnid import TxnID
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_END_THREADS = 16  # transactions ending at once through commit_async / abort_async
 
 
 class AuthenticationToken:
@@ -98,6 +101,7 @@ class Client:
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
+        self._enders: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ embedded mode
     @classmethod
@@ -266,6 +270,21 @@ class Client:
         txn_id = self._tc().new_txn(timeout_ms)
         return Transaction(self, txn_id, timeout_ms or 60_000)
 
+    def _new_txn_async(self, timeout_ms: int) -> Future[Transaction]:
+        tc = self._tc()
+        begun = tc.submit(tc.aio.new_txn(timeout_ms))
+        result: Future[Transaction] = Future()
+
+        def done(f: Future[TxnID]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+            else:
+                result.set_result(Transaction(self, f.result(), timeout_ms or 60_000))
+
+        begun.add_done_callback(done)
+        return result
+
     def _tc(self) -> SyncTcClient:
         with self._lock:
             if self._tc_client is None:
@@ -278,6 +297,14 @@ class Client:
                 client.connect()
                 self._tc_client = client
             return self._tc_client
+
+    def _end_executor(self) -> ThreadPoolExecutor:
+        """Threads that finish ``commit_async`` / ``abort_async`` (waiting for the transaction's
+        operations, then END_TXN); more concurrent ends than threads simply queue."""
+        with self._lock:
+            if self._enders is None:
+                self._enders = ThreadPoolExecutor(_END_THREADS, thread_name_prefix="pulsar-txn-end")
+            return self._enders
 
     def _appender(self) -> Appender:
         with self._lock:
@@ -322,6 +349,9 @@ class Client:
             for consumer in self._consumers:
                 consumer.close()
             self._consumers = []
+            if self._enders is not None:  # let asynchronous commits and aborts finish first
+                self._enders.shutdown(wait=True)
+                self._enders = None
             if self._appender_ is not None:
                 self._appender_.close()
                 self._appender_ = None

@@ -95,6 +95,7 @@ class _Part:
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
+_PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
 
 
 @dataclass
@@ -308,9 +309,12 @@ class Consumer(Generic[T]):
 
     def _pa(self) -> PartitionReader:
         if self._pa_reader is None:
-            self._pa_reader = PartitionReader(
-                self._client.kafka, fetch_wait_ms=50, idle_backoff_ms=self._client.kafka.idle_fetch_backoff_ms
-            )
+            # Always gated: our own transactions' outcomes arrive with their END_TXN, so this reader
+            # only picks up others' (timeouts, commits by id elsewhere), where 0.2 s does not matter,
+            # and a tail that fetched without pause cost ~20% of a core on a broker that answers empty
+            # fetches at once.
+            backoff = max(self._client.kafka.idle_fetch_backoff_ms, _PA_IDLE_BACKOFF_MS)
+            self._pa_reader = PartitionReader(self._client.kafka, fetch_wait_ms=50, idle_backoff_ms=backoff)
         return self._pa_reader
 
     # ------------------------------------------------------------------ receiving
@@ -420,15 +424,29 @@ class Consumer(Generic[T]):
             )
         return part
 
-    def acknowledge(self, message: Message[Any] | MessageId, txn: Transaction | None = None) -> None:
-        """Acknowledge one message; with ``txn``, as part of that transaction (``TransactionConflict``
-        if another transaction holds it, ``InvalidTxnStatusError`` if ``txn`` is not open)."""
-        mid = message.message_id if isinstance(message, Message) else message
+    def acknowledge(
+        self,
+        message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId],
+        txn: Transaction | None = None,
+    ) -> None:
+        """Acknowledge one message, or several (like Java's ``acknowledge(List<MessageId>)``); with
+        ``txn``, as part of that transaction (``TransactionConflict`` if another transaction holds
+        one, ``InvalidTxnStatusError`` if ``txn`` is not open). In a transaction, the ids of one
+        partition are checked and written together, which is much cheaper than one call each."""
+        if isinstance(message, (Message, MessageId)):
+            mids = [message.message_id if isinstance(message, Message) else message]
+        else:
+            mids = [m.message_id if isinstance(m, Message) else m for m in message]
         if txn is not None:
-            self._ack_in_txn(txn, AckKind.INDIVIDUAL, [mid])
+            by_partition: dict[tuple[str, int], list[MessageId]] = {}
+            for mid in mids:
+                by_partition.setdefault((mid.topic, mid.partition), []).append(mid)
+            for group in by_partition.values():
+                self._ack_in_txn(txn, AckKind.INDIVIDUAL, group)
             return
         with self._lock:
-            self._ack_offset(self._part_for(mid), mid.offset)
+            for mid in mids:
+                self._ack_offset(self._part_for(mid), mid.offset)
 
     def acknowledge_cumulative(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None

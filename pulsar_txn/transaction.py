@@ -43,6 +43,11 @@ class TransactionState(StrEnum):
     TIME_OUT = "TIME_OUT"
 
 
+_COMMITTABLE = frozenset({TransactionState.OPEN})
+# ERROR: an earlier end failed (e.g. the coordinator was unreachable); aborting again is allowed.
+_ABORTABLE = frozenset({TransactionState.OPEN, TransactionState.TIME_OUT, TransactionState.ERROR})
+
+
 class Transaction:
     """An open transaction (Pulsar's ``Transaction``): pass it as ``txn=`` to ``send`` and
     ``acknowledge``, then ``commit()`` or ``abort()``. Made by ``Client.transaction``,
@@ -136,12 +141,45 @@ class Transaction:
         """Wait for every send and ack made in the transaction, then commit it. If one of them
         failed, abort instead and raise ``TransactionHasOperationFailed``. ``InvalidTxnStatusError``
         if the transaction is not open (already ended, timed out)."""
-        state = self.state
-        if state is not TransactionState.OPEN:
-            raise InvalidTxnStatusError(
-                f"cannot commit transaction {self.txn_id}: its state is {state.value}"
-            )
-        self._set(TransactionState.COMMITTING)
+        self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
+        self._finish_commit()
+
+    def commit_async(self) -> Future[None]:
+        """``commit`` without waiting (Pulsar's ``commit()`` returns a future): batched acks are
+        written now and the transaction takes no more sends or acks; the returned future resolves
+        once committed, or fails as ``commit`` would raise. Transactions end independently of each
+        other: when their order matters (output of one before the next), commit the next only after
+        this future succeeded, as the exactly-once pipeline does."""
+        self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
+        return self._client._end_executor().submit(self._finish_commit)
+
+    def abort(self) -> None:
+        """Abort: none of its messages become visible, its acks are released (redelivered)."""
+        self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
+        self._finish_abort()
+
+    def abort_async(self) -> Future[None]:
+        """``abort`` without waiting; the future resolves once aborted."""
+        self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
+        return self._client._end_executor().submit(self._finish_abort)
+
+    def _begin_end(self, what: str, allowed: frozenset[TransactionState], during: TransactionState) -> None:
+        """Check and leave the OPEN state in one step (no send or ack can slip in after), then start
+        the batched writes that ending waits for."""
+        with self._lock:
+            state = self._state
+            if state is TransactionState.OPEN and time.monotonic() >= self._deadline:
+                state = self._state = TransactionState.TIME_OUT
+            if state not in allowed:
+                raise InvalidTxnStatusError(
+                    f"cannot {what} transaction {self.txn_id}: its state is {state.value}"
+                )
+            self._state = during
+            hooks, self._flush_hooks = self._flush_hooks, []
+        for hook in hooks:
+            hook()
+
+    def _finish_commit(self) -> None:
         failed = self._wait_ops()
         if failed is not None:
             log.warning(
@@ -155,19 +193,11 @@ class Transaction:
             ) from failed
         self._end(TxnAction.COMMIT, TransactionState.COMMITTING, TransactionState.COMMITTED)
 
-    def abort(self) -> None:
-        """Abort: none of its messages become visible, its acks are released (redelivered)."""
-        state = self.state
-        if state not in (TransactionState.OPEN, TransactionState.TIME_OUT, TransactionState.ERROR):
-            raise InvalidTxnStatusError(f"cannot abort transaction {self.txn_id}: its state is {state.value}")
+    def _finish_abort(self) -> None:
         self._wait_ops()
         self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
 
     def _wait_ops(self) -> BaseException | None:
-        with self._lock:
-            hooks, self._flush_hooks = self._flush_hooks, []
-        for hook in hooks:
-            hook()
         with self._lock:
             ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
         timeout = self._client.operation_timeout_seconds
@@ -234,3 +264,8 @@ class TransactionBuilder:
     def build(self) -> Transaction:
         """Begin the transaction at the coordinator (NEW_TXN) and return it, open."""
         return self._client._new_txn(self._timeout_ms)
+
+    def build_async(self) -> Future[Transaction]:
+        """``build`` without waiting (Pulsar's ``build()`` returns a future): NEW_TXN is sent now and
+        the future resolves to the open transaction (its timeout runs from then)."""
+        return self._client._new_txn_async(self._timeout_ms)

@@ -7,11 +7,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pulsar_txn.errors import ConfigError, PulsarTxnError
-from pulsar_txn.message import Message, MessageId
+from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.fencing import abort_leftovers, leftover_transactions
 from pulsar_txn.transaction import TransactionState
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from pulsar_txn.client import Client
     from pulsar_txn.consumer import Consumer
     from pulsar_txn.producer import Producer
+    from pulsar_txn.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class PipelineSettings:
     transaction_timeout_s: float = 30.0
     idle_exit_s: float | None = None  # return after this long without input (None: until stopped)
     retry_backoff_s: float = 0.5
+    # Process the next batch while the previous one commits. Commits stay in batch order: a batch
+    # commits only after the one before it committed, else it is aborted with it.
+    overlap_commits: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.batch_timeout_ms < 1 or self.transaction_timeout_s <= 0:
@@ -82,6 +87,7 @@ class ExactlyOncePipeline:
         self._on_progress = on_progress
         self._output = TopicName.parse(settings.output_topic)
         self._producers: dict[int, Producer[bytes | str]] = {}
+        self._ahead: tuple[Future[Transaction], float] | None = None  # the next batch's txn, begun early
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -109,6 +115,7 @@ class ExactlyOncePipeline:
             initial_position="Earliest",
             instance_id=s.instance_id,
         )
+        committing: _Committing | None = None
         try:
             leftovers = leftover_transactions(self._client, consumer, self._output, self._producer_prefix)
             self.progress.fenced += abort_leftovers(
@@ -118,13 +125,20 @@ class ExactlyOncePipeline:
             while not stop.is_set():
                 batch = consumer.batch_receive(s.batch_size, s.batch_timeout_ms)
                 if not batch:
+                    self._settle(committing)
+                    committing = None
                     if s.idle_exit_s is not None and time.monotonic() - idle_since > s.idle_exit_s:
                         return True
                     continue
-                self._process(consumer, batch)
+                committing = self._process(consumer, batch, committing)
                 idle_since = time.monotonic()
+            self._settle(committing)
+            committing = None
             return True
         finally:
+            if committing is not None:  # failing: let it end (either way) before the next session
+                _quietly_wait(committing)
+            self._discard_ahead()
             consumer.close()
 
     # ------------------------------------------------------------------ one batch
@@ -142,17 +156,18 @@ class ExactlyOncePipeline:
             self._producers[partition] = producer
         return producer
 
-    def _process(self, consumer: Consumer[bytes], batch: list[Message[bytes]]) -> None:
-        txn = self._client.transaction(self.settings.transaction_timeout_s)
+    def _process(
+        self, consumer: Consumer[bytes], batch: list[Message[bytes]], previous: _Committing | None
+    ) -> _Committing | None:
+        """Ack, transform and send ``batch`` in a new transaction while ``previous`` commits; then
+        commit it (asynchronously with ``overlap_commits``, once ``previous`` has committed)."""
+        txn = self._begin()
         try:
-            # Everything up to the batch's last message of a partition was delivered in order in this
-            # or an earlier (committed) batch of this session: one cumulative ack per partition. Acks
-            # go first, so their pending-ack writes overlap with the sends.
-            last: dict[tuple[str, int], MessageId] = {}
-            for msg in batch:
-                last[(msg.message_id.topic, msg.message_id.partition)] = msg.message_id
-            for mid in last.values():
-                consumer.acknowledge_cumulative(mid, txn=txn)
+            # Individual acks: with overlapping transactions a cumulative ack would conflict with the
+            # previous batch's (Pulsar allows one transaction's cumulative ack per subscription). The
+            # ids of a partition go into one pending-ack record. Acks go first, so that write overlaps
+            # with the sends.
+            consumer.acknowledge(batch, txn=txn)
             for msg in batch:
                 mid = msg.message_id
                 self._producer(mid.partition).send_async(
@@ -162,16 +177,55 @@ class ExactlyOncePipeline:
                     partition_key=msg.partition_key,
                     event_timestamp=msg.event_timestamp,
                 )
+            self._settle(previous)
+            previous = None
+            if self.settings.overlap_commits:
+                return _Committing(txn, txn.commit_async(), len(batch))
             txn.commit()
         except BaseException:
+            if previous is not None:
+                _quietly_wait(previous)
             if txn.state is TransactionState.OPEN:
                 try:
                     txn.abort()
                 except PulsarTxnError as exc:  # the coordinator will time it out; fencing covers it
                     log.warning("abort of %s failed: %s", txn.txn_id, exc)
             raise
+        self._committed(len(batch))
+        return None
+
+    def _begin(self) -> Transaction:
+        """This batch's transaction: the one begun while the previous batch was processed, if it is
+        still young; and, with ``overlap_commits``, begin the next one now (NEW_TXN off the path)."""
+        s = self.settings
+        ahead, self._ahead = self._ahead, None
+        txn: Transaction | None = None
+        if ahead is not None:
+            if time.monotonic() - ahead[1] < s.transaction_timeout_s / 2:
+                txn = ahead[0].result()  # a failed NEW_TXN raises its typed error: the session restarts
+            else:
+                _discard(ahead[0])
+        if txn is None:
+            txn = self._client.transaction(s.transaction_timeout_s)
+        if s.overlap_commits:
+            builder = self._client.new_transaction().with_transaction_timeout(s.transaction_timeout_s)
+            self._ahead = (builder.build_async(), time.monotonic())
+        return txn
+
+    def _discard_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            _discard(ahead[0])
+
+    def _settle(self, committing: _Committing | None) -> None:
+        """Wait for an asynchronous commit; raise what it raised (the session then restarts)."""
+        if committing is not None:
+            committing.future.result()
+            self._committed(committing.size)
+
+    def _committed(self, size: int) -> None:
         progress = self.progress
-        progress.processed += len(batch)
+        progress.processed += size
         progress.transactions += 1
         if self._on_progress is not None:
             self._on_progress(progress)
@@ -180,3 +234,34 @@ class ExactlyOncePipeline:
         for producer in self._producers.values():
             producer.close()
         self._producers.clear()
+
+
+@dataclass(frozen=True)
+class _Committing:
+    txn: Transaction
+    future: Future[None]
+    size: int
+
+
+def _quietly_wait(committing: _Committing) -> None:
+    try:
+        committing.future.result()
+    except BaseException as exc:  # already failing; the other error is the one raised
+        log.warning("commit of %s failed too: %s", committing.txn.txn_id, exc)
+
+
+def _discard(begun: Future[Transaction]) -> None:
+    """Abort a transaction begun ahead and not used (it holds nothing; this frees it at the TC now
+    rather than at its timeout)."""
+
+    def abort(f: Future[Transaction]) -> None:
+        if f.exception() is None:
+            f.result().abort_async().add_done_callback(_log_failure)
+
+    begun.add_done_callback(abort)
+
+
+def _log_failure(f: Future[None]) -> None:
+    exc = f.exception()
+    if exc is not None:
+        log.info("aborting an unused transaction failed (its timeout ends it): %s", exc)
