@@ -199,6 +199,11 @@ class PartitionReader:
             if out or time.monotonic() >= deadline:
                 return out
 
+    @property
+    def idle_gate_closed(self) -> bool:
+        """True while the idle gate keeps the partitions paused (only with ``idle_backoff_ms``)."""
+        return self._idle_since is not None
+
     def _set_idle_gate(self, closed: bool) -> None:
         assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
         if closed:

@@ -84,11 +84,11 @@ class AsyncTransaction:
 
     async def commit(self) -> None:
         """Wait for the transaction's sends and acks, then commit (see ``Transaction.commit``)."""
-        await self._pool.run(self.sync.commit)
+        await asyncio.wrap_future(self.sync.commit_async())
 
     async def abort(self) -> None:
         """Abort the transaction (see ``Transaction.abort``)."""
-        await self._pool.run(self.sync.abort)
+        await asyncio.wrap_future(self.sync.abort_async())
 
     def __repr__(self) -> str:
         return f"Async{self.sync!r}"

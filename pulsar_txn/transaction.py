@@ -175,6 +175,11 @@ class Transaction:
                     f"cannot {what} transaction {self.txn_id}: its state is {state.value}"
                 )
             self._state = during
+        self._flush()
+
+    def _flush(self) -> None:
+        """Start the batched writes (acks) that ending waits for."""
+        with self._lock:
             hooks, self._flush_hooks = self._flush_hooks, []
         for hook in hooks:
             hook()
@@ -198,6 +203,7 @@ class Transaction:
         self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
 
     def _wait_ops(self) -> BaseException | None:
+        self._flush()
         with self._lock:
             ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
         timeout = self._client.operation_timeout_seconds

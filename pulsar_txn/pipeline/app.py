@@ -45,8 +45,8 @@ class PipelineSettings:
     transaction_timeout_s: float = 30.0
     idle_exit_s: float | None = None  # return after this long without input (None: until stopped)
     retry_backoff_s: float = 0.5
-    # Process the next batch while the previous one commits. Commits stay in batch order: a batch
-    # commits only after the one before it committed, else it is aborted with it.
+    # Process the next batch while the previous one commits. Commits stay in order per input
+    # partition: a batch commits only after that partition's previous batch committed.
     overlap_commits: bool = True
 
     def __post_init__(self) -> None:
@@ -72,7 +72,8 @@ class PipelineProgress:
 
 class ExactlyOncePipeline:
     """Consume ``input_topic``, transform, produce to ``output_topic`` (same partition number as the
-    input, so per-partition order carries over) and acknowledge the input, one transaction per batch."""
+    input, so per-partition order carries over) and acknowledge the input, one transaction per batch
+    of one input partition. Each partition's batches commit in order; partitions are independent."""
 
     def __init__(
         self,
@@ -115,7 +116,8 @@ class ExactlyOncePipeline:
             initial_position="Earliest",
             instance_id=s.instance_id,
         )
-        committing: _Committing | None = None
+        chains: dict[int, _Committing] = {}  # per input partition: its batch being committed
+        held: dict[int, list[Message[bytes]]] = {}  # per input partition: received, in no transaction yet
         try:
             leftovers = leftover_transactions(self._client, consumer, self._output, self._producer_prefix)
             self.progress.fenced += abort_leftovers(
@@ -123,20 +125,28 @@ class ExactlyOncePipeline:
             )
             idle_since = time.monotonic()
             while not stop.is_set():
-                batch = consumer.batch_receive(s.batch_size, s.batch_timeout_ms)
-                if not batch:
-                    self._settle(committing)
-                    committing = None
-                    if s.idle_exit_s is not None and time.monotonic() - idle_since > s.idle_exit_s:
-                        return True
+                got = consumer.batch_receive(s.batch_size, s.batch_timeout_ms)
+                for msg in got:
+                    held.setdefault(msg.message_id.partition, []).append(msg)
+                # Full batches go at once; once the input is caught up (a short receive), the rest too.
+                caught_up = len(got) < s.batch_size
+                for partition in list(held):
+                    msgs = held.pop(partition)
+                    while len(msgs) >= s.batch_size or (msgs and caught_up):
+                        batch, msgs = msgs[: s.batch_size], msgs[s.batch_size :]
+                        self._process(consumer, partition, batch, chains)
+                    if msgs:
+                        held[partition] = msgs
+                if got:
+                    idle_since = time.monotonic()
                     continue
-                committing = self._process(consumer, batch, committing)
-                idle_since = time.monotonic()
-            self._settle(committing)
-            committing = None
+                self._settle_all(chains)
+                if s.idle_exit_s is not None and time.monotonic() - idle_since > s.idle_exit_s:
+                    return True
+            self._settle_all(chains)
             return True
         finally:
-            if committing is not None:  # failing: let it end (either way) before the next session
+            for committing in chains.values():  # failing: let them end (either way) first
                 _quietly_wait(committing)
             self._discard_ahead()
             consumer.close()
@@ -157,30 +167,37 @@ class ExactlyOncePipeline:
         return producer
 
     def _process(
-        self, consumer: Consumer[bytes], batch: list[Message[bytes]], previous: _Committing | None
-    ) -> _Committing | None:
-        """Ack, transform and send ``batch`` in a new transaction while ``previous`` commits; then
-        commit it (asynchronously with ``overlap_commits``, once ``previous`` has committed)."""
+        self,
+        consumer: Consumer[bytes],
+        partition: int,
+        batch: list[Message[bytes]],
+        chains: dict[int, _Committing],
+    ) -> None:
+        """Ack, transform and send one input partition's ``batch`` in a new transaction while that
+        partition's previous batch commits; commit it once that one has committed (asynchronously,
+        into ``chains``, with ``overlap_commits``)."""
         txn = self._begin()
+        previous = chains.pop(partition, None)
         try:
-            # Individual acks: with overlapping transactions a cumulative ack would conflict with the
-            # previous batch's (Pulsar allows one transaction's cumulative ack per subscription). The
-            # ids of a partition go into one pending-ack record. Acks go first, so that write overlaps
-            # with the sends.
+            # Individual acks, in one call (one pending-ack record): with overlapping transactions a
+            # cumulative ack would conflict with the previous batch's (Pulsar lets one transaction at
+            # a time hold a subscription's cumulative ack). Acks go first, so that write overlaps with
+            # the sends.
             consumer.acknowledge(batch, txn=txn)
+            producer = self._producer(partition)
             for msg in batch:
-                mid = msg.message_id
-                self._producer(mid.partition).send_async(
+                producer.send_async(
                     self._transform(msg),
                     txn=txn,
-                    properties={SOURCE_PROPERTY: str(mid)},
+                    properties={SOURCE_PROPERTY: str(msg.message_id)},
                     partition_key=msg.partition_key,
                     event_timestamp=msg.event_timestamp,
                 )
             self._settle(previous)
             previous = None
             if self.settings.overlap_commits:
-                return _Committing(txn, txn.commit_async(), len(batch))
+                chains[partition] = _Committing(txn, txn.commit_async(), len(batch))
+                return
             txn.commit()
         except BaseException:
             if previous is not None:
@@ -192,7 +209,6 @@ class ExactlyOncePipeline:
                     log.warning("abort of %s failed: %s", txn.txn_id, exc)
             raise
         self._committed(len(batch))
-        return None
 
     def _begin(self) -> Transaction:
         """This batch's transaction: the one begun while the previous batch was processed, if it is
@@ -216,6 +232,10 @@ class ExactlyOncePipeline:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             _discard(ahead[0])
+
+    def _settle_all(self, chains: dict[int, _Committing]) -> None:
+        while chains:
+            self._settle(chains.pop(next(iter(chains))))
 
     def _settle(self, committing: _Committing | None) -> None:
         """Wait for an asynchronous commit; raise what it raised (the session then restarts)."""

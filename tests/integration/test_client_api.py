@@ -140,3 +140,72 @@ def test_a_transaction_is_committed_by_its_id_from_another_client(
         handle.commit()
         assert handle.state is TransactionState.COMMITTED
     assert [m.data() for m in read_all(c.client.create_reader(topic))] == [b"m"]
+
+
+def test_commit_async_commits_in_the_background_and_closes_the_transaction_at_once(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    from pulsar_txn import InvalidTxnStatusError
+
+    c = cluster()
+    topic = f"casync_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    begun = c.client.new_transaction().with_transaction_timeout(30).build_async()
+    txn = begun.result(30)
+    assert txn.state is TransactionState.OPEN
+    for i in range(20):
+        producer.send_async(f"m{i}".encode(), txn=txn)
+    done = txn.commit_async()
+    with pytest.raises(InvalidTxnStatusError):  # no send can slip in after the commit began
+        producer.send(b"late", txn=txn)
+    assert done.result(30) is None
+    assert txn.state is TransactionState.COMMITTED
+    got = [m.data() for m in read_all(c.client.create_reader(topic))]
+    assert got == [f"m{i}".encode() for i in range(20)]
+
+
+def test_abort_async_releases_acks_and_hides_sends(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    src, out = f"aasync_in_{uid}", f"aasync_out_{uid}"
+    c.client.create_topic(src, 1)
+    c.client.create_topic(out, 1)
+    c.client.create_producer(src).send(b"x")
+    consumer = c.client.subscribe(src, f"sub_{uid}", initial_position="Earliest")
+    msg = consumer.receive(5000)
+    txn = c.client.transaction(timeout=30)
+    consumer.acknowledge([msg], txn=txn)  # the list form
+    c.client.create_producer(out).send(b"y", txn=txn)
+    txn.abort_async().result(30)
+    assert txn.state is TransactionState.ABORTED
+    again = consumer.receive(5000)  # the aborted ack is released: redelivered
+    assert again.message_id == msg.message_id and again.redelivery_count >= 1
+    assert read_all(c.client.create_reader(out), 500) == []
+
+
+def test_acknowledging_a_list_in_a_transaction_checks_every_id_for_conflicts(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    from pulsar_txn import TransactionConflict
+
+    c = cluster()
+    topic = f"acklist_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"m{i}".encode(), partition_key=str(i))
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = consumer.batch_receive(10, 5000)
+    while len(msgs) < 10:
+        msgs += consumer.batch_receive(10 - len(msgs), 5000)
+    first = c.client.transaction(timeout=30)
+    consumer.acknowledge(msgs[:3], txn=first)  # one call, ids of both partitions
+    second = c.client.transaction(timeout=30)
+    with pytest.raises(TransactionConflict):
+        consumer.acknowledge([msgs[5], msgs[2]], txn=second)  # msgs[2] is pending in `first`
+    second.abort()
+    first.commit()
+    third = c.client.transaction(timeout=30)
+    with pytest.raises(TransactionConflict):  # committed now: acked
+        consumer.acknowledge(msgs[:1], txn=third)
+    third.abort()

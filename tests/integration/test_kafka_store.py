@@ -59,3 +59,37 @@ def test_idle_gated_reader_loses_and_repeats_nothing_across_idle_pauses(
     finally:
         reader.close()
         appender.close()
+
+
+def test_idle_gate_closes_on_a_poll_that_returned_records(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """A tail that finds a few new records at every poll (a pending-ack log under load) must still
+    pause between polls: the gate closes as soon as it has consumed up to every partition's end,
+    in the same call that returned the records."""
+    import time
+
+    from kafka_store import PartitionReader
+
+    topic = f"trickle_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    reader = PartitionReader(kafka, idle_backoff_ms=50)
+    reader.assign({(topic, 0): 0})
+    closed_with_records = 0
+    offsets: list[int] = []
+    try:
+        for i in range(8):
+            appender.append(topic, 0, f"r{i}".encode()).result(30)
+            deadline = time.monotonic() + 30
+            got: list[int] = []
+            while not got and time.monotonic() < deadline:
+                got = [r.offset for r in reader.poll_batch(1000, 0.5)]
+            offsets.extend(got)
+            closed_with_records += reader.idle_gate_closed
+        assert offsets == list(range(8))  # nothing lost or repeated across the pauses
+        # (the end-of-partition event sometimes comes one poll later; before the fix: never)
+        assert closed_with_records >= 2, closed_with_records
+    finally:
+        reader.close()
+        appender.close()

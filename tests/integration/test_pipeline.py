@@ -105,11 +105,11 @@ def _no_abort(process):  # type: ignore[no-untyped-def]
     """Wrap ``_process`` so that a crash leaves its transaction open, as a SIGKILL would."""
     from pulsar_txn.transaction import Transaction
 
-    def run(consumer, batch):  # type: ignore[no-untyped-def]
+    def run(consumer, batch, *rest):  # type: ignore[no-untyped-def]
         original = Transaction.abort
         Transaction.abort = lambda self: None  # type: ignore[method-assign, assignment]
         try:
-            return process(consumer, batch)
+            return process(consumer, batch, *rest)
         finally:
             Transaction.abort = original  # type: ignore[method-assign]
 
