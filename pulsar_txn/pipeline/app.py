@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Transform = Callable[[Message[bytes]], bytes | str]
 SOURCE_PROPERTY = "pipeline.source"  # the input MessageId an output message was made from
+_MAX_CHAIN = 4  # batches of one input partition committing at once (bounds what a failure undoes)
 
 
 def upper(msg: Message[bytes]) -> bytes:
@@ -116,7 +118,7 @@ class ExactlyOncePipeline:
             initial_position="Earliest",
             instance_id=s.instance_id,
         )
-        chains: dict[int, _Committing] = {}  # per input partition: its batch being committed
+        chains: dict[int, deque[_Committing]] = {}  # per input partition: its batches being committed
         held: dict[int, list[Message[bytes]]] = {}  # per input partition: received, in no transaction yet
         try:
             leftovers = leftover_transactions(self._client, consumer, self._output, self._producer_prefix)
@@ -146,8 +148,9 @@ class ExactlyOncePipeline:
             self._settle_all(chains)
             return True
         finally:
-            for committing in chains.values():  # failing: let them end (either way) first
-                _quietly_wait(committing)
+            for chain in chains.values():  # failing: let them end (either way) first
+                for committing in chain:
+                    _quietly_wait(committing)
             self._discard_ahead()
             consumer.close()
 
@@ -171,13 +174,13 @@ class ExactlyOncePipeline:
         consumer: Consumer[bytes],
         partition: int,
         batch: list[Message[bytes]],
-        chains: dict[int, _Committing],
+        chains: dict[int, deque[_Committing]],
     ) -> None:
-        """Ack, transform and send one input partition's ``batch`` in a new transaction while that
-        partition's previous batch commits; commit it once that one has committed (asynchronously,
-        into ``chains``, with ``overlap_commits``)."""
+        """Ack, transform and send one input partition's ``batch`` in a new transaction. With
+        ``overlap_commits`` its commit is chained behind the partition's earlier batches (issued once
+        they have committed; aborted if one of them failed) and this returns at once; else it commits
+        here."""
         txn = self._begin()
-        previous = chains.pop(partition, None)
         try:
             # Individual acks, in one call (one pending-ack record): with overlapping transactions a
             # cumulative ack would conflict with the previous batch's (Pulsar lets one transaction at
@@ -193,22 +196,23 @@ class ExactlyOncePipeline:
                     partition_key=msg.partition_key,
                     event_timestamp=msg.event_timestamp,
                 )
-            self._settle(previous)
-            previous = None
-            if self.settings.overlap_commits:
-                chains[partition] = _Committing(txn, txn.commit_async(), len(batch))
-                return
-            txn.commit()
+            if not self.settings.overlap_commits:
+                txn.commit()
         except BaseException:
-            if previous is not None:
-                _quietly_wait(previous)
             if txn.state is TransactionState.OPEN:
                 try:
                     txn.abort()
                 except PulsarTxnError as exc:  # the coordinator will time it out; fencing covers it
                     log.warning("abort of %s failed: %s", txn.txn_id, exc)
             raise
-        self._committed(len(batch))
+        if not self.settings.overlap_commits:
+            self._committed(len(batch))
+            return
+        chain = chains.setdefault(partition, deque())
+        chain.append(_Committing(txn, _commit_after(txn, chain[-1].future if chain else None), len(batch)))
+        self._reap(chains)
+        while len(chain) > _MAX_CHAIN:
+            self._settle(chain.popleft())
 
     def _begin(self) -> Transaction:
         """This batch's transaction: the one begun while the previous batch was processed, if it is
@@ -233,15 +237,21 @@ class ExactlyOncePipeline:
         if ahead is not None:
             _discard(ahead[0])
 
-    def _settle_all(self, chains: dict[int, _Committing]) -> None:
-        while chains:
-            self._settle(chains.pop(next(iter(chains))))
+    def _reap(self, chains: dict[int, deque[_Committing]]) -> None:
+        """Count the batches whose commit has finished (raise if one failed), without waiting."""
+        for chain in chains.values():
+            while chain and chain[0].future.done():
+                self._settle(chain.popleft())
 
-    def _settle(self, committing: _Committing | None) -> None:
-        """Wait for an asynchronous commit; raise what it raised (the session then restarts)."""
-        if committing is not None:
-            committing.future.result()
-            self._committed(committing.size)
+    def _settle_all(self, chains: dict[int, deque[_Committing]]) -> None:
+        for chain in chains.values():
+            while chain:
+                self._settle(chain.popleft())
+
+    def _settle(self, committing: _Committing) -> None:
+        """Wait for a chained commit; raise what it raised (the session then restarts)."""
+        committing.future.result()
+        self._committed(committing.size)
 
     def _committed(self, size: int) -> None:
         progress = self.progress
@@ -285,3 +295,35 @@ def _log_failure(f: Future[None]) -> None:
     exc = f.exception()
     if exc is not None:
         log.info("aborting an unused transaction failed (its timeout ends it): %s", exc)
+
+
+def _commit_after(txn: Transaction, before: Future[None] | None) -> Future[None]:
+    """Commit ``txn`` once ``before`` (the partition's previous batch) has committed; if it failed,
+    abort ``txn`` instead and fail with the same error. So a committed batch always has every earlier
+    batch of its partition committed, and the order of the output holds."""
+    done: Future[None] = Future()
+
+    def finish(f: Future[None]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    def go(prev: Future[None] | None) -> None:
+        exc = prev.exception() if prev is not None else None
+        try:
+            ending = txn.abort_async() if exc is not None else txn.commit_async()
+        except BaseException as err:  # e.g. the transaction timed out meanwhile
+            done.set_exception(exc or err)
+            return
+        if exc is not None:
+            ending.add_done_callback(lambda _f: done.set_exception(exc))
+        else:
+            ending.add_done_callback(finish)
+
+    if before is None:
+        go(None)
+    else:
+        before.add_done_callback(go)
+    return done

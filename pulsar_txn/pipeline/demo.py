@@ -54,8 +54,8 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     def publish_rest() -> None:
         for i in range(half, messages):
             publish(i)
-            if i % 500 == 0:
-                time.sleep(0.05)
+            if i % 50 == 0:  # paced over ~8 s, so that every run (and kill) has input to work on
+                time.sleep(0.04)
         producer.flush()
 
     feeder = threading.Thread(target=publish_rest, daemon=True)
@@ -65,10 +65,11 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     started = time.monotonic()
     for n in range(kills):
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        _echo_until(proc, progress_lines=2)
+        echo = _echo_until(proc, progress_lines=2)
         print(f"[demo] SIGKILL the pipeline mid-work ({n + 1}/{kills}); restarting it ...", flush=True)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        echo.join(10)  # the pipe ends with the process
         assert proc.stdout is not None
         proc.stdout.close()
     feeder.join(120)
@@ -91,15 +92,34 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     return 0 if ok else 1
 
 
-def _echo_until(proc: subprocess.Popen[str], progress_lines: int | None) -> None:
-    """Show the pipeline's output; return after ``progress_lines`` progress lines (None: until exit)."""
+def _echo_until(
+    proc: subprocess.Popen[str], progress_lines: int | None, timeout: float = 15.0
+) -> threading.Thread:
+    """Show the pipeline's output; return after ``progress_lines`` progress lines (or ``timeout``
+    seconds: a fast pipeline may have run out of input and print no more), or, with None, at exit."""
     assert proc.stdout is not None
-    seen = 0
-    for line in proc.stdout:
-        if " INFO " in line and "fencing" not in line:
-            continue  # keep the demo readable: progress, fencing and warnings only
-        print(f"[pipeline] {line.rstrip()}", flush=True)
-        if line.startswith("processed "):
-            seen += 1
-            if progress_lines is not None and seen >= progress_lines:
-                return
+    stdout = proc.stdout
+    enough = threading.Event()
+
+    def pump() -> None:
+        seen = 0
+        try:
+            for line in stdout:
+                if " INFO " in line and "fencing" not in line:
+                    continue  # keep the demo readable: progress, fencing and warnings only
+                print(f"[pipeline] {line.rstrip()}", flush=True)
+                if line.startswith("processed "):
+                    seen += 1
+                    if progress_lines is not None and seen >= progress_lines:
+                        enough.set()
+        except ValueError:  # the demo closed the pipe after killing the process
+            pass
+        enough.set()
+
+    echo = threading.Thread(target=pump, name="demo-echo", daemon=True)
+    echo.start()
+    if progress_lines is None:
+        echo.join()
+    else:
+        enough.wait(timeout)
+    return echo
