@@ -61,8 +61,10 @@ class Producer(Generic[T]):
         # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
         self._order_lock = threading.Lock()
         self._pending: deque[
-            tuple[Future[None] | None, Callable[[], None], Future[MessageId], SendCallback | None]
+            tuple[Future[None] | None, Callable[[], None], Callable[[PulsarTxnError], None]]
         ] = deque()
+        self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
+        self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
 
     def _choose_partition(self, partition_key: str | None) -> int:
         if self.topic.partition is not None:
@@ -116,16 +118,25 @@ class Producer(Generic[T]):
         topic = self.topic.kafka_topic
         result: Future[MessageId] = LazyFuture()
 
+        def fail(err: PulsarTxnError) -> None:
+            result.set_exception(err)
+            if txn is not None:
+                txn.op_finished(err)
+            _notify(callback, err, None)
+
         def done(offset: int | None, error: StoreError | None) -> None:
             if error is not None or offset is None:
-                err = PersistenceError(
-                    f"send to {topic}[{partition}] failed: {error}", retriable=bool(error and error.retriable)
+                fail(
+                    PersistenceError(
+                        f"send to {topic}[{partition}] failed: {error}",
+                        retriable=bool(error and error.retriable),
+                    )
                 )
-                result.set_exception(err)
-                _notify(callback, err, None)
                 return
             mid = MessageId(topic, partition, offset)
             result.set_result(mid)
+            if txn is not None:
+                txn.op_finished(None)
             _notify(callback, Result.Ok, mid)
 
         def append() -> None:
@@ -135,43 +146,55 @@ class Producer(Generic[T]):
 
         registered: Future[None] | None = None
         if txn is not None:
-            headers.append((TXN_HEADER, txn.txn_id.to_bytes()))
-            registered = txn.register_partition(str(self.topic.with_partition(partition)))
-            txn.track(result)
+            headers.append((TXN_HEADER, txn.txn_id_bytes))
+            registered = txn.register_partition(self._partition_name(partition))
+            txn.op_started()  # commit waits for this send (counted, not a future per send)
         with self._order_lock:
             if not self._pending and (registered is None or registered.done()):
-                self._start(registered, append, result, callback)  # the common case: nothing queued
+                self._start(registered, append, fail)  # the common case: nothing queued
                 return result
-            self._pending.append((registered, append, result, callback))
-        if registered is not None:
-            registered.add_done_callback(lambda _f: self._pump())
+            self._pending.append((registered, append, fail))
+            # One wake-up per registration, not one per queued send.
+            hook = registered is not None and registered not in self._hooked
+            if registered is not None and hook:
+                self._hooked.add(registered)
+        if registered is not None and hook:
+            registered.add_done_callback(self._registered)
         self._pump()
         return result
+
+    def _partition_name(self, partition: int) -> str:
+        name = self._names.get(partition)
+        if name is None:
+            name = self._names[partition] = str(self.topic.with_partition(partition))
+        return name
+
+    def _registered(self, fut: Future[None]) -> None:
+        with self._order_lock:
+            self._hooked.discard(fut)
+        self._pump()
 
     def _pump(self) -> None:
         """Start queued sends in call order: a send waits for every earlier one to have started."""
         with self._order_lock:
             while self._pending:
-                registered, append, result, callback = self._pending[0]
+                registered, append, fail = self._pending[0]
                 if registered is not None and not registered.done():
                     return
                 self._pending.popleft()
-                self._start(registered, append, result, callback)
+                self._start(registered, append, fail)
 
     @staticmethod
     def _start(
         registered: Future[None] | None,
         append: Callable[[], None],
-        result: Future[MessageId],
-        callback: SendCallback | None,
+        fail: Callable[[PulsarTxnError], None],
     ) -> None:
         exc = registered.exception() if registered is not None else None
         if exc is None:
             append()
             return
-        err = exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc))
-        result.set_exception(err)
-        _notify(callback, err, None)
+        fail(exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc)))
 
     def send(
         self,

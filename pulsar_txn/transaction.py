@@ -67,6 +67,11 @@ class Transaction:
         self._partitions: dict[str, Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], Future[None]] = {}
         self._end_listeners: list[Callable[[TxnID, TxnAction], None]] = []
+        self.txn_id_bytes = txn_id.to_bytes()
+        """The id as stored in each message's header (made once, used per send)."""
+        self._inflight = 0  # sends started and not finished
+        self._inflight_error: BaseException | None = None
+        self._idle = threading.Condition(self._lock)
         self._flush_hooks: list[Callable[[], None]] = []
 
     @property
@@ -90,6 +95,9 @@ class Transaction:
     # ------------------------------------------------------------------ operations in the txn
     def register_partition(self, partition: str) -> Future[None]:
         """ADD_PARTITION_TO_TXN once per partition; later calls share the first call's future."""
+        fut = self._partitions.get(partition)  # the per-send fast path: no lock (a dict read is atomic)
+        if fut is not None and self._state is TransactionState.OPEN and time.monotonic() < self._deadline:
+            return fut
         self._check_open("send")
         with self._lock:
             fut = self._partitions.get(partition)
@@ -130,6 +138,20 @@ class Transaction:
         failed: Future[None] = Future()
         failed.set_exception(exc)
         self.track(failed)
+
+    def op_started(self) -> None:
+        """A send of this transaction started; ``commit`` waits until ``op_finished`` balances it
+        (a counter, cheaper than a tracked future per message)."""
+        with self._lock:
+            self._inflight += 1
+
+    def op_finished(self, error: BaseException | None) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if error is not None and self._inflight_error is None:
+                self._inflight_error = error
+            if self._inflight == 0:
+                self._idle.notify_all()
 
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
@@ -204,10 +226,15 @@ class Transaction:
 
     def _wait_ops(self) -> BaseException | None:
         self._flush()
+        timeout = self._client.operation_timeout_seconds
+        deadline = time.monotonic() + timeout
         with self._lock:
             ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
-        timeout = self._client.operation_timeout_seconds
-        first: BaseException | None = None
+            idle = self._idle.wait_for(lambda: self._inflight == 0, timeout)
+            first: BaseException | None = self._inflight_error
+        if not idle:
+            first = first or Timeout(f"sends of {self.txn_id} did not finish in {timeout}s")
+        timeout = max(0.0, deadline - time.monotonic())
         for op in ops:
             try:
                 op.result(timeout)
