@@ -146,6 +146,7 @@ class Transaction:
             self._inflight += 1
 
     def op_finished(self, error: BaseException | None) -> None:
+        """A send counted by ``op_started`` ended; with ``error``, ``commit`` aborts instead."""
         with self._lock:
             self._inflight -= 1
             if error is not None and self._inflight_error is None:
