@@ -6,15 +6,19 @@ sends are in flight; every one of those objects is then re-scanned by the cyclic
 more than the send itself. Most send futures finish before anyone waits on them, so the Condition
 (and the waiter and callback lists) are made on first need (``result`` on a pending future,
 ``add_done_callback``, ``wait``, ...); everything else behaves exactly as the standard class.
+
+``relay`` hands one future's outcome on to another (the asynchronous API's chains).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from typing import Any, TypeVar
 
+S = TypeVar("S")
 T = TypeVar("T")
 
 # Guards the switch from "no condition" to "condition": completing a future without one, and making
@@ -94,4 +98,18 @@ class LazyFuture(Future[T]):
         super().set_exception(exception)
 
 
-__all__ = ["LazyFuture"]
+def relay(source: Future[S], target: Future[T], convert: Callable[[S], T]) -> None:
+    """When ``source`` ends, end ``target`` the same way: with its exception, or with
+    ``convert(result)``."""
+
+    def done(f: Future[S]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(convert(f.result()))
+
+    source.add_done_callback(done)
+
+
+__all__ = ["LazyFuture", "relay"]

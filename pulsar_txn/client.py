@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
+from pulsar_txn._future import relay
 from pulsar_txn.buffer.reader import BufferOptions
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.config import CoordinatorConfig
@@ -267,23 +268,17 @@ class Client:
 
     # ------------------------------------------------------------------ internals used by the API
     def _new_txn(self, timeout_ms: int) -> Transaction:
-        txn_id = self._tc().new_txn(timeout_ms)
-        return Transaction(self, txn_id, timeout_ms or 60_000)
+        return self._opened(self._tc().new_txn(timeout_ms), timeout_ms)
 
     def _new_txn_async(self, timeout_ms: int) -> Future[Transaction]:
         tc = self._tc()
-        begun = tc.submit(tc.aio.new_txn(timeout_ms))
         result: Future[Transaction] = Future()
-
-        def done(f: Future[TxnID]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-            else:
-                result.set_result(Transaction(self, f.result(), timeout_ms or 60_000))
-
-        begun.add_done_callback(done)
+        relay(tc.submit(tc.aio.new_txn(timeout_ms)), result, lambda txn_id: self._opened(txn_id, timeout_ms))
         return result
+
+    def _opened(self, txn_id: TxnID, timeout_ms: int) -> Transaction:
+        """The handle of a transaction NEW_TXN just opened (0: the coordinator's default timeout)."""
+        return Transaction(self, txn_id, timeout_ms or 60_000)
 
     def _tc(self) -> SyncTcClient:
         with self._lock:

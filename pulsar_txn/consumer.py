@@ -433,10 +433,7 @@ class Consumer(Generic[T]):
         ``txn``, as part of that transaction (``TransactionConflict`` if another transaction holds
         one, ``InvalidTxnStatusError`` if ``txn`` is not open). In a transaction, the ids of one
         partition are checked and written together, which is much cheaper than one call each."""
-        if isinstance(message, (Message, MessageId)):
-            mids = [message.message_id if isinstance(message, Message) else message]
-        else:
-            mids = [m.message_id if isinstance(m, Message) else m for m in message]
+        mids = _message_ids(message)
         if txn is not None:
             by_partition: dict[tuple[str, int], list[MessageId]] = {}
             for mid in mids:
@@ -453,12 +450,7 @@ class Consumer(Generic[T]):
     ) -> None:
         """Acknowledge every message of the partition up to and including this one; with ``txn``,
         as part of that transaction."""
-        if isinstance(message, Message):
-            mids = [message.message_id]
-        elif isinstance(message, MessageId):
-            mids = [message]
-        else:
-            mids = list(message)
+        mids = _message_ids(message)
         if txn is not None:
             self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
             return
@@ -825,6 +817,13 @@ class Consumer(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _message_ids(message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId]) -> list[MessageId]:
+    """The ids an ack call names: one message or id, or a sequence of them."""
+    if isinstance(message, (Message, MessageId)):
+        return [message.message_id if isinstance(message, Message) else message]
+    return [m.message_id if isinstance(m, Message) else m for m in message]
 
 
 def _joined(client_id: str) -> int:

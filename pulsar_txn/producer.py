@@ -149,17 +149,17 @@ class Producer(Generic[T]):
             headers.append((TXN_HEADER, txn.txn_id_bytes))
             registered = txn.register_partition(self._partition_name(partition))
             txn.op_started()  # commit waits for this send (counted, not a future per send)
+        hook: Future[None] | None = None  # a registration that must start the queue when done
         with self._order_lock:
             if not self._pending and (registered is None or registered.done()):
                 self._start(registered, append, fail)  # the common case: nothing queued
                 return result
             self._pending.append((registered, append, fail))
-            # One wake-up per registration, not one per queued send.
-            hook = registered is not None and registered not in self._hooked
-            if registered is not None and hook:
+            if registered is not None and registered not in self._hooked:  # one wake-up each
                 self._hooked.add(registered)
-        if registered is not None and hook:
-            registered.add_done_callback(self._registered)
+                hook = registered
+        if hook is not None:
+            hook.add_done_callback(self._registered)
         self._pump()
         return result
 

@@ -78,9 +78,13 @@ class Transaction:
     def state(self) -> TransactionState:
         """The client-side state; OPEN turns TIME_OUT once the timeout has passed."""
         with self._lock:
-            if self._state is TransactionState.OPEN and time.monotonic() >= self._deadline:
-                self._state = TransactionState.TIME_OUT
-            return self._state
+            return self._current_state()
+
+    def _current_state(self) -> TransactionState:
+        """The state, OPEN turned TIME_OUT past the deadline; the caller holds ``_lock``."""
+        if self._state is TransactionState.OPEN and time.monotonic() >= self._deadline:
+            self._state = TransactionState.TIME_OUT
+        return self._state
 
     def __repr__(self) -> str:
         return f"Transaction{self.txn_id}[{self.state.value}]"
@@ -190,9 +194,7 @@ class Transaction:
         """Check and leave the OPEN state in one step (no send or ack can slip in after), then start
         the batched writes that ending waits for."""
         with self._lock:
-            state = self._state
-            if state is TransactionState.OPEN and time.monotonic() >= self._deadline:
-                state = self._state = TransactionState.TIME_OUT
+            state = self._current_state()
             if state not in allowed:
                 raise InvalidTxnStatusError(
                     f"cannot {what} transaction {self.txn_id}: its state is {state.value}"

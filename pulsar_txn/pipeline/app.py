@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pulsar_txn._future import relay
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
@@ -142,10 +143,10 @@ class ExactlyOncePipeline:
                 if got:
                     idle_since = time.monotonic()
                     continue
-                self._settle_all(chains)
+                self._reap(chains, wait=True)
                 if s.idle_exit_s is not None and time.monotonic() - idle_since > s.idle_exit_s:
                     return True
-            self._settle_all(chains)
+            self._reap(chains, wait=True)
             return True
         finally:
             for chain in chains.values():  # failing: let them end (either way) first
@@ -237,15 +238,11 @@ class ExactlyOncePipeline:
         if ahead is not None:
             _discard(ahead[0])
 
-    def _reap(self, chains: dict[int, deque[_Committing]]) -> None:
-        """Count the batches whose commit has finished (raise if one failed), without waiting."""
+    def _reap(self, chains: dict[int, deque[_Committing]], *, wait: bool = False) -> None:
+        """Count the batches whose commit has finished (raise if one failed); with ``wait``, all of
+        them, waiting for each."""
         for chain in chains.values():
-            while chain and chain[0].future.done():
-                self._settle(chain.popleft())
-
-    def _settle_all(self, chains: dict[int, deque[_Committing]]) -> None:
-        for chain in chains.values():
-            while chain:
+            while chain and (wait or chain[0].future.done()):
                 self._settle(chain.popleft())
 
     def _settle(self, committing: _Committing) -> None:
@@ -303,13 +300,6 @@ def _commit_after(txn: Transaction, before: Future[None] | None) -> Future[None]
     batch of its partition committed, and the order of the output holds."""
     done: Future[None] = Future()
 
-    def finish(f: Future[None]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(None)
-
     def go(prev: Future[None] | None) -> None:
         exc = prev.exception() if prev is not None else None
         try:
@@ -320,7 +310,7 @@ def _commit_after(txn: Transaction, before: Future[None] | None) -> Future[None]
         if exc is not None:
             ending.add_done_callback(lambda _f: done.set_exception(exc))
         else:
-            ending.add_done_callback(finish)
+            relay(ending, done, lambda _none: None)
 
     if before is None:
         go(None)
