@@ -18,9 +18,7 @@ _PRIMITIVES: dict[type, str] = {bool: "boolean", int: "long", float: "double", s
 
 def is_record_type(tp: object) -> bool:
     """A dataclass or a pydantic model class."""
-    return isinstance(tp, type) and (
-        dataclasses.is_dataclass(tp) or issubclass(tp, BaseModel)
-    )
+    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, BaseModel))
 
 
 def _fields(record_type: type) -> dict[str, Any]:

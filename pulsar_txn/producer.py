@@ -21,6 +21,7 @@ from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 
 if TYPE_CHECKING:
+    from kafka_store import Appender
     from pulsar_txn.client import Client
     from pulsar_txn.transaction import Transaction
 
@@ -55,14 +56,13 @@ class Producer(Generic[T]):
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema values are encoded with (``BytesSchema`` by default: bytes or str)."""
         self._schema_header = self.schema.header()
+        self._producer_header = (PRODUCER_HEADER, self.producer_name.encode())
         self._partitions = client._partition_count(self.topic)
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
         # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
         self._order_lock = threading.Lock()
-        self._pending: deque[
-            tuple[Future[None] | None, Callable[[], None], Callable[[PulsarTxnError], None]]
-        ] = deque()
+        self._pending: deque[_Send] = deque()  # sends waiting for an earlier one's registration
         self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
 
@@ -103,65 +103,45 @@ class Producer(Generic[T]):
         event_timestamp: int | None,
     ) -> Future[MessageId]:
         partition = self._choose_partition(partition_key)
-        seq = next(self._sequence)
         headers: list[tuple[str, bytes]] = [
-            (PRODUCER_HEADER, self.producer_name.encode()),
-            (SEQUENCE_HEADER, str(seq).encode()),
+            self._producer_header,
+            (SEQUENCE_HEADER, b"%d" % next(self._sequence)),
         ]
         if schema_header is not None:
             headers.append((SCHEMA_HEADER, schema_header))
         if event_timestamp is not None:
-            headers.append((EVENT_TIME_HEADER, str(int(event_timestamp)).encode()))
-        for name, value in (properties or {}).items():
-            headers.append((PROPERTY_PREFIX + name, value.encode()))
-        key = partition_key.encode() if partition_key is not None else None
-        topic = self.topic.kafka_topic
-        result: Future[MessageId] = LazyFuture()
-
-        def fail(err: PulsarTxnError) -> None:
-            result.set_exception(err)
-            if txn is not None:
-                txn.op_finished(err)
-            _notify(callback, err, None)
-
-        def done(offset: int | None, error: StoreError | None) -> None:
-            if error is not None or offset is None:
-                fail(
-                    PersistenceError(
-                        f"send to {topic}[{partition}] failed: {error}",
-                        retriable=bool(error and error.retriable),
-                    )
-                )
-                return
-            mid = MessageId(topic, partition, offset)
-            result.set_result(mid)
-            if txn is not None:
-                txn.op_finished(None)
-            _notify(callback, Result.Ok, mid)
-
-        def append() -> None:
-            self._client._appender().append_cb(
-                topic, partition, payload, key=key, headers=headers, callback=done
-            )
-
-        registered: Future[None] | None = None
+            headers.append((EVENT_TIME_HEADER, b"%d" % int(event_timestamp)))
+        if properties:
+            for name, value in properties.items():
+                headers.append((PROPERTY_PREFIX + name, value.encode()))
+        send = _Send(
+            self._client._appender(),
+            self.topic.kafka_topic,
+            partition,
+            payload,
+            partition_key.encode() if partition_key is not None else None,
+            headers,
+            txn,
+            callback,
+        )
         if txn is not None:
             headers.append((TXN_HEADER, txn.txn_id_bytes))
-            registered = txn.register_partition(self._partition_name(partition))
+            send.registered = txn.register_partition(self._partition_name(partition))
             txn.op_started()  # commit waits for this send (counted, not a future per send)
+        registered = send.registered
         hook: Future[None] | None = None  # a registration that must start the queue when done
         with self._order_lock:
             if not self._pending and (registered is None or registered.done()):
-                self._start(registered, append, fail)  # the common case: nothing queued
-                return result
-            self._pending.append((registered, append, fail))
+                send.start()  # the common case: nothing queued
+                return send.result
+            self._pending.append(send)
             if registered is not None and registered not in self._hooked:  # one wake-up each
                 self._hooked.add(registered)
                 hook = registered
         if hook is not None:
             hook.add_done_callback(self._registered)
         self._pump()
-        return result
+        return send.result
 
     def _partition_name(self, partition: int) -> str:
         name = self._names.get(partition)
@@ -178,23 +158,11 @@ class Producer(Generic[T]):
         """Start queued sends in call order: a send waits for every earlier one to have started."""
         with self._order_lock:
             while self._pending:
-                registered, append, fail = self._pending[0]
-                if registered is not None and not registered.done():
+                send = self._pending[0]
+                if send.registered is not None and not send.registered.done():
                     return
                 self._pending.popleft()
-                self._start(registered, append, fail)
-
-    @staticmethod
-    def _start(
-        registered: Future[None] | None,
-        append: Callable[[], None],
-        fail: Callable[[PulsarTxnError], None],
-    ) -> None:
-        exc = registered.exception() if registered is not None else None
-        if exc is None:
-            append()
-            return
-        fail(exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc)))
+                send.start()
 
     def send(
         self,
@@ -240,3 +208,75 @@ def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid:
         callback(result, mid)
     except Exception:  # an application callback must not break the client's delivery thread
         log.exception("send_async callback failed")
+
+
+class _Send:
+    """One message on its way: its future, its transaction's bookkeeping and (``__call__``) the
+    delivery report handler. A slotted object, not closures: see ``kafka_store.producer._Delivery``
+    for why the per-message allocations matter."""
+
+    __slots__ = (
+        "appender",
+        "callback",
+        "headers",
+        "key",
+        "partition",
+        "payload",
+        "registered",
+        "result",
+        "topic",
+        "txn",
+    )
+
+    def __init__(
+        self,
+        appender: Appender,
+        topic: str,
+        partition: int,
+        payload: bytes,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        txn: Transaction | None,
+        callback: SendCallback | None,
+    ) -> None:
+        self.appender = appender
+        self.topic = topic
+        self.partition = partition
+        self.payload = payload
+        self.key = key
+        self.headers = headers
+        self.txn = txn
+        self.callback = callback
+        self.registered: Future[None] | None = None  # the transaction's ADD_PARTITION_TO_TXN
+        self.result: Future[MessageId] = LazyFuture()
+
+    def start(self) -> None:
+        """Append to Kafka, or fail if the partition could not join the transaction."""
+        exc = self.registered.exception() if self.registered is not None else None
+        if exc is None:
+            self.appender.append_cb(
+                self.topic, self.partition, self.payload, key=self.key, headers=self.headers, callback=self
+            )
+            return
+        self.fail(exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc)))
+
+    def fail(self, err: PulsarTxnError) -> None:
+        self.result.set_exception(err)
+        if self.txn is not None:
+            self.txn.op_finished(err)
+        _notify(self.callback, err, None)
+
+    def __call__(self, offset: int | None, error: StoreError | None) -> None:
+        if error is not None or offset is None:
+            self.fail(
+                PersistenceError(
+                    f"send to {self.topic}[{self.partition}] failed: {error}",
+                    retriable=bool(error and error.retriable),
+                )
+            )
+            return
+        mid = MessageId(self.topic, self.partition, offset)
+        self.result.set_result(mid)
+        if self.txn is not None:
+            self.txn.op_finished(None)
+        _notify(self.callback, Result.Ok, mid)

@@ -202,9 +202,7 @@ class AvroSchema(_RecordSchema[R]):
         assert self.avro_schema is not None and self.fingerprint is not None
         try:
             self._parsed = fastavro.parse_schema(self.avro_schema)
-            self._writers = {
-                _fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])
-            }
+            self._writers = {_fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])}
         except Exception as exc:  # fastavro's SchemaParseException and friends
             raise ConfigError(f"invalid Avro schema: {exc}") from None
         self._writers.pop(self.fingerprint, None)

@@ -72,6 +72,7 @@ class Transaction:
         self._inflight = 0  # sends started and not finished
         self._inflight_error: BaseException | None = None
         self._idle = threading.Condition(self._lock)
+        self._ending = False  # set (under _lock) once commit/abort waits for the sends
         self._flush_hooks: list[Callable[[], None]] = []
 
     @property
@@ -155,7 +156,7 @@ class Transaction:
             self._inflight -= 1
             if error is not None and self._inflight_error is None:
                 self._inflight_error = error
-            if self._inflight == 0:
+            if self._inflight == 0 and self._ending:  # nobody waits before the end began
                 self._idle.notify_all()
 
     def track(self, op: Future[Any]) -> None:
@@ -232,6 +233,7 @@ class Transaction:
         timeout = self._client.operation_timeout_seconds
         deadline = time.monotonic() + timeout
         with self._lock:
+            self._ending = True
             ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
             idle = self._idle.wait_for(lambda: self._inflight == 0, timeout)
             first: BaseException | None = self._inflight_error
