@@ -482,7 +482,12 @@ class Consumer(Generic[T]):
             raise NotAllowedError("acknowledge messages of one partition per call")
         first = mids[0]
         name = self._kafka_topics[first.topic]
-        registered = txn.register_subscription(str(name.base), self.subscription)
+        # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
+        # the TC then ends it in that partition's pending-ack log only, not in all of them.
+        sub_topic = name.base
+        if self._client._partition_count(name) > 1:
+            sub_topic = name.base.with_partition(first.partition)
+        registered = txn.register_subscription(str(sub_topic), self.subscription)
         offsets = [m.offset for m in mids]
         with self._lock:
             part = self._part_for(first)

@@ -123,9 +123,10 @@ class KafkaTxnEndpoints:
     async def end_on_subscription(
         self, topic: str, subscription: str, txn_id: TxnID, action: TxnAction, low_watermark: int
     ) -> None:
-        ack_topic = pending_ack_topic(TopicName.parse(topic), subscription)
+        name = TopicName.parse(topic)
+        ack_topic = pending_ack_topic(name, subscription)
         count = self._partition_counts.get(ack_topic)
-        if count is None:
+        if count is None or (name.partition is not None and name.partition >= count):  # new, or grown
             try:
                 count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
             except TopicNotFoundError:
@@ -134,4 +135,8 @@ class KafkaTxnEndpoints:
                 return
             self._partition_counts[ack_topic] = count
         marker = TxnMarker(txn_id, action, low_watermark, int(time.time() * 1000))
-        await asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in range(count)))
+        # A subscription registered on one partition (``...-partition-N``, as clients do for partitioned
+        # topics) holds its acks in that partition of the log; one registered on the whole topic may
+        # hold them in any.
+        parts = range(count) if name.partition is None else [name.partition]
+        await asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in parts))

@@ -46,7 +46,9 @@ def test_metadata_shows_status_partitions_and_subscriptions_from_the_log(
         lambda: (m := admin.transaction_metadata(txn.txn_id))["subscriptions"] and m, 10, what="subscription"
     )
     assert meta["status"] == "OPEN" and meta["timeout_ms"] == 60_000 and meta["txn_id"] == str(txn.txn_id)
-    assert meta["subscriptions"] == [{"topic": full, "subscription": f"sub_{uid}"}]
+    # As Pulsar's client does, a partitioned topic's subscription joins per partition.
+    acked = f"{full}-partition-{msg.message_id.partition}"
+    assert meta["subscriptions"] == [{"topic": acked, "subscription": f"sub_{uid}"}]
     assert len(meta["partitions"]) == 1 and meta["partitions"][0].startswith(f"{full}-partition-")
     txn.commit()
     assert admin.transaction_status(str(txn.txn_id)) == "COMMITTED"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
 from pulsar_txn.errors import ConsumerBusy, NotAllowedError, Timeout, TransactionConflict
 from pulsar_txn.message import Message
@@ -180,6 +181,33 @@ def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackab
     t4 = c.client.transaction(60)
     consumer.acknowledge(msgs[1], txn=t4)  # allowed again after the abort
     t4.commit()
+
+
+def test_an_ack_on_one_partition_is_ended_in_that_partition_of_the_pending_ack_log_only(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic, sub = f"pa1_{uid}", f"sub_{uid}"
+    _setup(c, topic, 30, partitions=3)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(30)]
+    target = msgs[0].message_id.partition
+    txn = c.client.transaction(60)
+    consumer.acknowledge([m for m in msgs if m.message_id.partition == target], txn=txn)
+    txn._wait_ops()  # the pending-ack record is written
+    log_topic = f"{topic}-{sub}__transaction_pending_ack"
+    tps = [(log_topic, p) for p in range(3)]
+    before = end_offsets(c.client._admin.config, tps)
+    tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
+    full = f"persistent://public/default/{topic}-partition-{target}"
+    assert tc.get(txn.txn_id).subscriptions == [(full, sub)]  # type: ignore[union-attr]
+    txn.commit()
+    after = end_offsets(c.client._admin.config, tps)
+    grown = {tp[1]: after[tp] - before[tp] for tp in tps}
+    assert grown == {p: (1 if p == target else 0) for p in range(3)}  # the commit marker, there only
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    consumer.redeliver_unacknowledged_messages()
+    assert {m.message_id.partition for m in _drain(consumer, 800)} <= {0, 1, 2} - {target}
 
 
 def test_a7_one_txn_acks_on_two_subscriptions_and_both_commit_together(
