@@ -27,6 +27,7 @@ BEGINNING = OFFSET_BEGINNING
 
 MAX_RESPONSE_BYTES = 2_147_483_647
 _POLL_SLICE_S = 0.01  # an idle-gated reader polls in slices this long, to notice when it is caught up
+_OPEN_WINDOW_S = 0.01  # at most this long, a call that opens the idle gate polls for it to close again
 
 RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
@@ -174,6 +175,9 @@ class PartitionReader:
             return self._poll_now(max_records, timeout)
         # The idle gate: fetch in short open windows, paused in between while nothing arrives.
         deadline = time.monotonic() + timeout
+        wait_until = deadline
+        settling = False  # this call opened the gate: poll on until it can close again
+        got: list[Any] = []
         while True:
             now = time.monotonic()
             if self._idle_since is not None:
@@ -185,9 +189,17 @@ class PartitionReader:
                 if reopen > now:
                     time.sleep(reopen - now)
                 self._set_idle_gate(False)
-            out = self._poll_now(max_records, min(max(deadline - time.monotonic(), 0.0), _POLL_SLICE_S))
+                # Poll on briefly (even for a caller that does not wait) so the ends reported by the
+                # fetch after the seek can close the gate in this call: an open gate fetches without
+                # pause on a broker that answers empty fetches at once, until the caller polls again.
+                settling = True
+                wait_until = max(deadline, time.monotonic() + _OPEN_WINDOW_S)
+            out = self._poll_now(
+                max_records - len(got), min(max(wait_until - time.monotonic(), 0.0), _POLL_SLICE_S)
+            )
             for msg in out:  # in offset order per partition: the last one wins
                 self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
+            got.extend(out)
             # Pause once every partition has reported, since the gate opened, an end we have consumed
             # up to: then nothing fetched can be waiting, however slow the broker is. Checked after
             # records too: a reader that gets a few new records at every poll must still pause.
@@ -196,8 +208,10 @@ class PartitionReader:
                 tp in self._eof_seen and self._eof_seen[tp] <= self._next.get(tp, -1) for tp in assignment
             ):
                 self._set_idle_gate(True)
-            if out or time.monotonic() >= deadline:
-                return out
+                if got:
+                    return got
+            if (got and not settling) or len(got) >= max_records or time.monotonic() >= wait_until:
+                return got
 
     @property
     def idle_gate_closed(self) -> bool:

@@ -30,6 +30,12 @@ class BufferOptions:
     marker_secret: bytes | None = None
     window_max_records: int = 50_000
     fetch_batch: int = 5_000
+    # With several partitions, delivery takes at most this many records from one before the next has
+    # its turn (Pulsar's multi-partition consumer interleaves partitions as their messages arrive).
+    delivery_chunk: int = 100
+    # A partition with nothing scanned is scanned for (without waiting) while the windows hold fewer
+    # records than this: a broker may hand over one partition's whole backlog before the next one's.
+    scan_ahead_records: int = 20_000
 
 
 def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
@@ -101,6 +107,7 @@ class CommittedReader:
         self._scanner: PartitionReader | None = None
         self._fetcher: PartitionReader | None = None
         self._fetching: tuple[str, int, int] | None = None  # where the fetcher will read next
+        self._turn = 0  # the partition delivery starts with, rotated each poll
         self.snapshot_offsets: dict[TopicPartition, int | None] = {}
 
     # ------------------------------------------------------------------ setup
@@ -176,6 +183,8 @@ class CommittedReader:
         self._ensure_started()
         deadline = time.monotonic() + timeout
         while True:
+            if self._scan_ahead_wanted():
+                self._scan_some(0)
             out = self._deliver(max_records)
             if out:
                 return out
@@ -209,29 +218,48 @@ class CommittedReader:
                 part.state.scanned_to = end
         return len(records)
 
+    def _scan_ahead_wanted(self) -> bool:
+        parts = self._parts.values()
+        if len(self._parts) < 2 or not any(not p.window and p.position >= p.window_start for p in parts):
+            return False
+        return sum(len(p.window) for p in parts) < self._opts.scan_ahead_records
+
     def _deliver(self, max_records: int) -> list[StoredRecord]:
         out: list[StoredRecord] = []
-        for part in self._parts.values():
-            if len(out) >= max_records:
-                break
-            limit = part.state.max_read_position
-            if part.position >= limit:
-                continue
-            if part.position < part.window_start:
-                self._fetch_gap(part, min(part.window_start, limit), out, max_records)
-                continue
-            window, state = part.window, part.state
-            while window and len(out) < max_records:
-                rec = window[0]
-                if rec.offset >= limit:
+        parts = list(self._parts.values())
+        if len(parts) > 1:
+            self._turn = (self._turn + 1) % len(parts)
+            parts = parts[self._turn :] + parts[: self._turn]
+        chunk = max(1, self._opts.delivery_chunk) if len(parts) > 1 else max_records
+        more = True
+        while more and len(out) < max_records:
+            more = False
+            for part in parts:  # round-robin, up to ``chunk`` records each
+                if len(out) >= max_records:
                     break
-                window.popleft()
-                if rec.offset >= part.position and state.is_visible(rec.offset, rec.headers):
-                    out.append(rec)
-                part.position = rec.offset + 1
-            if not window and part.position < limit and part.window_start <= part.position:
-                part.position = limit  # nothing else below the limit (compaction gaps, markers)
+                before = len(out)
+                self._deliver_part(part, out, min(max_records, before + chunk))
+                more = more or len(out) > before
         return out
+
+    def _deliver_part(self, part: _Partition, out: list[StoredRecord], max_records: int) -> None:
+        limit = part.state.max_read_position
+        if part.position >= limit:
+            return
+        if part.position < part.window_start:
+            self._fetch_gap(part, min(part.window_start, limit), out, max_records)
+            return
+        window, state = part.window, part.state
+        while window and len(out) < max_records:
+            rec = window[0]
+            if rec.offset >= limit:
+                break
+            window.popleft()
+            if rec.offset >= part.position and state.is_visible(rec.offset, rec.headers):
+                out.append(rec)
+            part.position = rec.offset + 1
+        if not window and part.position < limit and part.window_start <= part.position:
+            part.position = limit  # nothing else below the limit (compaction gaps, markers)
 
     def _fetch_gap(self, part: _Partition, end: int, out: list[StoredRecord], max_records: int) -> None:
         """Read [position, end) again from Kafka (records dropped from the window, or before a snapshot)."""

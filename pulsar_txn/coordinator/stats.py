@@ -47,6 +47,7 @@ class TcCounters:
     aborted: int = 0
     timed_out: int = 0
     append_log: LatencyWindow = field(default_factory=LatencyWindow)
+    end_txn: LatencyWindow = field(default_factory=LatencyWindow)  # END_TXN received -> answered
     end_retries: int = 0
     read_backs: int = 0  # log writes that had to wait for the tail (a foreign record preceded them)
 
@@ -59,4 +60,5 @@ class TcCounters:
             "end_retry_count": self.end_retries,
             "read_back_count": self.read_backs,
             "append_log_latency": self.append_log.snapshot(),
+            "end_txn_latency": self.end_txn.snapshot(),
         }

@@ -404,6 +404,11 @@ class TransactionCoordinator:
         await self._write_meta(meta)
 
     async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+        started = time.perf_counter()
+        await self._end_txn(txn_id, action)
+        self.counters.end_txn.add((time.perf_counter() - started) * 1000)
+
+    async def _end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         meta = self._get(txn_id)
         want = TxnStatus.COMMITTING if action is TxnAction.COMMIT else TxnStatus.ABORTING
         done = TxnStatus.COMMITTED if action is TxnAction.COMMIT else TxnStatus.ABORTED

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 Transform = Callable[[Message[bytes]], bytes | str]
 SOURCE_PROPERTY = "pipeline.source"  # the input MessageId an output message was made from
 _MAX_CHAIN = 4  # batches of one input partition committing at once (bounds what a failure undoes)
+_BEGUN_AHEAD = 4  # transactions begun ahead of use: the chains of several partitions draw on them
 
 
 def upper(msg: Message[bytes]) -> bytes:
@@ -91,7 +92,7 @@ class ExactlyOncePipeline:
         self._on_progress = on_progress
         self._output = TopicName.parse(settings.output_topic)
         self._producers: dict[int, Producer[bytes | str]] = {}
-        self._ahead: tuple[Future[Transaction], float] | None = None  # the next batch's txn, begun early
+        self._ahead: deque[tuple[Future[Transaction], float]] = deque()  # next batches' txns, begun early
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -216,27 +217,27 @@ class ExactlyOncePipeline:
             self._settle(chain.popleft())
 
     def _begin(self) -> Transaction:
-        """This batch's transaction: the one begun while the previous batch was processed, if it is
-        still young; and, with ``overlap_commits``, begin the next one now (NEW_TXN off the path)."""
+        """This batch's transaction: one begun ahead while earlier batches were processed, if still
+        young; and, with ``overlap_commits``, begin more now (NEW_TXN off the path)."""
         s = self.settings
-        ahead, self._ahead = self._ahead, None
         txn: Transaction | None = None
-        if ahead is not None:
-            if time.monotonic() - ahead[1] < s.transaction_timeout_s / 2:
-                txn = ahead[0].result()  # a failed NEW_TXN raises its typed error: the session restarts
+        while txn is None and self._ahead:
+            begun, at = self._ahead.popleft()
+            if time.monotonic() - at < s.transaction_timeout_s / 2:
+                txn = begun.result()  # a failed NEW_TXN raises its typed error: the session restarts
             else:
-                _discard(ahead[0])
+                _discard(begun)
         if txn is None:
             txn = self._client.transaction(s.transaction_timeout_s)
         if s.overlap_commits:
-            builder = self._client.new_transaction().with_transaction_timeout(s.transaction_timeout_s)
-            self._ahead = (builder.build_async(), time.monotonic())
+            while len(self._ahead) < _BEGUN_AHEAD:
+                builder = self._client.new_transaction().with_transaction_timeout(s.transaction_timeout_s)
+                self._ahead.append((builder.build_async(), time.monotonic()))
         return txn
 
     def _discard_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            _discard(ahead[0])
+        while self._ahead:
+            _discard(self._ahead.popleft()[0])
 
     def _reap(self, chains: dict[int, deque[_Committing]], *, wait: bool = False) -> None:
         """Count the batches whose commit has finished (raise if one failed); with ``wait``, all of
