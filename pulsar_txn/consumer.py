@@ -158,6 +158,10 @@ class Consumer(Generic[T]):
         self._nack_delay = negative_ack_redelivery_delay_ms / 1000
         self._dlq = dead_letter_policy
         self._lock = threading.RLock()
+        # Reading may block (a poll waits for records): it has locks of its own, so that acks, ends of
+        # transactions and upkeep never wait behind a poll. Order: _read_lock, then _lock, then _pa_lock.
+        self._read_lock = threading.RLock()  # the committed reader
+        self._pa_lock = threading.RLock()  # the pending-ack tail
         self._parts: dict[TP, _Part] = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
@@ -242,7 +246,7 @@ class Consumer(Generic[T]):
         retained = self._retained.pop(tp, None)
         if retained is not None and (committed is None or committed[0] <= retained.cursor.mark_delete):
             # Our last commit before the rebalance failed; what we hold is newer than what Kafka has.
-            with self._lock:
+            with self._read_lock, self._lock, self._pa_lock:
                 self._parts[tp] = retained
                 self._reader.add_partition(topic, partition, retained.cursor.mark_delete)
                 if retained.pa_topic in self._pa_topics_ready:
@@ -266,7 +270,7 @@ class Consumer(Generic[T]):
         if self._client._admin.topic_exists(pa_topic):
             self._pa_topics_ready.add(pa_topic)
         part = _Part(tp, cursor, pending, fold, pa_topic)
-        with self._lock:
+        with self._read_lock, self._lock, self._pa_lock:
             self._parts[tp] = part
             self._reader.add_partition(topic, partition, cursor.mark_delete)
             if pa_topic in self._pa_topics_ready:
@@ -283,7 +287,7 @@ class Consumer(Generic[T]):
         )
 
     def _on_revoke(self, partitions: list[TP]) -> None:
-        with self._lock:
+        with self._read_lock, self._lock, self._pa_lock:
             for tp in partitions:
                 part = self._parts.pop(tp, None)
                 if part is None:
@@ -350,12 +354,18 @@ class Consumer(Generic[T]):
         return msg
 
     def _fill(self, timeout: float) -> None:
-        with self._lock:
-            if self._closed:
-                raise NotAllowedError("consumer is closed")
-            wait = timeout if not self._incoming else 0
-            records = self._reader.poll(wait, 2000) if self._parts else []
-            self._incoming.extend(self._decode(r) for r in records)
+        with self._read_lock:
+            with self._lock:
+                if self._closed:
+                    raise NotAllowedError("consumer is closed")
+                wait = timeout if not self._incoming else 0
+                assigned = bool(self._parts)
+            # Not under _lock: the poll may wait. Revocations and seeks wait for it (_read_lock), so
+            # nothing read here is stale when it is queued.
+            records = self._reader.poll(wait, 2000) if assigned else []
+            decoded = [self._decode(r) for r in records]
+            with self._lock:
+                self._incoming.extend(decoded)
         if not records:
             time.sleep(0.005 if self._parts else timeout)
 
@@ -576,7 +586,7 @@ class Consumer(Generic[T]):
         if self._client._admin.ensure_topic(part.pa_topic, count) < count:
             # Partitioned like the data topic (e.g. after the data topic grew).
             self._client._admin.add_partitions(part.pa_topic, count)
-        with self._lock:
+        with self._lock, self._pa_lock:
             if part.pa_topic not in self._pa_topics_ready:
                 self._pa_topics_ready.add(part.pa_topic)
                 for tp, p in self._parts.items():
@@ -626,10 +636,13 @@ class Consumer(Generic[T]):
             time.sleep(0.02)
 
     def _apply_outcomes(self) -> None:
-        with self._lock:
+        with self._pa_lock:  # not under _lock: opening the tail's idle gate may poll for a few ms
             if self._pa_reader is None or not self._pa_topics_ready:
                 return
             records = self._pa_reader.poll_batch(1000, 0)
+        # A partition revoked (or re-opened) meanwhile: its records are skipped (or applied again,
+        # which outcome records tolerate).
+        with self._lock:
             refetch: list[tuple[TP, list[int]]] = []
             for rec in records:
                 part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
@@ -677,7 +690,7 @@ class Consumer(Generic[T]):
 
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""
-        with self._lock:
+        with self._read_lock, self._lock:
             if tp not in self._parts:
                 return
             # Offsets the reader has not passed yet, or has queued, will be delivered anyway.
@@ -693,7 +706,7 @@ class Consumer(Generic[T]):
         lo, hi = min(wanted), max(wanted) + 1
         for rec in read_range(self._client.kafka, tp[0], tp[1], lo, hi):
             if rec.offset in wanted:
-                with self._lock:
+                with self._read_lock, self._lock:
                     part = self._parts.get(tp)
                     if part is not None and part.pending.is_pending(rec.offset) is False:
                         state_ok = self._reader.state(*tp).is_visible(rec.offset, rec.headers)
@@ -736,7 +749,7 @@ class Consumer(Generic[T]):
         """Reset the subscription's cursor on that partition to ``message_id``.
 
         Acks beyond it are forgotten, as Pulsar's seek does."""
-        with self._lock:
+        with self._read_lock, self._lock:
             part = self._part_for(message_id)
             part.cursor.reset(message_id.offset)
             part.dirty = True
@@ -788,7 +801,7 @@ class Consumer(Generic[T]):
         for part in parts:
             self._flush_part(part)
         self._group.stop()
-        with self._lock:
+        with self._read_lock, self._lock, self._pa_lock:
             self._reader.close()
             if self._pa_reader is not None:
                 self._pa_reader.close()
