@@ -53,15 +53,24 @@ class StoredRecord(NamedTuple):
 _NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
 
 
+_new_tuple = tuple.__new__  # builds a StoredRecord without the namedtuple's Python-level __new__
+
+
 def _to_record(msg: Any) -> StoredRecord:
+    # Called once per record read: kept to plain loops and C calls.
     raw = msg.headers()
-    # A null header value is rare (foreign producers); readers treat b"" like a missing value.
-    headers = tuple(raw) if raw else _NO_HEADERS
-    if raw and any(v is None for _, v in raw):
-        headers = tuple((k, v if v is not None else b"") for k, v in raw)
-    return StoredRecord(
-        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]
+    headers = _NO_HEADERS
+    if raw:
+        headers = tuple(raw)
+        for _name, value in headers:
+            if value is None:  # rare (foreign producers); readers treat b"" like a missing value
+                headers = tuple((k, v if v is not None else b"") for k, v in raw)
+                break
+    record: StoredRecord = _new_tuple(
+        StoredRecord,
+        (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]),
     )
+    return record
 
 
 class PartitionReader:

@@ -26,6 +26,7 @@ from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
+_ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
 
 
 @dataclass
@@ -60,8 +61,7 @@ class TxnBufferState:
     counters: BufferCounters = field(default_factory=BufferCounters)
     changes: int = 0  # state changes folded in (drives snapshot cadence)
     _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
-    _last_raw: bytes = field(default=b"", repr=False, compare=False)
-    _last_txn: TxnID = field(default=TxnID(0, 0), repr=False, compare=False)
+    _ids: dict[bytes, TxnID] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -110,10 +110,15 @@ class TxnBufferState:
             self._message(offset, txn_raw)
 
     def _txn(self, raw: bytes) -> TxnID:
-        """Parse a 16-byte TxnID header; consecutive records of one txn reuse the last parse."""
-        if raw != self._last_raw:
-            self._last_raw, self._last_txn = raw, TxnID.from_bytes(raw)
-        return self._last_txn
+        """Parse a 16-byte TxnID header; the records of a transaction (scanned, then checked for
+        delivery) share one parse."""
+        ids = self._ids
+        txn = ids.get(raw)
+        if txn is None:
+            if len(ids) >= _ID_CACHE_MAX:
+                ids.clear()
+            txn = ids[raw] = TxnID.from_bytes(raw)
+        return txn
 
     def _message(self, offset: int, raw: bytes) -> None:
         if not raw or len(raw) != 16:
