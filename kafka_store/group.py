@@ -202,9 +202,28 @@ class GroupReader:
             self._consumer.pause(assignment)
 
     def resume_all(self) -> None:
+        """Fetch again, and have each partition report its end anew: librdkafka reports an end once
+        per arrival there, so without this ``caught_up`` would hold on stale ends and a poll after an
+        idle pause would wait out its timeout, fetching without pause from a broker that answers
+        empty fetches at once. A partition read from a known position is sought back to it (the same
+        position: nothing is skipped or read twice) and reports its end once the broker has answered."""
         assignment = self._assignment()
-        if assignment:
-            self._consumer.resume(assignment)
+        if not assignment:
+            return
+        self._consumer.resume(assignment)
+        try:
+            positions = self._consumer.position(assignment)
+        except (KafkaException, RuntimeError):
+            return
+        for tp in positions:
+            if tp.offset < 0:
+                continue  # nothing consumed yet: its end, if any, is reported as usual
+            try:
+                self._consumer.seek(tp)
+            except KafkaException as exc:
+                log.debug("group reader: re-arming the end of %s[%d] failed: %s", tp.topic, tp.partition, exc)
+                continue
+            self.eof.pop((tp.topic, tp.partition), None)
 
     def close(self) -> None:
         try:

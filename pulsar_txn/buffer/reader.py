@@ -22,6 +22,7 @@ from pulsar_txn.buffer.state import TxnBufferState
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+_MAX_GAP_READERS = 4
 
 
 @dataclass
@@ -105,8 +106,12 @@ class CommittedReader:
         self._starts = dict(starts)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._scanner: PartitionReader | None = None
-        self._fetcher: PartitionReader | None = None
-        self._fetching: tuple[str, int, int] | None = None  # where the fetcher will read next
+        # Gap readers (records dropped from a window, or before a snapshot), one per partition so that
+        # delivery can take turns between partitions without re-positioning a shared reader (each
+        # re-position makes the broker send the partition's rest again); at most _MAX_GAP_READERS,
+        # the least recently used one is re-positioned for another partition. Value: (reader, where it
+        # reads next).
+        self._fetchers: dict[TopicPartition, tuple[PartitionReader, int]] = {}
         self._turn = 0  # the partition delivery starts with, rotated each poll
         self.snapshot_offsets: dict[TopicPartition, int | None] = {}
 
@@ -156,6 +161,7 @@ class CommittedReader:
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self._starts.pop((topic, partition), None)
+        self._drop_gap_reader((topic, partition))
         if self._parts.pop((topic, partition), None) is not None and self._scanner is not None:
             self._scanner.remove(topic, partition)
 
@@ -261,35 +267,57 @@ class CommittedReader:
         if not window and part.position < limit and part.window_start <= part.position:
             part.position = limit  # nothing else below the limit (compaction gaps, markers)
 
+    def _gap_reader(self, tp: TopicPartition, position: int) -> PartitionReader:
+        entry = self._fetchers.pop(tp, None)
+        if entry is not None and entry[1] == position:
+            reader = entry[0]
+        else:
+            if entry is not None:
+                reader = entry[0]
+            elif len(self._fetchers) >= _MAX_GAP_READERS:
+                reader = self._fetchers.pop(next(iter(self._fetchers)))[0]  # the least recently used
+            else:
+                reader = PartitionReader(self._kafka, fetch_wait_ms=20)
+            reader.assign({tp: position})
+        self._fetchers[tp] = (reader, position)  # (re)inserted: now the most recently used
+        return reader
+
+    def _drop_gap_reader(self, tp: TopicPartition) -> None:
+        entry = self._fetchers.pop(tp, None)
+        if entry is not None:
+            entry[0].close()
+
     def _fetch_gap(self, part: _Partition, end: int, out: list[StoredRecord], max_records: int) -> None:
         """Read [position, end) again from Kafka (records dropped from the window, or before a snapshot)."""
-        if self._fetcher is None:
-            self._fetcher = PartitionReader(self._kafka, fetch_wait_ms=20)
         topic, partition = part.state.topic, part.state.partition
-        if self._fetching != (topic, partition, part.position):
-            self._fetcher.assign({(topic, partition): part.position})
+        tp = (topic, partition)
+        reader = self._gap_reader(tp, part.position)
         deadline = time.monotonic() + 10
         while part.position < end and len(out) < max_records:
-            records = self._fetcher.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), 0.2)
+            records = reader.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), 0.2)
             for rec in records:
                 if rec.offset >= end:
                     part.position = end
-                    self._fetching = None  # read past the gap: the next fetch must re-position
+                    self._drop_gap_reader(tp)  # read past the gap: the window takes over
                     return
                 if part.state.is_visible(rec.offset, rec.headers):
                     out.append(rec)
                 part.position = rec.offset + 1
             if not records:
-                if self._fetcher.at_eof(topic, partition) or time.monotonic() > deadline:
+                if reader.at_eof(topic, partition) or time.monotonic() > deadline:
                     part.position = max(part.position, min(end, part.state.scanned_to))
-                    self._fetching = None
+                    self._drop_gap_reader(tp)
                     return
             else:
                 deadline = time.monotonic() + 10
-        self._fetching = (topic, partition, part.position)
+        if part.position >= end:
+            self._drop_gap_reader(tp)
+        else:
+            self._fetchers[tp] = (reader, part.position)
 
     def close(self) -> None:
-        for reader in (self._scanner, self._fetcher):
-            if reader is not None:
-                reader.close()
-        self._scanner = self._fetcher = None
+        for tp in list(self._fetchers):
+            self._drop_gap_reader(tp)
+        if self._scanner is not None:
+            self._scanner.close()
+        self._scanner = None
