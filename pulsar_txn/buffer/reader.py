@@ -277,7 +277,11 @@ class CommittedReader:
             elif len(self._fetchers) >= _MAX_GAP_READERS:
                 reader = self._fetchers.pop(next(iter(self._fetchers)))[0]  # the least recently used
             else:
-                reader = PartitionReader(self._kafka, fetch_wait_ms=20)
+                # Like the scanner: stop fetching while enough is queued (an assigned reader waiting
+                # for its partition's turn would otherwise keep fetching at the partition's end).
+                reader = PartitionReader(
+                    self._kafka, fetch_wait_ms=20, extra={"queued.min.messages": 2 * self._opts.fetch_batch}
+                )
             reader.assign({tp: position})
         self._fetchers[tp] = (reader, position)  # (re)inserted: now the most recently used
         return reader
