@@ -113,13 +113,11 @@ class LogTail:
                     self._stop.wait(0.01)
                     continue
                 now = time.monotonic()
-                if now >= self._demand_until:
+                if now >= self._demand_until and now >= next_refresh:
                     # Idle: stop fetching (brokers that answer empty fetches at once would make an
-                    # assigned consumer spin) and wake for demand, commands, or the periodic refresh.
-                    # (Waiting only when the refresh was also due kept the tail fetching for the rest
-                    # of each second after a 50 ms refresh read: half of all time.)
+                    # assigned consumer spin) and wake for demand, commands, or a periodic refresh.
                     self._set_paused(True)
-                    self._wake.wait(max(0.0, next_refresh - now))
+                    self._wake.wait(1.0)
                     self._wake.clear()
                     if time.monotonic() >= self._demand_until:
                         next_refresh = time.monotonic() + 1.0
