@@ -167,7 +167,7 @@ class Appender:
             callback(None, self._fatal)
             return
         producer = self._ensure_started()
-        hdrs = headers if isinstance(headers, list) or headers is None else list(headers)
+        hdrs = (headers if isinstance(headers, list) else list(headers)) if headers else None
         self._produce(
             _Delivery(
                 self,
@@ -176,7 +176,7 @@ class Appender:
                 partition,
                 value,
                 key,
-                hdrs or None,
+                hdrs,
                 callback,
                 time.monotonic() + self._conf["message.timeout.ms"] / 1000,
             ),

@@ -119,18 +119,21 @@ class CommittedReader:
     def _ensure_started(self) -> None:
         if self._scanner is not None:
             return
-        self._scanner = PartitionReader(
-            self._kafka,
-            fetch_wait_ms=20,
-            idle_backoff_ms=self._kafka.idle_fetch_backoff_ms,
-            # librdkafka prefetches up to 100,000 messages per partition by default and keeps
-            # fetching at the partition's end meanwhile; a reader working through a backlog needs
-            # only a few polls ahead (on a broker that answers empty fetches at once, those end
-            # fetches spun at ~25% of a core).
-            extra={"queued.min.messages": 2 * self._opts.fetch_batch},
-        )
+        self._scanner = self._partition_reader(idle_backoff_ms=self._kafka.idle_fetch_backoff_ms)
         for tp, start in self._starts.items():
             self._open(tp, start)
+
+    def _partition_reader(self, idle_backoff_ms: int = 0) -> PartitionReader:
+        """A reader for the scanner or a gap. librdkafka prefetches up to 100,000 messages per
+        partition by default and keeps fetching at the partition's end meanwhile; a reader working
+        through a backlog (or waiting for its partition's turn) needs only a few polls ahead (on a
+        broker that answers empty fetches at once, those end fetches spun at ~25% of a core)."""
+        return PartitionReader(
+            self._kafka,
+            fetch_wait_ms=20,
+            idle_backoff_ms=idle_backoff_ms,
+            extra={"queued.min.messages": 2 * self._opts.fetch_batch},
+        )
 
     def _open(self, tp: TopicPartition, start: int) -> None:
         assert self._scanner is not None
@@ -269,19 +272,14 @@ class CommittedReader:
 
     def _gap_reader(self, tp: TopicPartition, position: int) -> PartitionReader:
         entry = self._fetchers.pop(tp, None)
-        if entry is not None and entry[1] == position:
-            reader = entry[0]
+        at: int | None = None  # where the reader reads next, if it is this partition's
+        if entry is not None:
+            reader, at = entry
+        elif len(self._fetchers) >= _MAX_GAP_READERS:
+            reader = self._fetchers.pop(next(iter(self._fetchers)))[0]  # the least recently used
         else:
-            if entry is not None:
-                reader = entry[0]
-            elif len(self._fetchers) >= _MAX_GAP_READERS:
-                reader = self._fetchers.pop(next(iter(self._fetchers)))[0]  # the least recently used
-            else:
-                # Like the scanner: stop fetching while enough is queued (an assigned reader waiting
-                # for its partition's turn would otherwise keep fetching at the partition's end).
-                reader = PartitionReader(
-                    self._kafka, fetch_wait_ms=20, extra={"queued.min.messages": 2 * self._opts.fetch_batch}
-                )
+            reader = self._partition_reader()
+        if at != position:
             reader.assign({tp: position})
         self._fetchers[tp] = (reader, position)  # (re)inserted: now the most recently used
         return reader
