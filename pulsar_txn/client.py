@@ -271,9 +271,8 @@ class Client:
         return self._opened(self._tc().new_txn(timeout_ms), timeout_ms)
 
     def _new_txn_async(self, timeout_ms: int) -> Future[Transaction]:
-        tc = self._tc()
         result: Future[Transaction] = Future()
-        relay(tc.submit(tc.aio.new_txn(timeout_ms)), result, lambda txn_id: self._opened(txn_id, timeout_ms))
+        relay(self._tc().new_txn_async(timeout_ms), result, lambda txn_id: self._opened(txn_id, timeout_ms))
         return result
 
     def _opened(self, txn_id: TxnID, timeout_ms: int) -> Transaction:

@@ -16,16 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import itertools
 import logging
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
+from pulsar_txn._future import LazyFuture, relay
+from pulsar_txn._tc_calls import (
+    TcCall,
+    add_partitions_call,
+    add_subscriptions_call,
+    body,
+    check_ttl,
+    end_txn_call,
+    new_txn_call,
+    raise_for,
+)
+from pulsar_txn._tc_connection import CLIENT_VERSION, TcConnection, checked_answer
 from pulsar_txn.errors import (
     ConfigError,
     ConnectionClosed,
@@ -34,29 +46,15 @@ from pulsar_txn.errors import (
     ServerError,
     Timeout,
     TopicNotFound,
-    error_from_server,
 )
 from pulsar_txn.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
-    PROTOCOL_VERSION,
     TC_ASSIGN_TOPIC,
-    BaseCommand,
-    CommandAddPartitionToTxn,
-    CommandAddSubscriptionToTxn,
-    CommandConnect,
-    CommandConnected,
-    CommandEndTxn,
     CommandLookupTopic,
-    CommandNewTxn,
-    CommandPong,
     CommandTcClientConnectRequest,
     CommandType,
-    FrameDecoder,
     LookupType,
-    Subscription,
-    encode_command,
     tc_assign_topic,
-    type_name,
     wrap,
 )
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -65,11 +63,9 @@ __all__ = ["CLIENT_VERSION", "SyncTcClient", "TcClient"]
 
 log = logging.getLogger(__name__)
 
-CLIENT_VERSION = "pulsar-txn-tc-client-0.1"
 INITIAL_BACKOFF = 0.05
 MAX_LOOKUP_REDIRECTS = 8
 MAX_PROBED_TCS = 4096
-_READ_SIZE = 64 * 1024
 _OWNER_HINT = re.compile(r"is owned by (pulsar(?:\+ssl)?://\S+)")
 
 T = TypeVar("T")
@@ -80,142 +76,6 @@ def _host_port(url: str) -> tuple[str, int]:
     if parts.scheme != "pulsar" or not parts.hostname:
         raise ConfigError(f"service URL {url!r}: expected pulsar://host:port")
     return parts.hostname, parts.port or 6650
-
-
-class _Connection:
-    """One connection to one endpoint: handshake, request/response correlation, PONGs."""
-
-    def __init__(self, url: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int):
-        self.url = url
-        self._reader = reader
-        self._writer = writer
-        self._decoder = FrameDecoder(max_frame)
-        self._ids = itertools.count()
-        # Keyed by (response type, request_id): Pulsar correlates by kind as well as id.
-        self._pending: dict[tuple[int, int], asyncio.Future[BaseCommand]] = {}
-        self._handshake: asyncio.Future[CommandConnected] = asyncio.get_running_loop().create_future()
-        self._read_task: asyncio.Task[None] | None = None
-        self.closed = False
-        self.tc_ready: set[int] = set()
-        self.tc_lock = asyncio.Lock()
-
-    @classmethod
-    async def open(cls, url: str, token: str | None, connect_timeout: float, max_frame: int) -> _Connection:
-        host, port = _host_port(url)
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout)
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionClosed(f"cannot connect to {url}: {exc or 'timed out'}") from exc
-        conn = cls(url, reader, writer, max_frame)
-        conn._read_task = asyncio.create_task(conn._read_loop())
-        try:
-            connect = CommandConnect(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION)
-            if token is not None:
-                connect.auth_method_name = "token"
-                connect.auth_data = token.encode()
-            conn._write(wrap(connect))
-            async with asyncio.timeout(connect_timeout):
-                connected = await conn._handshake
-        except TimeoutError:
-            await conn.close()
-            raise ConnectionClosed(f"no CONNECTED from {url} within {connect_timeout}s") from None
-        except BaseException:
-            await conn.close()
-            raise
-        log.debug(
-            "connected to %s (%r, protocol v%d)", url, connected.server_version, connected.protocol_version
-        )
-        return conn
-
-    def next_request_id(self) -> int:
-        return next(self._ids)
-
-    async def request(self, base: BaseCommand, response_type: CommandType, request_id: int) -> BaseCommand:
-        """Send ``base`` and wait for its answer; a CommandError answer is raised as its exception."""
-        if self.closed:
-            raise ConnectionClosed(f"connection to {self.url} is closed")
-        key = (int(response_type), request_id)
-        future: asyncio.Future[BaseCommand] = asyncio.get_running_loop().create_future()
-        self._pending[key] = future
-        try:
-            self._write(base)
-            await self._writer.drain()
-            answer = await future
-        except OSError as exc:
-            raise ConnectionClosed(f"connection to {self.url} lost: {exc}") from exc
-        finally:
-            self._pending.pop(key, None)
-        if answer.error is not None:
-            raise error_from_server(answer.error.error, answer.error.message)
-        return answer
-
-    async def close(self) -> None:
-        self.closed = True
-        self._writer.close()
-        if self._read_task is not None:
-            self._read_task.cancel()
-            await asyncio.gather(self._read_task, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
-
-    def _write(self, base: BaseCommand) -> None:
-        if self._writer.is_closing():
-            raise ConnectionClosed(f"connection to {self.url} is closed")
-        self._writer.write(encode_command(base))
-
-    async def _read_loop(self) -> None:
-        reason = "closed by the server"
-        try:
-            while True:
-                data = await self._reader.read(_READ_SIZE)
-                if not data:
-                    break
-                for frame in self._decoder.feed(data):
-                    self._on_command(frame.command)
-        except (OSError, ProtocolError) as exc:
-            reason = str(exc)
-            log.warning("connection to %s failed: %s", self.url, exc)
-        finally:
-            self.closed = True
-            self._writer.close()
-            self._fail_all(ConnectionClosed(f"connection to {self.url} {reason}"))
-
-    def _on_command(self, base: BaseCommand) -> None:
-        kind = base.type
-        if kind == CommandType.PING:
-            if not self._writer.is_closing():
-                self._writer.write(encode_command(wrap(CommandPong())))
-        elif kind == CommandType.PONG:
-            pass
-        elif kind == CommandType.CONNECTED and base.connected is not None:
-            if not self._handshake.done():
-                self._handshake.set_result(base.connected)
-        elif kind == CommandType.ERROR and base.error is not None:
-            if not self._handshake.done():
-                self._handshake.set_exception(error_from_server(base.error.error, base.error.message))
-                return
-            # An ERROR answers whichever request has its id (ids are unique per connection here).
-            for key in [k for k in self._pending if k[1] == base.error.request_id]:
-                future = self._pending.pop(key)
-                if not future.done():
-                    future.set_result(base)
-        else:
-            inner = base.inner()
-            request_id = getattr(inner, "request_id", None)
-            waiter = self._pending.pop((kind, request_id), None) if isinstance(request_id, int) else None
-            if waiter is None:
-                log.debug("unexpected %s from %s", type_name(kind), self.url)
-            elif not waiter.done():
-                waiter.set_result(base)
-
-    def _fail_all(self, exc: PulsarTxnError) -> None:
-        if not self._handshake.done():
-            self._handshake.set_exception(exc)
-            self._handshake.exception()  # retrieved here: nobody may be waiting any more
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(exc)
-        self._pending.clear()
 
 
 class TcClient:
@@ -245,7 +105,7 @@ class TcClient:
         self._max_frame = max_frame_size
         self._num_tcs = num_tcs
         self._discovered = False
-        self._connections: dict[str, _Connection] = {}
+        self._connections: dict[str, TcConnection] = {}
         self._url_locks: dict[str, asyncio.Lock] = {}
         self._connect_lock = asyncio.Lock()
         self._owners: dict[int, str] = {}
@@ -266,68 +126,68 @@ class TcClient:
         """Open a transaction on ``tc_id`` (round-robin over TCs when None). ``ttl_ms=0`` means the
         coordinator's default. The value travels in ``txn_ttl_seconds`` as milliseconds, as Pulsar's
         own clients send it."""
-        if ttl_ms < 0:
-            raise ConfigError(f"ttl_ms must not be negative, got {ttl_ms}")
-        deadline = self._deadline()
-        await self._ensure_connected(deadline)
-        tc = tc_id if tc_id is not None else next(self._round_robin) % self.num_tcs
-
-        async def op(conn: _Connection) -> TxnID:
-            request_id = conn.next_request_id()
-            cmd = CommandNewTxn(request_id=request_id, txn_ttl_seconds=ttl_ms, tc_id=tc)
-            answer = await conn.request(wrap(cmd), CommandType.NEW_TXN_RESPONSE, request_id)
-            response = _body(answer.new_txn_response)
-            _raise_for(response.error, response.message)
-            return TxnID(response.txnid_most_bits, response.txnid_least_bits)
-
-        return await self._on_tc(tc, "NEW_TXN", op, deadline)
+        check_ttl(ttl_ms)
+        await self._ensure_connected(self._deadline())
+        return await self.run_call(new_txn_call(ttl_ms, self.pick_tc(tc_id)))
 
     async def add_partitions(self, txn_id: TxnID, partitions: Sequence[str]) -> None:
-        async def op(conn: _Connection) -> None:
-            request_id = conn.next_request_id()
-            cmd = CommandAddPartitionToTxn(
-                request_id=request_id,
-                txnid_least_bits=txn_id.least_bits,
-                txnid_most_bits=txn_id.most_bits,
-                partitions=list(partitions),
-            )
-            answer = await conn.request(wrap(cmd), CommandType.ADD_PARTITION_TO_TXN_RESPONSE, request_id)
-            response = _body(answer.add_partition_to_txn_response)
-            _raise_for(response.error, response.message)
-
-        await self._txn_call(txn_id, "ADD_PARTITION_TO_TXN", op)
+        await self.run_call(add_partitions_call(txn_id, partitions))
 
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: Sequence[tuple[str, str]]) -> None:
         """``subscriptions`` are (topic, subscription name) pairs."""
-
-        async def op(conn: _Connection) -> None:
-            request_id = conn.next_request_id()
-            cmd = CommandAddSubscriptionToTxn(
-                request_id=request_id,
-                txnid_least_bits=txn_id.least_bits,
-                txnid_most_bits=txn_id.most_bits,
-                subscription=[Subscription(topic=t, subscription=s) for t, s in subscriptions],
-            )
-            answer = await conn.request(wrap(cmd), CommandType.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, request_id)
-            response = _body(answer.add_subscription_to_txn_response)
-            _raise_for(response.error, response.message)
-
-        await self._txn_call(txn_id, "ADD_SUBSCRIPTION_TO_TXN", op)
+        await self.run_call(add_subscriptions_call(txn_id, subscriptions))
 
     async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
-        async def op(conn: _Connection) -> None:
-            request_id = conn.next_request_id()
-            cmd = CommandEndTxn(
-                request_id=request_id,
-                txnid_least_bits=txn_id.least_bits,
-                txnid_most_bits=txn_id.most_bits,
-                txn_action=action,
-            )
-            answer = await conn.request(wrap(cmd), CommandType.END_TXN_RESPONSE, request_id)
-            response = _body(answer.end_txn_response)
-            _raise_for(response.error, response.message)
+        await self.run_call(end_txn_call(txn_id, action))
 
-        await self._txn_call(txn_id, f"END_TXN({action.name})", op)
+    async def run_call(self, call: TcCall[T]) -> T:
+        """One coordinator call: connect, look the owner up, send, retry until the deadline."""
+        deadline = self._deadline()
+        await self._ensure_connected(deadline)
+
+        async def attempt() -> T:
+            conn = await self._tc_connection(call.tc_id)
+            request_id = conn.next_request_id()
+            return call.parse(await conn.request(call.build(request_id), call.response_type, request_id))
+
+        def forget_owner(exc: PulsarTxnError) -> None:
+            if (
+                isinstance(exc, ConnectionClosed)
+                or exc.server_error == ServerError.TransactionCoordinatorNotFound
+            ):
+                hint = _OWNER_HINT.search(str(exc))
+                if hint:
+                    self._owners[call.tc_id] = hint.group(1)
+                else:
+                    self._owners.pop(call.tc_id, None)
+                for conn in self._connections.values():
+                    conn.tc_ready.discard(call.tc_id)
+
+        return await self._retrying(f"{call.what} on TC {call.tc_id}", attempt, deadline, forget_owner)
+
+    def pick_tc(self, tc_id: int | None) -> int:
+        """``tc_id``, or the next TC round-robin (after connect())."""
+        return tc_id if tc_id is not None else next(self._round_robin) % self.num_tcs
+
+    def ready_connection(self, tc_id: int) -> TcConnection | None:
+        """The open connection on which ``tc_id`` is connected, if there is one now. Safe from any
+        thread: it only reads (single dict and set lookups are atomic)."""
+        if self._closed or not self._discovered:
+            return None
+        owner = self._owners.get(tc_id)
+        conn = self._connections.get(owner) if owner is not None else None
+        if conn is None or conn.closed or tc_id not in conn.tc_ready:
+            return None
+        return conn
+
+    @property
+    def connected(self) -> bool:
+        """connect() has succeeded (the number of TCs is known)."""
+        return self._discovered
+
+    @property
+    def operation_timeout(self) -> float:
+        return self._operation_timeout
 
     async def close(self) -> None:
         self._closed = True
@@ -346,32 +206,6 @@ class TcClient:
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._operation_timeout
-
-    async def _txn_call(self, txn_id: TxnID, what: str, op: Callable[[_Connection], Awaitable[None]]) -> None:
-        deadline = self._deadline()
-        await self._ensure_connected(deadline)
-        await self._on_tc(txn_id.tc_id, what, op, deadline)
-
-    async def _on_tc(
-        self, tc_id: int, what: str, op: Callable[[_Connection], Awaitable[T]], deadline: float
-    ) -> T:
-        async def attempt() -> T:
-            return await op(await self._tc_connection(tc_id))
-
-        def forget_owner(exc: PulsarTxnError) -> None:
-            if (
-                isinstance(exc, ConnectionClosed)
-                or exc.server_error == ServerError.TransactionCoordinatorNotFound
-            ):
-                hint = _OWNER_HINT.search(str(exc))
-                if hint:
-                    self._owners[tc_id] = hint.group(1)
-                else:
-                    self._owners.pop(tc_id, None)
-                for conn in self._connections.values():
-                    conn.tc_ready.discard(tc_id)
-
-        return await self._retrying(f"{what} on TC {tc_id}", attempt, deadline, forget_owner)
 
     async def _retrying(
         self,
@@ -434,14 +268,14 @@ class TcClient:
             request_id = conn.next_request_id()
             cmd = CommandLookupTopic(topic=tc_assign_topic(count), request_id=request_id)
             answer = await conn.request(wrap(cmd), CommandType.LOOKUP_RESPONSE, request_id)
-            response = _body(answer.lookup_topic_response)
+            response = body(answer.lookup_topic_response)
             if response.response == LookupType.Connect and response.broker_service_url:
                 self._owners[count] = response.broker_service_url
             elif response.response != LookupType.Redirect:
                 if response.error == ServerError.TopicNotFound:
                     break
                 if response.error != ServerError.ServiceNotReady:  # not ready yet still exists
-                    _raise_for(response.error, response.message)
+                    raise_for(response.error, response.message)
                     raise ProtocolError(f"lookup of TC {count}: response {response.response}")
             count += 1
         if count == 0:
@@ -460,20 +294,20 @@ class TcClient:
                 topic=tc_assign_topic(tc_id), request_id=request_id, authoritative=authoritative
             )
             answer = await conn.request(wrap(cmd), CommandType.LOOKUP_RESPONSE, request_id)
-            response = _body(answer.lookup_topic_response)
+            response = body(answer.lookup_topic_response)
             if response.response == LookupType.Connect:
                 return response.broker_service_url or url
             if response.response == LookupType.Redirect and response.broker_service_url:
                 url = response.broker_service_url
                 authoritative = response.authoritative
                 continue
-            _raise_for(
+            raise_for(
                 response.error if response.error is not None else ServerError.UnknownError, response.message
             )
             raise ProtocolError(f"lookup of TC {tc_id} at {url}: response {response.response}")
         raise ConnectionClosed(f"lookup of TC {tc_id}: more than {MAX_LOOKUP_REDIRECTS} redirects")
 
-    async def _connection(self, url: str) -> _Connection:
+    async def _connection(self, url: str) -> TcConnection:
         if self._closed:
             raise ConnectionClosed("the TC client is closed", retriable=False)
         conn = self._connections.get(url)
@@ -485,14 +319,17 @@ class TcClient:
                 return conn
             if conn is not None:
                 await conn.close()
-            conn = await _Connection.open(url, self._token, self._connect_timeout, self._max_frame)
+            host, port = _host_port(url)
+            conn = await TcConnection.open(
+                host, port, url, self._token, self._connect_timeout, self._max_frame
+            )
             if self._closed:  # close() ran while we were connecting
                 await conn.close()
                 raise ConnectionClosed("the TC client is closed", retriable=False)
             self._connections[url] = conn
             return conn
 
-    async def _tc_connection(self, tc_id: int) -> _Connection:
+    async def _tc_connection(self, tc_id: int) -> TcConnection:
         """A connection to the owner of ``tc_id`` on which TC_CLIENT_CONNECT has succeeded."""
         owner = self._owners.get(tc_id)
         if owner is None:
@@ -505,21 +342,10 @@ class TcClient:
                 request_id = conn.next_request_id()
                 cmd = CommandTcClientConnectRequest(request_id=request_id, tc_id=tc_id)
                 answer = await conn.request(wrap(cmd), CommandType.TC_CLIENT_CONNECT_RESPONSE, request_id)
-                response = _body(answer.tc_client_connect_response)
-                _raise_for(response.error, response.message)
+                response = body(answer.tc_client_connect_response)
+                raise_for(response.error, response.message)
                 conn.tc_ready.add(tc_id)
         return conn
-
-
-def _body(value: T | None) -> T:
-    if value is None:
-        raise ProtocolError("response without its command body")
-    return value
-
-
-def _raise_for(error: int | None, message: str | None) -> None:
-    if error is not None:
-        raise error_from_server(error, message or "")
 
 
 def _last(error: PulsarTxnError | None) -> str:
@@ -527,7 +353,11 @@ def _last(error: PulsarTxnError | None) -> str:
 
 
 class SyncTcClient:
-    """Blocking facade: a ``TcClient`` on a private event loop in a daemon thread."""
+    """Blocking facade: a ``TcClient`` on a private event loop in a daemon thread.
+
+    Once a TC's connection is ready, calls to it take a fast path: the request is written from the
+    calling thread and the loop only reads the answer. Anything else (the first call, a lookup, a
+    retriable failure) goes through the ``TcClient`` on the loop, with its lookups and retries."""
 
     def __init__(
         self,
@@ -562,16 +392,31 @@ class SyncTcClient:
         self._run(self._client.connect())
 
     def new_txn(self, ttl_ms: int, tc_id: int | None = None) -> TxnID:
-        return self._run(self._client.new_txn(ttl_ms, tc_id))
+        call = self._new_txn_call(ttl_ms, tc_id)
+        return self._run(self._client.new_txn(ttl_ms, tc_id)) if call is None else self._call(call)
+
+    def new_txn_async(self, ttl_ms: int, tc_id: int | None = None) -> concurrent.futures.Future[TxnID]:
+        call = self._new_txn_call(ttl_ms, tc_id)
+        return self.submit(self._client.new_txn(ttl_ms, tc_id)) if call is None else self._call_async(call)
 
     def add_partitions(self, txn_id: TxnID, partitions: Sequence[str]) -> None:
-        self._run(self._client.add_partitions(txn_id, partitions))
+        self._call(add_partitions_call(txn_id, partitions))
+
+    def add_partitions_async(
+        self, txn_id: TxnID, partitions: Sequence[str]
+    ) -> concurrent.futures.Future[None]:
+        return self._call_async(add_partitions_call(txn_id, partitions))
 
     def add_subscriptions(self, txn_id: TxnID, subscriptions: Sequence[tuple[str, str]]) -> None:
-        self._run(self._client.add_subscriptions(txn_id, subscriptions))
+        self._call(add_subscriptions_call(txn_id, subscriptions))
+
+    def add_subscriptions_async(
+        self, txn_id: TxnID, subscriptions: Sequence[tuple[str, str]]
+    ) -> concurrent.futures.Future[None]:
+        return self._call_async(add_subscriptions_call(txn_id, subscriptions))
 
     def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
-        self._run(self._client.end_txn(txn_id, action))
+        self._call(end_txn_call(txn_id, action))
 
     def close(self) -> None:
         if self._closed:
@@ -607,3 +452,64 @@ class SyncTcClient:
     def aio(self) -> TcClient:
         """The asyncio client this facade drives (its coroutines go through ``submit``)."""
         return self._client
+
+    # -- the fast path -------------------------------------------------------------------------------
+
+    def _new_txn_call(self, ttl_ms: int, tc_id: int | None) -> TcCall[TxnID] | None:
+        """NEW_TXN's call once the number of TCs is known (else None: the loop's path learns it)."""
+        check_ttl(ttl_ms)
+        if tc_id is None and not self._client.connected:
+            return None  # round-robin needs the number of TCs, which connect() learns
+        return new_txn_call(ttl_ms, self._client.pick_tc(tc_id))
+
+    def _send(self, call: TcCall[T]) -> concurrent.futures.Future[Any] | None:
+        """The call's request written from this thread on its TC's ready connection, or None."""
+        conn = None if self._closed else self._client.ready_connection(call.tc_id)
+        if conn is None:
+            return None
+        request_id = conn.next_request_id()
+        deadline = time.monotonic() + self._client.operation_timeout
+        return conn.request_threadsafe(call.build(request_id), call.response_type, request_id, deadline)
+
+    def _call(self, call: TcCall[T]) -> T:
+        sent = self._send(call)
+        if sent is not None:
+            try:
+                return call.parse(checked_answer(sent, self._client.operation_timeout + 1.0))
+            except PulsarTxnError as exc:
+                if not _worth_the_slow_path(exc) or self._closed:
+                    raise
+                log.debug("%s on TC %d failed on the fast path, retrying: %s", call.what, call.tc_id, exc)
+        return self._run(self._client.run_call(call))
+
+    def _call_async(self, call: TcCall[T]) -> concurrent.futures.Future[T]:
+        sent = self._send(call)
+        if sent is None:
+            return self.submit(self._client.run_call(call))
+        result: LazyFuture[T] = LazyFuture()
+
+        def done(answer: concurrent.futures.Future[Any]) -> None:
+            try:
+                result.set_result(call.parse(checked_answer(answer, 0)))
+            except PulsarTxnError as exc:
+                if not _worth_the_slow_path(exc) or self._closed:
+                    result.set_exception(exc)
+                    return
+                try:
+                    relay(self.submit(self._client.run_call(call)), result, _same)
+                except PulsarTxnError as closed:
+                    result.set_exception(closed)
+            except BaseException as exc:  # a bug in parsing must still end the future
+                result.set_exception(exc)
+
+        sent.add_done_callback(done)
+        return result
+
+
+def _worth_the_slow_path(exc: PulsarTxnError) -> bool:
+    """A retriable failure other than the deadline passing: the loop's path looks up and retries."""
+    return exc.retriable and not isinstance(exc, Timeout)
+
+
+def _same(value: T) -> T:
+    return value

@@ -107,9 +107,7 @@ class Transaction:
         with self._lock:
             fut = self._partitions.get(partition)
             if fut is None:
-                fut = self._client._tc().submit(
-                    self._client._tc().aio.add_partitions(self.txn_id, [partition])
-                )
+                fut = self._client._tc().add_partitions_async(self.txn_id, [partition])
                 self._partitions[partition] = fut
             return fut
 
@@ -120,8 +118,7 @@ class Transaction:
         with self._lock:
             fut = self._subscriptions.get(key)
             if fut is None:
-                tc = self._client._tc()
-                fut = tc.submit(tc.aio.add_subscriptions(self.txn_id, [key]))
+                fut = self._client._tc().add_subscriptions_async(self.txn_id, [key])
                 self._subscriptions[key] = fut
             return fut
 
