@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -40,6 +40,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--snapshot-topic", default="__transaction_buffer_snapshot", help="the coordinators' snapshot_topic"
     )
+    g.addoption(
+        "--end-txn-reply",
+        choices=("after_markers", "after_decision"),
+        default="after_markers",
+        help="the embedded coordinator's end_txn_reply (default: Pulsar's, after the markers)",
+    )
     g.addoption("--coordinator-stop-cmd", help="shell command that stops (or kills) the coordinator")
     g.addoption("--coordinator-start-cmd", help="shell command that starts it again (returns once started)")
     g.addoption(
@@ -58,6 +64,7 @@ class Deployment:
         self.snapshot_topic: str = opt("--snapshot-topic")
         self.auth_token: str | None = opt("--auth-token") or os.environ.get("PULSAR_TXN_AUTH_TOKEN")
         self.marker_secret = os.environ.get("PULSAR_TXN_MARKER_SECRET")
+        self.end_txn_reply: Literal["after_markers", "after_decision"] = opt("--end-txn-reply")
         self._stop_cmd: str | None = opt("--coordinator-stop-cmd")
         self._start_cmd: str | None = opt("--coordinator-start-cmd")
         self._broker: Any = None
@@ -94,6 +101,7 @@ class Deployment:
             end_retry_max_backoff_ms=200,
             tb_snapshot_interval_ms=200,
             tb_snapshot_max_changes=5,
+            end_txn_reply=self.end_txn_reply,
         )
         self._start_coordinator()
         self.service_url = self._coordinator.url

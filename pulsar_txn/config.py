@@ -43,6 +43,15 @@ class CoordinatorConfig(BaseModel):
     end_retry_initial_backoff_ms: int = Field(default=50, ge=1)
     end_retry_max_backoff_ms: int = Field(default=5_000, ge=1)
     marker_secret: SecretStr | None = None
+    end_txn_reply: Literal["after_markers", "after_decision"] = Field(
+        default="after_markers",
+        description=(
+            "when END_TXN is answered. after_markers (Pulsar): once every marker is written and the "
+            "outcome logged, so the data is readable when commit() returns. after_decision (Kafka's "
+            "EndTxn): once COMMITTING/ABORTING is durable in the log; the markers follow (the TC, or "
+            "its successor after a crash, writes them), so readers see the data moments later"
+        ),
+    )
 
     # -- transaction buffer service (snapshots, hanging transactions) ---------------------------
     tb_service_enabled: bool = True

@@ -4,6 +4,7 @@ for single-process applications, tests and ``pulsar-txn standalone``."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from types import TracebackType
@@ -111,6 +112,11 @@ class EmbeddedCoordinator:
         """Run a coroutine on the coordinator's loop (tests and tools use this to call the service)."""
         assert self._loop is not None
         return self._loop.run(coro, timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a coroutine on the coordinator's loop without waiting for it."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)
 
     def stats(self) -> dict[str, Any]:
         assert self._loop is not None and self.service is not None

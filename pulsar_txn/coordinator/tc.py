@@ -437,6 +437,10 @@ class TransactionCoordinator:
         await self._wait_end(meta)
 
     async def _wait_end(self, meta: TxnMeta) -> None:
+        """Until the decision is carried out (markers written, outcome logged); with
+        ``end_txn_reply=after_decision`` not at all: the decision is durable once logged."""
+        if self._config.end_txn_reply == "after_decision":
+            return
         fut = self._end_done.get(meta.txn_id.least_bits)
         if fut is not None:
             await asyncio.shield(fut)
