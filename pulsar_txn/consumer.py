@@ -176,6 +176,9 @@ class Consumer(Generic[T]):
         self._seq = itertools.count()
         self._unacked: dict[tuple[str, int, int], tuple[Message[T], float]] = {}
         self._in_txn: dict[tuple[str, int, int], Message[T]] = {}
+        # Which offsets each transaction moved into _in_txn, per partition: an outcome then touches
+        # its own messages, not every message held by every transaction in flight.
+        self._txn_offsets: dict[TxnID, dict[TP, list[int]]] = {}
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
@@ -310,6 +313,11 @@ class Consumer(Generic[T]):
         heapq.heapify(self._redeliveries)
         self._unacked = {k: v for k, v in self._unacked.items() if (k[0], k[1]) != tp}
         self._in_txn = {k: v for k, v in self._in_txn.items() if (k[0], k[1]) != tp}
+        for txn_id in list(self._txn_offsets):
+            by_tp = self._txn_offsets[txn_id]
+            by_tp.pop(tp, None)
+            if not by_tp:
+                del self._txn_offsets[txn_id]
 
     def _pa(self) -> PartitionReader:
         if self._pa_reader is None:
@@ -518,11 +526,13 @@ class Consumer(Generic[T]):
                 txn.record_failure(exc)
                 raise
             part.pending.apply_ack(txn.txn_id, kind, offsets)
+            held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
             for o in offsets:
                 key = (first.topic, first.partition, o)
                 entry = self._unacked.pop(key, None)
                 if entry is not None:
                     self._in_txn[key] = entry[0]
+                    held.append(o)
         self._batch_ack(txn, part, kind, offsets, registered)
 
     def _batch_ack(
@@ -648,11 +658,11 @@ class Consumer(Generic[T]):
                 part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
                 if part is None or part.pa_topic != rec.topic:
                     continue
-                for _txn, action, released in part.fold.apply(rec, acks=False):
+                for txn_id, action, released in part.fold.apply(rec, acks=False):
                     part.dirty = True
                     # The same rules as an outcome from END_TXN: a released message that is delivered
                     # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
-                    missing = self._after_outcome(part, action, released)
+                    missing = self._after_outcome(part, txn_id, action, released)
                     if missing:
                         refetch.append((part.tp, missing))
         for tp, offsets in refetch:
@@ -666,17 +676,25 @@ class Consumer(Generic[T]):
             for part in self._parts.values():
                 released = part.fold.apply_outcome(txn_id, action)
                 part.dirty = True
-                missing = self._after_outcome(part, action, released)
+                missing = self._after_outcome(part, txn_id, action, released)
                 if missing:
                     refetch.append((part.tp, missing))
         for tp, offsets in refetch:
             self._refetch(tp, offsets)
 
-    def _after_outcome(self, part: _Part, action: TxnAction, released: Sequence[int]) -> list[int]:
+    def _after_outcome(
+        self, part: _Part, txn_id: TxnID, action: TxnAction, released: Sequence[int]
+    ) -> list[int]:
         """Commit: forget the messages now acked. Abort: redeliver what we hold; return the rest."""
+        by_tp = self._txn_offsets.get(txn_id)
+        held = by_tp.pop(part.tp, None) if by_tp is not None else None
+        if by_tp is not None and not by_tp:
+            del self._txn_offsets[txn_id]
         if action is TxnAction.COMMIT:
-            for key in [k for k in self._in_txn if (k[0], k[1]) == part.tp and part.cursor.is_acked(k[2])]:
-                self._in_txn.pop(key, None)
+            topic, partition = part.tp
+            for offset in held or ():
+                if part.cursor.is_acked(offset):
+                    self._in_txn.pop((topic, partition, offset), None)
             return []
         missing = []
         for offset in released:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, cast
 
 from kafka_store import StoredRecord
@@ -88,34 +88,75 @@ class Message(Generic[T]):
     def from_record(
         cls, rec: StoredRecord, redelivery_count: int = 0, schema: Schema[Any] | None = None
     ) -> Message[Any]:
+        # Called once per received message: header checks in order of frequency, cached TxnIDs, and
+        # fields set through the slot descriptors (a frozen dataclass's __init__ costs twice as much).
         props: dict[str, str] = {}
         producer = seq = event_time = txn = schema_header = None
         for name, raw in rec.headers:
-            if name == SCHEMA_HEADER:
-                schema_header = raw
-            elif name.startswith(PROPERTY_PREFIX):
-                props[name[len(PROPERTY_PREFIX) :]] = raw.decode("utf-8", "replace")
-            elif name == TXN_HEADER and len(raw) == 16:
-                txn = TxnID.from_bytes(raw)
-            elif name == PRODUCER_HEADER:
+            if name == PRODUCER_HEADER:
                 producer = raw.decode("utf-8", "replace")
             elif name == SEQUENCE_HEADER:
                 seq = int(raw)
+            elif name == TXN_HEADER and len(raw) == 16:
+                txn = _TXN_IDS.get(raw) or _txn_id(raw)
+            elif name.startswith(PROPERTY_PREFIX):
+                props[name[_PREFIX_LEN:]] = raw.decode("utf-8", "replace")
             elif name == EVENT_TIME_HEADER:
                 event_time = int(raw)
-        chosen: Schema[Any] = schema or _BYTES
-        return Message(
-            MessageId(rec.topic, rec.partition, rec.offset),
-            Payload(rec.value or b""),
-            rec.key.decode("utf-8", "replace") if rec.key is not None else None,
-            props,
-            event_time,
-            rec.timestamp_ms,
-            producer,
-            seq,
-            txn,
-            redelivery_count,
-            partition_name(rec.topic, rec.partition),
-            schema_header,
-            chosen,
-        )
+            elif name == SCHEMA_HEADER:
+                schema_header = raw
+        topic, partition = rec.topic, rec.partition
+        mid = _new(MessageId)
+        _ID_TOPIC(mid, topic)
+        _ID_PARTITION(mid, partition)
+        _ID_OFFSET(mid, rec.offset)
+        msg: Message[Any] = _new(Message)
+        s = _FIELDS
+        s[0](msg, mid)
+        s[1](msg, Payload(rec.value or b""))
+        s[2](msg, rec.key.decode("utf-8", "replace") if rec.key is not None else None)
+        s[3](msg, props)
+        s[4](msg, event_time)
+        s[5](msg, rec.timestamp_ms)
+        s[6](msg, producer)
+        s[7](msg, seq)
+        s[8](msg, txn)
+        s[9](msg, redelivery_count)
+        s[10](msg, partition_name(topic, partition))
+        s[11](msg, schema_header)
+        s[12](msg, schema or _BYTES)
+        return msg
+
+
+_new = object.__new__
+_PREFIX_LEN = len(PROPERTY_PREFIX)
+_ID_TOPIC = MessageId.__dict__["topic"].__set__
+_ID_PARTITION = MessageId.__dict__["partition"].__set__
+_ID_OFFSET = MessageId.__dict__["offset"].__set__
+# Slot setters of Message in field order; from_record relies on this order (checked at import).
+_FIELDS = tuple(Message.__dict__[f.name].__set__ for f in fields(Message))
+_FIELD_ORDER = (
+    "message_id",
+    "data",
+    "partition_key",
+    "properties",
+    "event_timestamp",
+    "publish_timestamp",
+    "producer_name",
+    "sequence_id",
+    "txn_id",
+    "redelivery_count",
+    "topic_name",
+    "schema_header",
+    "schema",
+)
+if tuple(f.name for f in fields(Message)) != _FIELD_ORDER:  # pragma: no cover - a refactoring slip
+    raise ImportError("Message's fields changed: update from_record")
+_TXN_IDS: dict[bytes, TxnID] = {}
+
+
+def _txn_id(raw: bytes) -> TxnID:
+    if len(_TXN_IDS) >= 4096:  # bounded: a long-running consumer sees unboundedly many
+        _TXN_IDS.clear()
+    txn = _TXN_IDS[raw] = TxnID.from_bytes(raw)
+    return txn
