@@ -14,6 +14,7 @@ and the system has handed to someone else.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -140,13 +141,13 @@ class TcConnection:
         ``ConnectionClosed``. It is completed on the event loop's thread."""
         key = (int(response_type), request_id)
         future: LazyFuture[BaseCommand] = LazyFuture()
-        self._register(key, future, deadline)
         try:
+            self._register(key, future, deadline)  # closed meanwhile: the future says so
             self._send(encode_command(base))
         except PulsarTxnError as exc:
             self._pending.pop(key, None)
             self._deadlines.pop(key, None)
-            future.set_exception(exc)
+            _fail(future, exc)  # close() may have failed it already, from the loop's thread
         return future
 
     async def close(self) -> None:
@@ -220,8 +221,8 @@ class TcConnection:
             for key, deadline in list(self._deadlines.items()):
                 if deadline <= now and self._deadlines.pop(key, None) is not None:
                     waiter = self._pending.pop(key, None)
-                    if waiter is not None and not waiter.done():
-                        waiter.set_exception(Timeout(f"no answer from {self.url} in time"))
+                    if waiter is not None:
+                        _fail(waiter, Timeout(f"no answer from {self.url} in time"))
 
     def _on_command(self, base: BaseCommand) -> None:
         kind = base.type
@@ -265,8 +266,15 @@ class TcConnection:
             self._handshake.set_exception(exc)
             self._handshake.exception()  # retrieved here: nobody may be waiting any more
         for waiter in pending.values():
-            if not waiter.done():
-                waiter.set_exception(exc)
+            _fail(waiter, exc)
+
+
+def _fail(waiter: _Waiter, exc: BaseException) -> None:
+    """End ``waiter`` with ``exc`` unless it has ended: a thread-safe request can be failed by its
+    writer and by close() at the same moment."""
+    if not waiter.done():
+        with contextlib.suppress(concurrent.futures.InvalidStateError, asyncio.InvalidStateError):
+            waiter.set_exception(exc)
 
 
 def _checked(answer: BaseCommand) -> BaseCommand:

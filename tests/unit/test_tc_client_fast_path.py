@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pulsar_txn.errors import ServiceNotReady, Timeout, TransactionNotFound
+from pulsar_txn.errors import ConnectionClosed, ServiceNotReady, Timeout, TransactionNotFound
+from pulsar_txn.protocol import CommandType
 from pulsar_txn.server import CoordinatorServer
 from pulsar_txn.tc_client import SyncTcClient
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -167,3 +168,38 @@ def test_calls_after_close_fail_clearly() -> None:
                 call()
             assert type(info.value).__name__ == "ConnectionClosed"
             assert not getattr(info.value, "retriable", True)
+
+
+def test_a_connection_closed_after_it_was_picked_fails_the_request_and_the_call_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeApi()
+    with restartable(api) as srv, SyncTcClient(srv.url, operation_timeout=5) as client:
+        txn = client.new_txn(0, tc_id=0)
+        conn = client.aio.ready_connection(0)
+        assert conn is not None
+        asyncio.run_coroutine_threadsafe(conn.close(), client._loop).result(5)
+        failed = conn.request_threadsafe(
+            conn_request(txn), CommandType.END_TXN_RESPONSE, conn.next_request_id(), time.monotonic() + 5
+        )
+        with pytest.raises(ConnectionClosed):  # a failed future, not an exception from the call
+            failed.result(1)
+        monkeypatch.setattr(client.aio, "ready_connection", lambda _tc: conn)  # still "picked"
+        client.add_partitions(txn, ["a"])
+        client.add_partitions_async(txn, ["b"]).result(5)
+        client.end_txn(txn, TxnAction.COMMIT)
+    assert api.partitions[txn] == ["a", "b"]
+    assert api.status[txn] == "COMMIT"
+
+
+def conn_request(txn: TxnID) -> Any:
+    from pulsar_txn.protocol import CommandEndTxn, wrap
+
+    return wrap(
+        CommandEndTxn(
+            request_id=0,
+            txnid_least_bits=txn.least_bits,
+            txnid_most_bits=txn.most_bits,
+            txn_action=TxnAction.ABORT,
+        )
+    )
