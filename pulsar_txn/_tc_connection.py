@@ -1,14 +1,17 @@
 """One connection from the TC client to one coordinator endpoint.
 
-The connection lives on the TC client's event loop (handshake, reading, PONGs, expiry), but a
-request can be written from any thread: ``request_threadsafe`` registers a future and writes the
-frame on the caller's thread; the loop's reader completes the future. A blocking caller therefore
-costs the loop one wake-up (the answer) instead of three (the hand-over, the task, the answer),
-which on a VM that charges ~30 µs per wake-up is most of a coordinator call's client-side cost.
+The connection is opened on the TC client's event loop (connect, handshake), then served by a reader
+thread of its own that blocks in ``recv``, decodes frames, answers PINGs, completes waiters and
+expires thread-safe requests. A request can be written from any thread: ``request_threadsafe``
+registers a future and writes the frame on the caller's thread; the reader completes it. A blocking
+caller therefore costs one thread wake-up for the answer and none of asyncio's per-read machinery
+(a selector pass, a stream buffer, a task step), which on a VM that charges ~30 µs per wake-up is
+most of a coordinator call's client-side cost. Waiters of the loop's own path (asyncio futures) are
+completed on the loop, through ``call_soon_threadsafe``.
 
-All writes go through one lock and a duplicate of the socket's descriptor that only this class
-closes (under that lock), so a writer thread can never hit a descriptor the event loop has closed
-and the system has handed to someone else.
+All writes go through one lock; the reader has its own socket object (a duplicate descriptor), and
+each is closed only by this class under its lock, so no thread can touch a descriptor that was
+closed and handed to someone else.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Any, Protocol
 
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.errors import ConnectionClosed, ProtocolError, PulsarTxnError, Timeout, error_from_server
@@ -46,6 +49,8 @@ log = logging.getLogger("pulsar_txn.tc_client")
 
 CLIENT_VERSION = "pulsar-txn-tc-client-0.1"
 _READ_SIZE = 64 * 1024
+_READ_WAKE_S = 0.25  # the reader checks for close and expiry at least this often
+_EXPIRY_STEP_S = 0.05
 _PONG = encode_command(wrap(CommandPong()))
 
 
@@ -58,20 +63,13 @@ class _Waiter(Protocol):
 class TcConnection:
     """Handshake, request/response correlation by (response type, request id), PONGs, expiry."""
 
-    def __init__(
-        self,
-        url: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        wsock: socket.socket,
-        max_frame: int,
-        write_timeout: float,
-    ) -> None:
+    def __init__(self, url: str, sock: socket.socket, max_frame: int, write_timeout: float) -> None:
         self.url = url
-        self._reader = reader
-        self._writer = writer
-        self._wsock = wsock  # our own descriptor of the socket: writes only, closed only by us
-        self._write_timeout = write_timeout
+        self._loop = asyncio.get_running_loop()
+        self._wsock = sock  # writes, under _write_lock; closed only by _close_sockets
+        self._wsock.settimeout(write_timeout)  # a peer that stops reading cannot hold a writer forever
+        self._rsock = sock.dup()  # the reader thread's own object (its own timeout for recv)
+        self._rsock.settimeout(_READ_WAKE_S)
         self._write_lock = threading.Lock()
         self._decoder = FrameDecoder(max_frame)
         self._ids = itertools.count()
@@ -81,8 +79,9 @@ class TcConnection:
         self._pending: dict[tuple[int, int], _Waiter] = {}
         self._deadlines: dict[tuple[int, int], float] = {}  # thread-safe requests only
         self._state_lock = threading.Lock()
-        self._handshake: asyncio.Future[CommandConnected] = asyncio.get_running_loop().create_future()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._handshake: asyncio.Future[CommandConnected] = self._loop.create_future()
+        self._reader = threading.Thread(target=self._read_main, name=f"pulsar-txn-tc-read {url}", daemon=True)
+        self._connected = False  # CONNECTED seen (the reader's view; the handshake future lags)
         self.closed = False
         self.tc_ready: set[int] = set()
         self.tc_lock = asyncio.Lock()
@@ -94,11 +93,10 @@ class TcConnection:
         try:
             async with asyncio.timeout(connect_timeout):
                 sock = await _connect_socket(host, port)
-                reader, writer = await asyncio.open_connection(sock=sock)
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {url}: {exc or 'timed out'}") from exc
-        conn = cls(url, reader, writer, sock.dup(), max_frame, connect_timeout)
-        conn._tasks = [asyncio.create_task(conn._read_loop()), asyncio.create_task(conn._expire_loop())]
+        conn = cls(url, sock, max_frame, connect_timeout)
+        conn._reader.start()
         try:
             connect = CommandConnect(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION)
             if token is not None:
@@ -152,12 +150,8 @@ class TcConnection:
 
     async def close(self) -> None:
         self._fail_all(ConnectionClosed(f"connection to {self.url} is closed"))
-        self._writer.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        if self._reader.is_alive() and threading.current_thread() is not self._reader:
+            await asyncio.to_thread(self._reader.join, 2 * _READ_WAKE_S + 1)
 
     # -- internals -----------------------------------------------------------------------------------
 
@@ -170,59 +164,60 @@ class TcConnection:
                 self._deadlines[key] = deadline
 
     def _send(self, data: bytes) -> None:
-        """Write a whole frame from any thread. The socket is non-blocking (the loop reads it), so
-        a full send buffer is waited out with select, bounded by the write timeout."""
-        view = memoryview(data)
+        """Write a whole frame from any thread, within the write timeout."""
         with self._write_lock:
             if self._wsock.fileno() < 0:
                 raise ConnectionClosed(f"connection to {self.url} is closed")
-            deadline = 0.0
-            while view:
-                try:
-                    view = view[self._wsock.send(view) :]
-                    continue
-                except BlockingIOError:
-                    pass
-                except OSError as exc:
-                    raise ConnectionClosed(f"connection to {self.url} lost: {exc}") from exc
-                now = time.monotonic()
-                deadline = deadline or now + self._write_timeout
-                if now >= deadline:
-                    raise ConnectionClosed(
-                        f"connection to {self.url}: no write progress in {self._write_timeout}s"
-                    )
-                select.select([], [self._wsock], [], deadline - now)
+            try:
+                self._wsock.sendall(data)
+            except TimeoutError:
+                raise ConnectionClosed(f"connection to {self.url}: no write progress in time") from None
+            except OSError as exc:
+                raise ConnectionClosed(f"connection to {self.url} lost: {exc}") from exc
 
-    def _close_wsock(self) -> None:
+    def _close_sockets(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wsock.shutdown(socket.SHUT_RDWR)  # wakes the reader at once
         with self._write_lock:
             self._wsock.close()
 
-    async def _read_loop(self) -> None:
+    def _read_main(self) -> None:
+        """The reader thread: frames in, waiters completed, expired requests ended."""
         reason = "closed by the server"
+        next_expiry = time.monotonic() + _READ_WAKE_S
         try:
-            while True:
-                data = await self._reader.read(_READ_SIZE)
-                if not data:
-                    break
-                for frame in self._decoder.feed(data):
-                    self._on_command(frame.command)
+            while not self.closed:
+                try:
+                    data = self._rsock.recv(_READ_SIZE)
+                except TimeoutError:
+                    data = None
+                if data is not None:
+                    if not data:
+                        break
+                    for frame in self._decoder.feed(data):
+                        self._on_command(frame.command)
+                now = time.monotonic()
+                if self._deadlines and now >= next_expiry:
+                    self._expire(now)
+                    next_expiry = now + _EXPIRY_STEP_S
         except (OSError, ProtocolError) as exc:
-            reason = str(exc)
-            log.warning("connection to %s failed: %s", self.url, exc)
+            if not self.closed:
+                reason = str(exc)
+                log.warning("connection to %s failed: %s", self.url, exc)
+        except Exception:  # a bug here must still fail the waiters, not strand them
+            log.exception("TC connection reader for %s failed", self.url)
+            reason = "failed"
         finally:
-            self._writer.close()
             self._fail_all(ConnectionClosed(f"connection to {self.url} {reason}"))
+            self._rsock.close()
 
-    async def _expire_loop(self) -> None:
-        """Ends thread-safe requests whose deadline passed (asyncio ones have their own timeouts)."""
-        while True:
-            await asyncio.sleep(0.05 if self._deadlines else 0.25)
-            now = time.monotonic()
-            for key, deadline in list(self._deadlines.items()):
-                if deadline <= now and self._deadlines.pop(key, None) is not None:
-                    waiter = self._pending.pop(key, None)
-                    if waiter is not None:
-                        _fail(waiter, Timeout(f"no answer from {self.url} in time"))
+    def _expire(self, now: float) -> None:
+        """End thread-safe requests whose deadline passed (asyncio ones have their own timeouts)."""
+        for key, deadline in list(self._deadlines.items()):
+            if deadline <= now and self._deadlines.pop(key, None) is not None:
+                waiter = self._pending.pop(key, None)
+                if waiter is not None:
+                    _fail(waiter, Timeout(f"no answer from {self.url} in time"))
 
     def _on_command(self, base: BaseCommand) -> None:
         kind = base.type
@@ -232,11 +227,12 @@ class TcConnection:
         elif kind == CommandType.PONG:
             pass
         elif kind == CommandType.CONNECTED and base.connected is not None:
-            if not self._handshake.done():
-                self._handshake.set_result(base.connected)
+            self._connected = True
+            self._on_loop(_resolve, self._handshake, base.connected)
         elif kind == CommandType.ERROR and base.error is not None:
-            if not self._handshake.done():
-                self._handshake.set_exception(error_from_server(base.error.error, base.error.message))
+            if not self._connected:
+                error = error_from_server(base.error.error, base.error.message)
+                self._on_loop(_reject, self._handshake, error)
                 return
             # An ERROR answers whichever request has its id (ids are unique per connection here).
             for key in [k for k in list(self._pending) if k[1] == base.error.request_id]:
@@ -252,21 +248,55 @@ class TcConnection:
         if waiter is None:
             return False
         self._deadlines.pop(key, None)
-        if not waiter.done():
+        if isinstance(waiter, asyncio.Future):
+            self._on_loop(_resolve, waiter, answer)
+        elif not waiter.done():
             waiter.set_result(answer)
         return True
 
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` (which touches asyncio futures) on the event loop's thread."""
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # no loop runs in this thread
+            on_loop = False
+        if on_loop:
+            fn(*args)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                self._loop.call_soon_threadsafe(fn, *args)
+
     def _fail_all(self, exc: PulsarTxnError) -> None:
         with self._state_lock:
+            if self.closed and not self._pending:
+                return
             self.closed = True
             pending, self._pending = self._pending, {}
             self._deadlines = {}
-        self._close_wsock()
-        if not self._handshake.done():
-            self._handshake.set_exception(exc)
-            self._handshake.exception()  # retrieved here: nobody may be waiting any more
+        self._close_sockets()
+        self._on_loop(_reject_quietly, self._handshake, exc)
         for waiter in pending.values():
-            _fail(waiter, exc)
+            if isinstance(waiter, asyncio.Future):
+                self._on_loop(_fail, waiter, exc)
+            else:
+                _fail(waiter, exc)
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _reject(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _reject_quietly(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Fail the handshake if it is still pending, marking the error retrieved (nobody may wait)."""
+    if not future.done():
+        future.set_exception(exc)
+        future.exception()
 
 
 def _fail(waiter: _Waiter, exc: BaseException) -> None:
