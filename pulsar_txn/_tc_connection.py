@@ -9,9 +9,9 @@ caller therefore costs one thread wake-up for the answer and none of asyncio's p
 most of a coordinator call's client-side cost. Waiters of the loop's own path (asyncio futures) are
 completed on the loop, through ``call_soon_threadsafe``.
 
-All writes go through one lock; the reader has its own socket object (a duplicate descriptor), and
-each is closed only by this class under its lock, so no thread can touch a descriptor that was
-closed and handed to someone else.
+All writes go through one lock, and the writing socket is closed only under it; the reader has its
+own socket object (a duplicate descriptor) that only the reader uses and closes. So no thread can
+touch a descriptor that was closed and handed to someone else.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class TcConnection:
     ) -> Future[BaseCommand]:
         """Send ``base`` from the calling thread; the future ends with the answer (a CommandError
         answer as its exception), with ``Timeout`` after ``deadline`` (``time.monotonic``), or with
-        ``ConnectionClosed``. It is completed on the event loop's thread."""
+        ``ConnectionClosed``. It is completed on the connection's reader thread."""
         key = (int(response_type), request_id)
         future: LazyFuture[BaseCommand] = LazyFuture()
         try:
@@ -232,7 +232,7 @@ class TcConnection:
         elif kind == CommandType.ERROR and base.error is not None:
             if not self._connected:
                 error = error_from_server(base.error.error, base.error.message)
-                self._on_loop(_reject, self._handshake, error)
+                self._on_loop(_fail, self._handshake, error)
                 return
             # An ERROR answers whichever request has its id (ids are unique per connection here).
             for key in [k for k in list(self._pending) if k[1] == base.error.request_id]:
@@ -287,11 +287,6 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
         future.set_result(value)
 
 
-def _reject(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
-
-
 def _reject_quietly(future: asyncio.Future[Any], exc: BaseException) -> None:
     """Fail the handshake if it is still pending, marking the error retrieved (nobody may wait)."""
     if not future.done():
@@ -323,7 +318,7 @@ def checked_answer(future: Future[BaseCommand], timeout: float) -> BaseCommand:
 
 
 async def _connect_socket(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket (ours, so that writes can use a duplicate of it)."""
+    """A connected TCP socket of our own (asyncio's streams would own theirs), with TCP_NODELAY."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     last: OSError = OSError(f"{host}:{port} did not resolve")

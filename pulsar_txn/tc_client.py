@@ -9,7 +9,8 @@ TransactionCoordinatorNotFound, a dropped connection, ...) are retried with expo
 The number of TCs is ``num_tcs`` when given; otherwise ``connect()`` probes LOOKUPs for partitions
 0, 1, 2, ... until one answers Failed/TopicNotFound, and that index is the count.
 
-``SyncTcClient`` runs a ``TcClient`` on a private event loop in a daemon thread for non-async callers.
+``SyncTcClient`` runs a ``TcClient`` on a private event loop in a daemon thread for non-async callers,
+and sends calls to a TC whose connection is ready straight from the calling thread (the fast path).
 """
 
 from __future__ import annotations
@@ -356,8 +357,9 @@ class SyncTcClient:
     """Blocking facade: a ``TcClient`` on a private event loop in a daemon thread.
 
     Once a TC's connection is ready, calls to it take a fast path: the request is written from the
-    calling thread and the loop only reads the answer. Anything else (the first call, a lookup, a
-    retriable failure) goes through the ``TcClient`` on the loop, with its lookups and retries."""
+    calling thread and the connection's reader thread completes it. Anything else (the first call,
+    a lookup, a retriable failure) goes through the ``TcClient`` on the loop, with its lookups and
+    retries."""
 
     def __init__(
         self,
