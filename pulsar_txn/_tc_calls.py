@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pulsar_txn.errors import ConfigError, ProtocolError, error_from_server
 from pulsar_txn.protocol import (
@@ -65,8 +65,8 @@ def check_ttl(ttl_ms: int) -> None:
 
 def new_txn_call(ttl_ms: int, tc_id: int) -> TcCall[TxnID]:
     """NEW_TXN on ``tc_id``; ``ttl_ms`` travels in ``txn_ttl_seconds`` as milliseconds, as Pulsar's
-    own clients send it (0: the coordinator's default)."""
-    check_ttl(ttl_ms)
+    own clients send it (0: the coordinator's default). Callers check it first (``check_ttl``), so
+    a bad value fails before any I/O."""
 
     def parse(answer: BaseCommand) -> TxnID:
         response = body(answer.new_txn_response)
@@ -83,65 +83,61 @@ def new_txn_call(ttl_ms: int, tc_id: int) -> TcCall[TxnID]:
 
 
 def add_partitions_call(txn_id: TxnID, partitions: Sequence[str]) -> TcCall[None]:
-    def parse(answer: BaseCommand) -> None:
-        response = body(answer.add_partition_to_txn_response)
-        raise_for(response.error, response.message)
-
-    return TcCall(
+    return _on_txn(
         "ADD_PARTITION_TO_TXN",
-        txn_id.tc_id,
+        txn_id,
+        CommandAddPartitionToTxn,
         CommandType.ADD_PARTITION_TO_TXN_RESPONSE,
-        lambda request_id: wrap(
-            CommandAddPartitionToTxn(
-                request_id=request_id,
-                txnid_least_bits=txn_id.least_bits,
-                txnid_most_bits=txn_id.most_bits,
-                partitions=list(partitions),
-            )
-        ),
-        parse,
+        "add_partition_to_txn_response",
+        partitions=list(partitions),
     )
 
 
 def add_subscriptions_call(txn_id: TxnID, subscriptions: Sequence[tuple[str, str]]) -> TcCall[None]:
     """``subscriptions`` are (topic, subscription name) pairs."""
-
-    def parse(answer: BaseCommand) -> None:
-        response = body(answer.add_subscription_to_txn_response)
-        raise_for(response.error, response.message)
-
-    return TcCall(
+    return _on_txn(
         "ADD_SUBSCRIPTION_TO_TXN",
-        txn_id.tc_id,
+        txn_id,
+        CommandAddSubscriptionToTxn,
         CommandType.ADD_SUBSCRIPTION_TO_TXN_RESPONSE,
-        lambda request_id: wrap(
-            CommandAddSubscriptionToTxn(
-                request_id=request_id,
-                txnid_least_bits=txn_id.least_bits,
-                txnid_most_bits=txn_id.most_bits,
-                subscription=[Subscription(topic=t, subscription=s) for t, s in subscriptions],
-            )
-        ),
-        parse,
+        "add_subscription_to_txn_response",
+        subscription=[Subscription(topic=t, subscription=s) for t, s in subscriptions],
     )
 
 
 def end_txn_call(txn_id: TxnID, action: TxnAction) -> TcCall[None]:
+    return _on_txn(
+        f"END_TXN({action.name})",
+        txn_id,
+        CommandEndTxn,
+        CommandType.END_TXN_RESPONSE,
+        "end_txn_response",
+        txn_action=action,
+    )
+
+
+def _on_txn(
+    what: str,
+    txn_id: TxnID,
+    command: Callable[..., Any],
+    response_type: CommandType,
+    response_field: str,
+    **fields: Any,
+) -> TcCall[None]:
+    """A call on an existing transaction: the request carries its id, the answer only an error."""
+
     def parse(answer: BaseCommand) -> None:
-        response = body(answer.end_txn_response)
+        response = body(getattr(answer, response_field))
         raise_for(response.error, response.message)
 
-    return TcCall(
-        f"END_TXN({action.name})",
-        txn_id.tc_id,
-        CommandType.END_TXN_RESPONSE,
-        lambda request_id: wrap(
-            CommandEndTxn(
+    def build(request_id: int) -> BaseCommand:
+        return wrap(
+            command(
                 request_id=request_id,
                 txnid_least_bits=txn_id.least_bits,
                 txnid_most_bits=txn_id.most_bits,
-                txn_action=action,
+                **fields,
             )
-        ),
-        parse,
-    )
+        )
+
+    return TcCall(what, txn_id.tc_id, response_type, build, parse)

@@ -314,10 +314,7 @@ class Consumer(Generic[T]):
         self._unacked = {k: v for k, v in self._unacked.items() if (k[0], k[1]) != tp}
         self._in_txn = {k: v for k, v in self._in_txn.items() if (k[0], k[1]) != tp}
         for txn_id in list(self._txn_offsets):
-            by_tp = self._txn_offsets[txn_id]
-            by_tp.pop(tp, None)
-            if not by_tp:
-                del self._txn_offsets[txn_id]
+            self._take_held(txn_id, tp)
 
     def _pa(self) -> PartitionReader:
         if self._pa_reader is None:
@@ -682,14 +679,21 @@ class Consumer(Generic[T]):
         for tp, offsets in refetch:
             self._refetch(tp, offsets)
 
+    def _take_held(self, txn_id: TxnID, tp: TP) -> list[int] | None:
+        """Remove and return the offsets ``txn_id`` moved into ``_in_txn`` on ``tp``."""
+        by_tp = self._txn_offsets.get(txn_id)
+        if by_tp is None:
+            return None
+        held = by_tp.pop(tp, None)
+        if not by_tp:
+            del self._txn_offsets[txn_id]
+        return held
+
     def _after_outcome(
         self, part: _Part, txn_id: TxnID, action: TxnAction, released: Sequence[int]
     ) -> list[int]:
         """Commit: forget the messages now acked. Abort: redeliver what we hold; return the rest."""
-        by_tp = self._txn_offsets.get(txn_id)
-        held = by_tp.pop(part.tp, None) if by_tp is not None else None
-        if by_tp is not None and not by_tp:
-            del self._txn_offsets[txn_id]
+        held = self._take_held(txn_id, part.tp)
         if action is TxnAction.COMMIT:
             topic, partition = part.tp
             for offset in held or ():
