@@ -157,6 +157,23 @@ class PartitionReader:
     def at_eof(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self._eof
 
+    def rearm_ends(self, partitions: list[tuple[str, int]]) -> None:
+        """Have these partitions report their end anew: librdkafka reports an end once per arrival
+        there, so a partition that got nothing new since would never report it again. Each is sought
+        to its own position (nothing skipped or read twice), and ``at_eof`` holds again only once a
+        fetch made after this call has reached the end."""
+        if not partitions:
+            return
+        try:
+            positions = self.consumer.position([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException as exc:
+            raise _translate(exc, "positions") from None
+        for tp in positions:
+            key = (tp.topic, tp.partition)
+            offset = tp.offset if tp.offset >= 0 else self._next.get(key, -1)  # nothing consumed yet
+            if offset >= 0:
+                self.seek(tp.topic, tp.partition, offset)
+
     def eof_offset(self, topic: str, partition: int) -> int | None:
         """The end offset seen when the reader last reached the end of the partition (None if not)."""
         return self._eof.get((topic, partition))

@@ -106,6 +106,7 @@ class LogTail:
 
     def _run(self) -> None:
         next_refresh = 0.0
+        refreshing = False  # a refresh read is on: it ends once every partition reported its end
         while not self._stop.is_set():
             try:
                 self._apply_commands()
@@ -113,16 +114,20 @@ class LogTail:
                     self._stop.wait(0.01)
                     continue
                 now = time.monotonic()
-                if now >= self._demand_until and now >= next_refresh:
+                if now >= self._demand_until and (
+                    now >= next_refresh or (refreshing and self._refresh_read_done())
+                ):
                     # Idle: stop fetching (brokers that answer empty fetches at once would make an
                     # assigned consumer spin) and wake for demand, commands, or a periodic refresh.
+                    refreshing = False
                     self._set_paused(True)
                     self._wake.wait(1.0)
                     self._wake.clear()
                     if time.monotonic() >= self._demand_until:
-                        next_refresh = time.monotonic() + 1.0
+                        next_refresh = time.monotonic() + 1.0  # the refresh read's cap
+                        self._reader.rearm_ends(list(self._assigned))
                         self._skip_known()
-                        self._demand_until = time.monotonic() + 0.05  # one short refresh read
+                        refreshing = True
                     continue
                 self._set_paused(False)
                 records = self._reader.poll_raw(5000, 0.02)
@@ -139,6 +144,11 @@ class LogTail:
                         groups.setdefault(tp, (generation, []))[1].append((offset, key, value))
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
+
+    def _refresh_read_done(self) -> bool:
+        """Every partition has reported an end since the refresh re-armed them (not a fixed window:
+        on a loaded machine the fetch after a seek can take longer than any window)."""
+        return all(self._reader.at_eof(topic, partition) for topic, partition in self._assigned)
 
     def _skip_known(self) -> None:
         """Before a refresh read, move past what the owner already knows holds no foreign record

@@ -93,3 +93,41 @@ def test_idle_gate_closes_on_a_poll_that_returned_records(
     finally:
         reader.close()
         appender.close()
+
+
+def test_rearmed_partition_reports_its_end_again_without_new_records(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """librdkafka reports a partition's end once per arrival there. ``rearm_ends`` makes it report
+    again (the coordinator's refresh read ends on those fresh reports) and re-reads nothing."""
+    import time
+
+    from kafka_store import PartitionReader
+
+    topic = f"rearm_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    reader = PartitionReader(kafka)
+    try:
+        for i in range(5):
+            appender.append(topic, 0, f"r{i}".encode())
+        appender.flush(30)
+        reader.assign({(topic, 0): 0})
+        offsets: list[int] = []
+
+        def read_to_end() -> None:
+            deadline = time.monotonic() + 30
+            while not reader.at_eof(topic, 0) and time.monotonic() < deadline:
+                offsets.extend(r.offset for r in reader.poll_batch(1000, 0.1))
+            assert reader.at_eof(topic, 0)
+
+        read_to_end()
+        assert offsets == list(range(5))
+        reader.rearm_ends([(topic, 0)])
+        assert not reader.at_eof(topic, 0)  # only a fetch made after the re-arm counts
+        read_to_end()  # the end is reported again though nothing new arrived
+        assert reader.eof_offset(topic, 0) == 5
+        assert offsets == list(range(5))  # nothing read twice
+    finally:
+        reader.close()
+        appender.close()
