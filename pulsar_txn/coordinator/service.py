@@ -125,8 +125,9 @@ class LogTail:
                     self._wake.clear()
                     if time.monotonic() >= self._demand_until:
                         next_refresh = time.monotonic() + 1.0  # the refresh read's cap
-                        self._reader.rearm_ends(list(self._assigned))
-                        self._skip_known()
+                        # A seek re-arms a partition's end report: _skip_known's seeks do it for
+                        # the partitions it moves, a seek to the same position for the others.
+                        self._reader.rearm_ends(self._skip_known())
                         refreshing = True
                     continue
                 self._set_paused(False)
@@ -150,17 +151,22 @@ class LogTail:
         on a loaded machine the fetch after a seek can take longer than any window)."""
         return all(self._reader.at_eof(topic, partition) for topic, partition in self._assigned)
 
-    def _skip_known(self) -> None:
+    def _skip_known(self) -> list[tuple[str, int]]:
         """Before a refresh read, move past what the owner already knows holds no foreign record
         (its own acknowledged writes and what the tail has read): the refresh then reads only what
-        came after, instead of every record the owner wrote since the last one."""
+        came after, instead of every record the owner wrote since the last one. Returns the
+        partitions it did not move."""
+        unmoved = []
         for topic, partition in list(self._assigned):
             known = self._known(topic, partition)
             if known >= 0:
                 try:
                     self._reader.seek(topic, partition, known + 1)
+                    continue
                 except StoreError as exc:  # only an optimisation: the refresh then reads it all
                     log.debug("log tail: seek of %s[%d] failed: %s", topic, partition, exc)
+            unmoved.append((topic, partition))
+        return unmoved
 
     def _set_paused(self, paused: bool) -> None:
         if paused != self._paused:
