@@ -32,12 +32,14 @@ from confluent_kafka import KafkaException, Producer
 from bench._common import (
     CoordinatorProcess,
     Probes,
+    drop_topics_since,
     ensure_topic,
     fmt,
     format_table,
     percentile,
     run_suite,
     step,
+    user_topics,
     wait_until_quiet,
 )
 from bench._txndata import (
@@ -50,7 +52,7 @@ from bench._txndata import (
     plain_read,
     rss_worker,
 )
-from kafka_store import KafkaConfig, end_offsets
+from kafka_store import KafkaConfig, TopicAdmin, end_offsets
 from pulsar_txn.buffer.reader import BufferOptions, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -71,9 +73,6 @@ BEGUN_AHEAD = 4  # transactions begun (NEW_TXN sent) ahead of use in that varian
 BUSY_PCT = 20.0
 OTHERS_FLAG_PCT = 30.0
 SNAPSHOT_TOPIC = "__bench_tb_snapshot"
-PRODUCE_TOPIC = "bench_produce"
-KAFKA_TXN_TOPIC = "bench_kafka_txn"
-KAFKA_PLAIN_TOPIC = "bench_kafka_plain"
 READ_TOPIC = "bench_read"
 RECOVERY_TOPIC = "bench_recovery"
 TAIL_RECORDS = 1000
@@ -131,9 +130,9 @@ class ProducePoint:
 
 
 # ---------------------------------------------------------------------------------------------- 1
-def _ours_plain(client: Client, sizes: Sizes) -> ProducePoint:
+def _ours_plain(client: Client, topic: str, sizes: Sizes) -> ProducePoint:
     """send_async ``produce_msgs`` messages without a transaction, then wait for all of them."""
-    producer = client.create_producer(PRODUCE_TOPIC)
+    producer = client.create_producer(topic)
     for fut in [producer.send_async(PAYLOAD) for _ in range(1000)]:  # warm-up
         fut.result(30)
     point = ProducePoint("ours plain")
@@ -152,7 +151,7 @@ def _ours_plain(client: Client, sizes: Sizes) -> ProducePoint:
     return point
 
 
-def _ours_txn(client: Client, size: int, sizes: Sizes, threads: int = 1) -> ProducePoint:
+def _ours_txn(client: Client, topic: str, size: int, sizes: Sizes, threads: int = 1) -> ProducePoint:
     """Transactions of ``size`` messages (send_async all, then commit), ``threads`` at a time."""
     point = ProducePoint(f"ours txn x{size}" + (f", {threads} threads" if threads > 1 else ""))
     lock = threading.Lock()
@@ -167,7 +166,7 @@ def _ours_txn(client: Client, size: int, sizes: Sizes, threads: int = 1) -> Prod
         txn.commit()
 
     def worker() -> None:
-        producer = client.create_producer(PRODUCE_TOPIC)
+        producer = client.create_producer(topic)
         for _ in range(max(1, 20 // size)):  # warm-up: connections, partition registration path
             one_txn(producer)
         ready.wait()
@@ -227,12 +226,12 @@ def _produce(producer: Producer, topic: str) -> None:
             producer.poll(0.01)
 
 
-def _ours_txn_overlapped(client: Client, size: int, sizes: Sizes) -> ProducePoint:
+def _ours_txn_overlapped(client: Client, topic: str, size: int, sizes: Sizes) -> ProducePoint:
     """One thread, transactions of ``size`` with Pulsar's asynchronous API: each transaction was begun
     a few transactions earlier (``build_async``), its sends go out, then ``commit_async``; at most
     ``OVERLAP_WINDOW`` commits are in flight. The clock stops when the last commit has returned."""
     point = ProducePoint(f"ours txn x{size}, overlapped")
-    producer = client.create_producer(PRODUCE_TOPIC)
+    producer = client.create_producer(topic)
 
     def begin() -> Future[Transaction]:
         return client.new_transaction().with_transaction_timeout(60).build_async()
@@ -276,14 +275,14 @@ def _ours_txn_overlapped(client: Client, size: int, sizes: Sizes) -> ProducePoin
     return point
 
 
-def _kafka_txn(producer: Producer, size: int, sizes: Sizes) -> ProducePoint:
+def _kafka_txn(producer: Producer, topic: str, size: int, sizes: Sizes) -> ProducePoint:
     """Kafka's transactional producer: begin -> produce ``size`` -> commit_transaction, sequentially."""
     point = ProducePoint(f"Kafka txn x{size}")
 
     def one_txn() -> None:
         producer.begin_transaction()
         for _ in range(size):
-            _produce(producer, KAFKA_TXN_TOPIC)
+            _produce(producer, topic)
         producer.commit_transaction(30)
 
     for _ in range(max(1, 20 // size)):
@@ -308,16 +307,16 @@ def _kafka_txn(producer: Producer, size: int, sizes: Sizes) -> ProducePoint:
     return point
 
 
-def _kafka_plain(bootstrap: str, sizes: Sizes) -> ProducePoint:
+def _kafka_plain(bootstrap: str, topic: str, sizes: Sizes) -> ProducePoint:
     """A plain idempotent Kafka producer with our Appender's settings: produce all, then flush."""
     producer = _kafka_producer(bootstrap)
     for _ in range(1000):
-        _produce(producer, KAFKA_PLAIN_TOPIC)
+        _produce(producer, topic)
     producer.flush(30)
     point = ProducePoint("Kafka plain")
     t0 = time.perf_counter()
     for _ in range(sizes.produce_msgs):
-        _produce(producer, KAFKA_PLAIN_TOPIC)
+        _produce(producer, topic)
     point.errors = producer.flush(60)
     point.messages = sizes.produce_msgs - point.errors
     point.seconds = time.perf_counter() - t0
@@ -326,13 +325,16 @@ def _kafka_plain(bootstrap: str, sizes: Sizes) -> ProducePoint:
 
 def _phase_produce(raw: dict[str, Any], sizes: Sizes, bootstrap: str, workdir: Path, probes: Probes) -> None:
     """Every point twice (sizes ascending, then descending), the better run counts: the machine is
-    shared, and one disturbed window should not decide a target."""
-    for topic in (PRODUCE_TOPIC, KAFKA_TXN_TOPIC, KAFKA_PLAIN_TOPIC):
-        ensure_topic(bootstrap, topic, 1)
+    shared, and one disturbed window should not decide a target. Each run writes a topic of its own,
+    deleted after it, so that every run finds the same store (``drop_topics_since``)."""
     points: dict[str, dict[str, Any]] = {}
 
-    def record(key: str, label: str, fn: Callable[[], ProducePoint]) -> None:
-        point, cpu = probes.measure(lambda: step(label, fn))
+    def record(key: str, label: str, fn: Callable[[str], ProducePoint]) -> None:
+        before = user_topics(bootstrap)
+        topic = f"bench_produce_{key}_{uuid.uuid4().hex[:6]}"
+        ensure_topic(bootstrap, topic, 1)
+        point, cpu = probes.measure(lambda: step(label, lambda: fn(topic)))
+        drop_topics_since(bootstrap, before)
         point.cpu = cpu
         entry = points.setdefault(key, {"runs": []})
         entry["runs"].append(point.summary())
@@ -346,34 +348,37 @@ def _phase_produce(raw: dict[str, Any], sizes: Sizes, bootstrap: str, workdir: P
         probes.pids["coordinator"] = coord.proc.pid
         client = Client(coord.url, kafka=KafkaConfig(bootstrap_servers=bootstrap), num_tcs=coord.num_tcs)
         try:
-            client.create_topic(PRODUCE_TOPIC, 1)
             for pass_no, order in enumerate((TXN_SIZES, TXN_SIZES[::-1])):
                 tag = f" (pass {pass_no + 1}/2)"
                 if pass_no == 0:
                     record(
-                        "ours_plain", "ours: plain sends (no txn)" + tag, lambda: _ours_plain(client, sizes)
+                        "ours_plain",
+                        "ours: plain sends (no txn)" + tag,
+                        functools.partial(_ours_plain, client, sizes=sizes),
                     )
                 for size in order:
                     record(
                         f"ours_txn_{size}",
                         f"ours: txns of {size}" + tag,
-                        functools.partial(_ours_txn, client, size, sizes),
+                        functools.partial(_ours_txn, client, size=size, sizes=sizes),
                     )
                 record(
                     f"ours_txn_{TARGET_SIZE}_overlap",
                     f"ours: txns of {TARGET_SIZE}, overlapped (commit_async)" + tag,
-                    functools.partial(_ours_txn_overlapped, client, TARGET_SIZE, sizes),
+                    functools.partial(_ours_txn_overlapped, client, size=TARGET_SIZE, sizes=sizes),
                 )
                 if pass_no == 0:
                     for threads, size in THREADED:
                         record(
                             f"ours_txn_{size}_t{threads}",
                             f"ours: txns of {size}, {threads} threads",
-                            functools.partial(_ours_txn, client, size, sizes, threads),
+                            functools.partial(_ours_txn, client, size=size, sizes=sizes, threads=threads),
                         )
                 else:
                     record(
-                        "ours_plain", "ours: plain sends (no txn)" + tag, lambda: _ours_plain(client, sizes)
+                        "ours_plain",
+                        "ours: plain sends (no txn)" + tag,
+                        functools.partial(_ours_plain, client, sizes=sizes),
                     )
         finally:
             client.close()
@@ -385,14 +390,14 @@ def _phase_produce(raw: dict[str, Any], sizes: Sizes, bootstrap: str, workdir: P
             record(
                 f"kafka_txn_{size}",
                 f"Kafka transactional producer: txns of {size} (pass {pass_no + 1}/2)",
-                functools.partial(_kafka_txn, producer, size, sizes),
+                functools.partial(_kafka_txn, producer, size=size, sizes=sizes),
             )
     producer.flush(10)
     for pass_no in range(2):
         record(
             "kafka_plain",
             f"Kafka idempotent producer (no txn) (pass {pass_no + 1}/2)",
-            lambda: _kafka_plain(bootstrap, sizes),
+            functools.partial(_kafka_plain, bootstrap, sizes=sizes),
         )
     raw["produce"] = points
 
@@ -442,6 +447,8 @@ def _phase_read(
             r["delivered"] == end for r in runs if r["kind"] == "plain" and r["complete"]
         ),
     }
+    # 200k x 1 KB is ~0.8 GB in the embedded broker's store file, rewritten on every later write.
+    TopicAdmin(kafka).delete_topics([READ_TOPIC])
 
 
 # ---------------------------------------------------------------------------------------------- 3

@@ -15,8 +15,18 @@ import zlib
 from concurrent.futures import Future
 from typing import Any
 
-from kafka_store import REGISTRY, Appender, CodecError, KafkaConfig, RecordKind, TopicAdmin, replay_compacted
-from pulsar_txn.buffer.state import BufferCounters, TxnBufferState
+from kafka_store import (
+    REGISTRY,
+    Appender,
+    CodecError,
+    KafkaConfig,
+    PartitionReader,
+    RecordKind,
+    StoreError,
+    TopicAdmin,
+    replay_compacted,
+)
+from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
 from pulsar_txn.txnid import TxnID
 
 log = logging.getLogger(__name__)
@@ -33,6 +43,40 @@ _TXN_OFFSET = {
     ],
 }
 
+_TB_SNAPSHOT_V1_FIELDS: list[dict[str, Any]] = [
+    {"name": "topic", "type": "string"},
+    {"name": "partition", "type": "int"},
+    {"name": "snapshot_id", "type": "string"},
+    {"name": "scanned_to", "type": "long"},
+    {"name": "taken_at_ms", "type": "long"},
+    {"name": "ongoing", "type": {"type": "array", "items": _TXN_OFFSET}},
+    {"name": "aborted", "type": {"type": "array", "items": "pulsar_txn.buffer.TxnOffsetV1"}},
+    {"name": "aborted_segments", "type": "int"},
+    {
+        "name": "ended",
+        "type": {
+            "type": "array",
+            "items": {
+                "type": "record",
+                "name": "EndedTxnV1",
+                "fields": [
+                    {"name": "most", "type": "long"},
+                    {"name": "least", "type": "long"},
+                    {"name": "committed", "type": "boolean"},
+                ],
+            },
+        },
+    },
+    {"name": "lwm", "type": {"type": "map", "values": "long"}},
+    {
+        "name": "discarded",
+        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
+    },
+    {"name": "counters", "type": {"type": "map", "values": "long"}},
+]
+
+# v2 adds the anchor: the offset and fingerprint of the last record folded in, so that a load can tell
+# whether the partition is still the one the snapshot was taken of (docs/storage-format.md).
 TB_SNAPSHOT = REGISTRY.register(
     RecordKind(
         "TbSnapshot",
@@ -42,38 +86,18 @@ TB_SNAPSHOT = REGISTRY.register(
                 "type": "record",
                 "name": "TbSnapshotV1",
                 "namespace": "pulsar_txn.buffer",
+                "fields": _TB_SNAPSHOT_V1_FIELDS,
+            },
+            2: {
+                "type": "record",
+                "name": "TbSnapshotV2",
+                "namespace": "pulsar_txn.buffer",
                 "fields": [
-                    {"name": "topic", "type": "string"},
-                    {"name": "partition", "type": "int"},
-                    {"name": "snapshot_id", "type": "string"},
-                    {"name": "scanned_to", "type": "long"},
-                    {"name": "taken_at_ms", "type": "long"},
-                    {"name": "ongoing", "type": {"type": "array", "items": _TXN_OFFSET}},
-                    {"name": "aborted", "type": {"type": "array", "items": "pulsar_txn.buffer.TxnOffsetV1"}},
-                    {"name": "aborted_segments", "type": "int"},
-                    {
-                        "name": "ended",
-                        "type": {
-                            "type": "array",
-                            "items": {
-                                "type": "record",
-                                "name": "EndedTxnV1",
-                                "fields": [
-                                    {"name": "most", "type": "long"},
-                                    {"name": "least", "type": "long"},
-                                    {"name": "committed", "type": "boolean"},
-                                ],
-                            },
-                        },
-                    },
-                    {"name": "lwm", "type": {"type": "map", "values": "long"}},
-                    {
-                        "name": "discarded",
-                        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
-                    },
-                    {"name": "counters", "type": {"type": "map", "values": "long"}},
+                    *_TB_SNAPSHOT_V1_FIELDS,
+                    {"name": "anchor_offset", "type": "long"},
+                    {"name": "anchor_fingerprint", "type": "long"},
                 ],
-            }
+            },
         },
     )
 )
@@ -178,6 +202,7 @@ class SnapshotStore:
         for stale in range(segments, self._segments_written.get(tp, 0)):
             app.append(self.topic, snap_partition, None, key=f"{base}/seg/{stale}".encode())
         self._segments_written[tp] = segments
+        anchor_offset, anchor_fingerprint = state.anchor()
         head = TB_SNAPSHOT.encode(
             {
                 "topic": state.topic,
@@ -195,6 +220,8 @@ class SnapshotStore:
                 "lwm": {str(k): v for k, v in state.lwm.items()},
                 "discarded": [list(r) for r in state.discarded],
                 "counters": state.counters.as_dict(),
+                "anchor_offset": anchor_offset,
+                "anchor_fingerprint": anchor_fingerprint,
             }
         )
         return app.append(self.topic, snap_partition, head, key=base.encode())
@@ -225,9 +252,14 @@ class SnapshotStore:
         except CodecError as exc:
             log.warning("unreadable snapshot of %s ignored: %s", base, exc)
             return None
+        scanned_to = int(head["scanned_to"])
+        anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
+        if not self._of_this_partition(topic, partition, scanned_to, anchor):
+            return None
         self._segments_written[(topic, partition)] = int(head["aborted_segments"])
         state = TxnBufferState(topic, partition, num_tcs=num_tcs, marker_secret=marker_secret)
-        state.scanned_to = int(head["scanned_to"])
+        state.scanned_to = scanned_to
+        state.set_anchor(*anchor)
         for t, o in _from_txn_offsets(head["ongoing"]).items():
             state.ongoing[t] = o
             state._oldest.append((o, t))
@@ -242,6 +274,55 @@ class SnapshotStore:
                 setattr(counters, name, int(value))
         state.counters = counters
         return state, int(head["taken_at_ms"])
+
+    def _of_this_partition(
+        self, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
+    ) -> bool:
+        """Whether the partition is still the one the snapshot was taken of. A topic deleted and
+        created again under its name starts at offset 0 again: its partition is shorter than what
+        the snapshot scanned, or holds another record at the snapshot's anchor. Trusting the old
+        snapshot would skip the new records below ``scanned_to`` (open transactions included)."""
+        base = f"{topic}/{partition}"
+        reader = PartitionReader(self._kafka)
+        try:
+            low, high = reader.watermarks(topic, partition)
+            if high < scanned_to:
+                log.warning(
+                    "snapshot of %s scanned to %d but the partition ends at %d (deleted and created"
+                    " again?); ignoring it",
+                    base,
+                    scanned_to,
+                    high,
+                )
+                return False
+            offset, fingerprint = anchor
+            if offset < low:  # no anchor (a v1 snapshot, or nothing folded in), or retention removed it
+                return True
+            reader.assign({(topic, partition): offset})
+            deadline = time.monotonic() + self._kafka.request_timeout_ms / 1000
+            while time.monotonic() < deadline:
+                records = reader.poll_batch(1, 0.2)
+                if records:
+                    rec = records[0]
+                    # Another offset: compaction removed the anchor, there is nothing to compare.
+                    if rec.offset == offset and record_fingerprint(rec.headers, rec.value) != fingerprint:
+                        log.warning(
+                            "snapshot of %s: another record at its anchor offset %d (deleted and created"
+                            " again?); ignoring it",
+                            base,
+                            offset,
+                        )
+                        return False
+                    return True
+                if reader.at_eof(topic, partition):
+                    return True
+        except StoreError as exc:
+            log.warning("snapshot of %s not checked against the partition (%s); ignoring it", base, exc)
+            return False
+        finally:
+            reader.close()
+        log.warning("snapshot of %s: its anchor record was not read in time; ignoring it", base)
+        return False
 
     def close(self) -> None:
         if self._owns_appender and self._appender is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
+import zlib
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError
@@ -27,6 +28,17 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 _ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
+
+Headers = list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None
+
+
+def record_fingerprint(headers: Headers, value: bytes | None) -> int:
+    """CRC-32 of a record's value and headers: tells a snapshot's anchor record apart from another
+    record at the same offset (a topic deleted and created again under its name)."""
+    crc = zlib.crc32(value or b"")
+    for name, raw in headers or ():
+        crc = zlib.crc32(raw or b"", zlib.crc32(name.encode(), crc))
+    return crc
 
 
 @dataclass
@@ -62,6 +74,10 @@ class TxnBufferState:
     changes: int = 0  # state changes folded in (drives snapshot cadence)
     _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
     _ids: dict[bytes, TxnID] = field(default_factory=dict, repr=False, compare=False)
+    # The last record folded in (offset, headers, value), or the anchor a snapshot was loaded with
+    # (offset, fingerprint): snapshots carry it so that a load can check it is of this partition.
+    _last: tuple[int, Headers, bytes | None] | None = field(default=None, repr=False, compare=False)
+    _loaded_anchor: tuple[int, int] = field(default=(-1, 0), repr=False, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -83,17 +99,25 @@ class TxnBufferState:
         i = bisect.bisect_right(ranges, [offset, 1 << 62]) - 1
         return i >= 0 and ranges[i][0] <= offset <= ranges[i][1]
 
+    def anchor(self) -> tuple[int, int]:
+        """(offset, fingerprint) of the last record folded in; offset -1 if none."""
+        last = self._last
+        if last is None:
+            return self._loaded_anchor
+        return last[0], record_fingerprint(last[1], last[2])
+
+    def set_anchor(self, offset: int, fingerprint: int) -> None:
+        """The anchor of the snapshot this state was loaded from."""
+        self._last = None
+        self._loaded_anchor = (offset, fingerprint)
+
     # ------------------------------------------------------------------ folding
-    def apply(
-        self,
-        offset: int,
-        headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None,
-        value: bytes | None,
-    ) -> None:
+    def apply(self, offset: int, headers: Headers, value: bytes | None) -> None:
         """Fold one record in (records must come in offset order; gaps from compaction are fine)."""
         if offset < self.scanned_to:
             return
         self.scanned_to = offset + 1
+        self._last = (offset, headers, value)
         if not headers:
             return
         ctl = txn_raw = None

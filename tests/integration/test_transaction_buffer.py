@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_store import Appender, KafkaConfig, read_range
+from kafka_store import Appender, KafkaConfig, TopicAdmin, read_range
 from pulsar_txn.buffer.marker import (
     CTL_HEADER,
     MARKER_CTL,
@@ -384,3 +384,40 @@ def test_e9_buffer_stats_after_one_committed_one_aborted_one_open_transaction(
     stats = json.loads(out.stdout)[f"persistent://public/default/{topic}-partition-0"]
     assert (stats["committed_txns"], stats["aborted_txns"], stats["ongoing_txn_size"]) == (1, 1, 1)
     assert stats["aborted_txn_size"] == 1 and stats["max_read_position"] == 4
+
+
+def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_its_name(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(tb_snapshot_max_changes=1)
+    topic = f"recreated_{uid}"
+    c.client.create_topic(topic, 1)
+    # The old incarnation is written by a producer of its own: an idempotent producer that wrote the
+    # old partition cannot write the new one (its sequence numbers would be out of order).
+    old_writer = Appender(kafka)
+    for i in range(30):
+        old_writer.append(topic, 0, f"old{i}".encode())
+    old_writer.flush()
+    old_writer.close()
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    old, _ = load_state(kafka, topic, 0)
+    store.write(old).result(15)
+    assert (loaded := store.load(topic, 0)) is not None and loaded[0].scanned_to == 30
+    admin = TopicAdmin(kafka)
+    admin.delete_topics([topic])
+    wait_until(lambda: not admin.topic_exists(topic) or topic not in admin.list_topics(), 15, what="deleted")
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    for i in range(5):
+        producer.send(f"open{i}", txn=txn)
+    producer.send("plain-after")
+    # The old incarnation's snapshot claims offsets 0-29 were scanned with no open transaction; the
+    # new incarnation's open transaction sits at offsets 0-4 and must not be delivered.
+    assert store.load(topic, 0) is None
+    state, from_snapshot = load_state(kafka, topic, 0, store=store)
+    assert from_snapshot is None and state.max_read_position == 0
+    reader = c.client.create_reader(topic)
+    assert read_all(reader) == []
+    txn.commit()
+    assert _values(read_all(reader)) == [f"open{i}" for i in range(5)] + ["plain-after"]
