@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,13 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._common import (
     CoordinatorProcess,
     Probes,
+    drop_topics_since,
     fmt,
     format_table,
     percentile,
     run_suite,
     step,
+    user_topics,
     wait_until_quiet,
 )
 from kafka_store import KafkaConfig
@@ -299,49 +302,65 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
         client = Client(coord.url, kafka=kafka, num_tcs=coord.num_tcs)
         client_d = Client(coord_d.url, kafka=kafka, num_tcs=coord_d.num_tcs)
         try:
-            backlog = "pipeline_input"
-            step(
-                f"write {sizes.backlog:,} x 1 KB input messages",
-                lambda: _fill(client, backlog, sizes.backlog),
-            )
             runs: dict[str, Any] = {}
             # Throughput rounds alternate the three pipelines (the machine's speed drifts); the best
-            # round of each counts. Then one latency run each.
-            plan: list[tuple[str, str, Any]] = []
+            # round of each counts. Then one latency run each. Every run reads a backlog of its own
+            # and its topics are deleted after it, so each run finds the same broker store (the
+            # embedded broker's cost grows with what it stores: bench/_common.drop_topics_since).
+            plan: list[tuple[str, str, Callable[[str], dict[str, Any]], bool]] = []
             for i in range(1, TPUT_ROUNDS + 1):
                 plan += [
                     (
                         f"kafka_tput#{i}",
                         "Kafka transactions: backlog",
-                        lambda: _kafka_throughput(bootstrap, backlog, sizes.backlog, client),
+                        lambda src: _kafka_throughput(bootstrap, src, sizes.backlog, client),
+                        True,
                     ),
                     (
                         f"ours_tput#{i}",
                         "ours: backlog",
-                        lambda: _ours_throughput(client, backlog, sizes.backlog),
+                        lambda src: _ours_throughput(client, src, sizes.backlog),
+                        True,
                     ),
                     (
                         f"ours_dec_tput#{i}",
                         "ours (reply after decision): backlog",
-                        lambda: _ours_throughput(client_d, backlog, sizes.backlog),
+                        lambda src: _ours_throughput(client_d, src, sizes.backlog),
+                        True,
                     ),
                 ]
             plan += [
                 (
                     "kafka_lat",
                     f"Kafka transactions: live {sizes.live_rate}/s",
-                    lambda: _kafka_latency(bootstrap, client, sizes),
+                    lambda _src: _kafka_latency(bootstrap, client, sizes),
+                    False,
                 ),
-                ("ours_lat", f"ours: live {sizes.live_rate}/s", lambda: _ours_latency(client, sizes)),
+                (
+                    "ours_lat",
+                    f"ours: live {sizes.live_rate}/s",
+                    lambda _src: _ours_latency(client, sizes),
+                    False,
+                ),
                 (
                     "ours_dec_lat",
                     f"ours (reply after decision): live {sizes.live_rate}/s",
-                    lambda: _ours_latency(client_d, sizes),
+                    lambda _src: _ours_latency(client_d, sizes),
+                    False,
                 ),
             ]
-            for key, label, fn in plan:
-                value, cpu = probes.measure(lambda fn=fn, label=label: step(label, fn))
+            for key, label, fn, needs_backlog in plan:
+                before = user_topics(bootstrap)
+                src = f"pipeline_input_{uuid.uuid4().hex[:6]}"
+                if needs_backlog:
+                    step(
+                        f"write {sizes.backlog:,} x 1 KB input messages",
+                        lambda src=src: _fill(client, src, sizes.backlog),
+                    )
+                    wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
+                value, cpu = probes.measure(lambda fn=fn, label=label, src=src: step(label, lambda: fn(src)))
                 runs[key] = value | {"cpu": cpu}
+                drop_topics_since(bootstrap, before)
             raw["runs"] = runs
             raw["best"] = {
                 name: max((v for k, v in runs.items() if k.startswith(f"{name}#")), key=lambda v: v["rate"])

@@ -85,10 +85,10 @@ class Appender:
         self._conf.update(extra or {})
         self._max_record_bytes = max_record_bytes
         self._producer: Producer | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._fatal: StoreError | None = None
+        self._retired: set[int] = set()  # id() of producers that had a fatal error
 
     def _ensure_started(self) -> Producer:
         producer = self._producer
@@ -96,24 +96,48 @@ class Appender:
             return producer
         with self._lock:
             if self._producer is None:
-                self._conf["error_cb"] = self._on_error
-                self._producer = Producer(self._conf)
-                self._thread = threading.Thread(target=self._poll_loop, name="appender-poll", daemon=True)
-                self._thread.start()
+                made: list[Producer] = []
+                conf = dict(self._conf, error_cb=lambda err: self._on_error(err, made))
+                made.append(Producer(conf))
+                self._producer = made[0]
+                thread = threading.Thread(
+                    target=self._poll_loop, args=(made[0],), name="appender-poll", daemon=True
+                )
+                self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+                thread.start()
             return self._producer
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self._fatal = translate_kafka_error(err, "producer fatal error")
-            log.error("producer fatal error: %s", err.str())
+    def _on_error(self, err: KafkaError, made: list[Producer]) -> None:
+        if err.fatal() and made:
+            self._retire(made[0], err.str())
         else:
             log.debug("producer error: %s", err.str())
 
-    def _poll_loop(self) -> None:
-        producer = self._producer
-        assert producer is not None  # set before the thread starts
+    def _retire(self, producer: Producer, why: str) -> None:
+        """librdkafka's rule: after a fatal error a producer instance is done and the application makes
+        a new one. Its records in flight fail (their callers get the error); later appends go to a new
+        producer with a new producer id. Seen on a topic deleted and created again under its name:
+        the old sequence numbers are out of order there (docs/broker-quirks.md)."""
+        with self._lock:
+            if id(producer) in self._retired:
+                return
+            self._retired.add(id(producer))
+            if self._producer is producer:
+                self._producer = None
+        log.error("producer fatal error: %s; later appends use a new producer", why)
+
+    def _poll_loop(self, producer: Producer) -> None:
         while not self._stop.is_set():
-            producer.poll(0.05)
+            try:
+                producer.poll(0.05)
+            except KafkaException as exc:  # the client raises a fatal error from poll()
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None and err.fatal():
+                    self._retire(producer, err.str())
+                else:
+                    log.debug("producer poll: %s", exc)
+            if id(producer) in self._retired and len(producer) == 0:
+                return  # a retired producer's last delivery reports are out
 
     def append(
         self,
@@ -163,9 +187,6 @@ class Appender:
         """``append`` without a future: ``callback(offset, error)`` runs once, on the delivery thread (or
         here, at once, if the record cannot even be queued). A ``headers`` list is handed to Kafka as
         is (not copied): do not change it afterwards."""
-        if self._fatal is not None:
-            callback(None, self._fatal)
-            return
         producer = self._ensure_started()
         hdrs = (headers if isinstance(headers, list) else list(headers)) if headers else None
         self._produce(
@@ -202,6 +223,11 @@ class Appender:
                 time.sleep(0.005)
             except KafkaException as exc:
                 err = exc.args[0]
+                if err.code() == KafkaError._FATAL and time.monotonic() < d.deadline:
+                    # Never sent: this producer had a fatal error. Queue it on a new one.
+                    self._retire(d.producer, err.str())
+                    d.producer = self._ensure_started()
+                    continue
                 if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < d.deadline:
                     # A topic created (or grown) moments ago: metadata lags. Retry off this thread,
                     # which may be an event loop's.
@@ -224,14 +250,13 @@ class Appender:
         return int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 10.0) -> None:
-        if self._producer is None:
-            return
-        remaining = self.flush(timeout)
-        if remaining:
-            log.warning("appender closed with %d records undelivered", remaining)
+        if self._producer is not None:
+            remaining = self.flush(timeout)
+            if remaining:
+                log.warning("appender closed with %d records undelivered", remaining)
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
         self._producer = None
 
 

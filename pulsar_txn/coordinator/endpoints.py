@@ -81,7 +81,22 @@ class KafkaTxnEndpoints:
             box.put(settle, error)
 
         self._appender.append_cb(topic, partition, value, headers=headers, callback=delivered)
-        await done
+        try:
+            await done
+        except StoreError:
+            # A deleted topic shows up as a timeout (the producer waits for it to appear) or as
+            # unknown: ask for the topic list, which names every topic and creates none.
+            if await asyncio.to_thread(lambda: topic in self._admin.list_topics()):
+                raise  # the caller retries
+            # Deleted since the transaction wrote there: its records went with it, so there is
+            # nothing left to end. Retrying forever would also pin the TC's low watermark.
+            log.warning(
+                "%s[%d] no longer exists (deleted): no %s marker for %s needed there",
+                topic,
+                partition,
+                marker.action.name,
+                marker.txn_id,
+            )
 
     async def end_on_partition(
         self,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_store import Appender, KafkaConfig, TopicAdmin
+from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin, read_range
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +28,38 @@ def test_append_reaches_partitions_added_after_the_producer_saw_the_topic(
         assert appender.append(topic, 0, b"a").result(30) == 0  # producer caches 1 partition
         admin.add_partitions(topic, 3)
         assert appender.append(topic, 2, b"b").result(30) == 0  # refreshed, not "unknown partition"
+    finally:
+        appender.close()
+
+
+def test_appender_keeps_appending_to_a_topic_deleted_and_created_again(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """The old partition's sequence numbers are out of order on the new one; on this broker that is a
+    fatal producer error. The appender must not stay dead: later appends go to a new producer."""
+    topic = f"again_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka, delivery_timeout_ms=10_000)
+    try:
+        for i in range(5):
+            assert appender.append(topic, 0, f"old{i}".encode()).result(30) == i
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), 15, what="topic deleted")
+        admin.ensure_topic(topic, 1)
+        failures: list[StoreError] = []
+
+        def appended() -> bool:
+            try:
+                appender.append(topic, 0, b"new").result(30)
+                return True
+            except StoreError as exc:  # the records in flight when the producer went fatal
+                failures.append(exc)
+                return False
+
+        wait_until(appended, 60, what="an append to the new topic")
+        assert len(failures) <= 3
+        assert [r.value for r in read_range(kafka, topic, 0)][-1] == b"new"
+        assert appender.append(topic, 0, b"next").result(30) > 0
     finally:
         appender.close()
 

@@ -421,3 +421,23 @@ def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_
     assert read_all(reader) == []
     txn.commit()
     assert _values(read_all(reader)) == [f"open{i}" for i in range(5)] + ["plain-after"]
+
+
+def test_commit_completes_when_a_partition_of_the_transaction_was_deleted_meanwhile(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    kept, deleted = f"kept_{uid}", f"gone_{uid}"
+    c.client.create_topic(kept, 1)
+    c.client.create_topic(deleted, 1)
+    producer_kept = c.client.create_producer(kept)
+    producer_gone = c.client.create_producer(deleted)
+    txn = c.client.transaction(60)
+    producer_kept.send("stays", txn=txn)
+    producer_gone.send("goes", txn=txn)
+    admin = TopicAdmin(kafka)
+    admin.delete_topics([deleted])
+    wait_until(lambda: deleted not in admin.list_topics(), 15, what="topic deleted")
+    txn.commit()  # the marker for the deleted partition is not needed: its records went with it
+    assert _values(read_all(c.client.create_reader(kept))) == ["stays"]
+    assert _markers(kafka, kept, 0) == [(txn.txn_id, TxnAction.COMMIT)]
