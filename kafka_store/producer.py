@@ -88,7 +88,8 @@ class Appender:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._retired: set[int] = set()  # id() of producers that had a fatal error
+        # Producers that had a fatal error, held (not their id()s, which a new producer could reuse).
+        self._retired: list[Producer] = []
 
     def _ensure_started(self) -> Producer:
         producer = self._producer
@@ -119,9 +120,9 @@ class Appender:
         producer with a new producer id. Seen on a topic deleted and created again under its name:
         the old sequence numbers are out of order there (docs/broker-quirks.md)."""
         with self._lock:
-            if id(producer) in self._retired:
+            if self._is_retired(producer):
                 return
-            self._retired.add(id(producer))
+            self._retired.append(producer)
             if self._producer is producer:
                 self._producer = None
         log.error("producer fatal error: %s; later appends use a new producer", why)
@@ -136,8 +137,11 @@ class Appender:
                     self._retire(producer, err.str())
                 else:
                     log.debug("producer poll: %s", exc)
-            if id(producer) in self._retired and len(producer) == 0:
+            if len(producer) == 0 and self._is_retired(producer):
                 return  # a retired producer's last delivery reports are out
+
+    def _is_retired(self, producer: Producer) -> bool:
+        return any(p is producer for p in self._retired)
 
     def append(
         self,
