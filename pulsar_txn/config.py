@@ -42,6 +42,16 @@ class CoordinatorConfig(BaseModel):
     # -- ending transactions ---------------------------------------------------------------------
     end_retry_initial_backoff_ms: int = Field(default=50, ge=1)
     end_retry_max_backoff_ms: int = Field(default=5_000, ge=1)
+    end_missing_topic_grace_ms: int = Field(
+        default=60_000,
+        ge=0,
+        description=(
+            "a marker for a topic that has been missing from the topic list this long is not needed "
+            "(the topic was deleted, and the transaction's records with it): ending goes on without "
+            "it instead of retrying forever and pinning the low watermark. Until then the write is "
+            "retried, so a topic deleted and created again at once still gets its marker"
+        ),
+    )
     marker_secret: SecretStr | None = None
     end_txn_reply: Literal["after_markers", "after_decision"] = Field(
         default="after_markers",

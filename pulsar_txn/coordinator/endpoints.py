@@ -54,6 +54,7 @@ class KafkaTxnEndpoints:
         *,
         snapshots: SnapshotStore | None = None,
         num_tcs: int = 1 << 16,
+        missing_topic_grace_ms: int = 60_000,
     ) -> None:
         self._appender = appender
         self._admin = admin
@@ -61,6 +62,8 @@ class KafkaTxnEndpoints:
         self._snapshots = snapshots
         self._num_tcs = num_tcs
         self._partition_counts: dict[str, int] = {}
+        self._missing_grace = missing_topic_grace_ms / 1000
+        self._missing_since: dict[str, float] = {}  # topic -> when a failed marker write found it gone
 
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
         value, headers = marker_record(marker, topic, partition, self._secret)
@@ -84,19 +87,28 @@ class KafkaTxnEndpoints:
         try:
             await done
         except StoreError:
-            # A deleted topic shows up as a timeout (the producer waits for it to appear) or as
-            # unknown: ask for the topic list, which names every topic and creates none.
-            if await asyncio.to_thread(lambda: topic in self._admin.list_topics()):
+            if not await self._gone_for_good(topic):
                 raise  # the caller retries
             # Deleted since the transaction wrote there: its records went with it, so there is
             # nothing left to end. Retrying forever would also pin the TC's low watermark.
             log.warning(
-                "%s[%d] no longer exists (deleted): no %s marker for %s needed there",
+                "%s[%d] has been missing for %.0fs (deleted): no %s marker for %s needed there",
                 topic,
                 partition,
+                self._missing_grace,
                 marker.action.name,
                 marker.txn_id,
             )
+
+    async def _gone_for_good(self, topic: str) -> bool:
+        """After a failed marker write: has ``topic`` been missing from the topic list (which names
+        every topic and creates none) for the grace period? A deleted topic shows up as a write
+        timeout (the producer waits for it to appear) or as an unknown topic."""
+        if await asyncio.to_thread(lambda: topic in self._admin.list_topics()):
+            self._missing_since.pop(topic, None)
+            return False
+        since = self._missing_since.setdefault(topic, time.monotonic())
+        return time.monotonic() - since >= self._missing_grace
 
     async def end_on_partition(
         self,

@@ -247,7 +247,12 @@ class CoordinatorService:
         secret = cfg.marker_secret.get_secret_value().encode() if cfg.marker_secret else None
         snapshots = SnapshotStore(self.kafka, topic=cfg.snapshot_topic, partitions=cfg.snapshot_partitions)
         self._endpoints = self._endpoints_override or KafkaTxnEndpoints(
-            self._appender, admin, secret, snapshots=snapshots, num_tcs=cfg.num_tcs
+            self._appender,
+            admin,
+            secret,
+            snapshots=snapshots,
+            num_tcs=cfg.num_tcs,
+            missing_topic_grace_ms=cfg.end_missing_topic_grace_ms,
         )
         self._tail = LogTail(self.kafka, self._loop, self._dispatch, self._known_through)
         self._tail.add(cfg.owners_topic, 0, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -426,7 +427,7 @@ def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_
 def test_commit_completes_when_a_partition_of_the_transaction_was_deleted_meanwhile(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
-    c = cluster()
+    c = cluster(end_missing_topic_grace_ms=1_000)
     kept, deleted = f"kept_{uid}", f"gone_{uid}"
     c.client.create_topic(kept, 1)
     c.client.create_topic(deleted, 1)
@@ -438,6 +439,8 @@ def test_commit_completes_when_a_partition_of_the_transaction_was_deleted_meanwh
     admin = TopicAdmin(kafka)
     admin.delete_topics([deleted])
     wait_until(lambda: deleted not in admin.list_topics(), 15, what="topic deleted")
+    started = time.monotonic()
     txn.commit()  # the marker for the deleted partition is not needed: its records went with it
+    assert time.monotonic() - started >= 1.0  # ... once the topic has been missing for the grace period
     assert _values(read_all(c.client.create_reader(kept))) == ["stays"]
     assert _markers(kafka, kept, 0) == [(txn.txn_id, TxnAction.COMMIT)]
