@@ -123,7 +123,7 @@ class CommittedReader:
         for tp, start in self._starts.items():
             self._open(tp, start)
 
-    def _partition_reader(self, idle_backoff_ms: int = 0, queued_min: int | None = None) -> PartitionReader:
+    def _partition_reader(self, idle_backoff_ms: int = 0) -> PartitionReader:
         """A reader for the scanner or a gap. librdkafka prefetches up to 100,000 messages per
         partition by default and keeps fetching at the partition's end meanwhile; a reader working
         through a backlog (or waiting for its partition's turn) needs only a few polls ahead (on a
@@ -132,7 +132,7 @@ class CommittedReader:
             self._kafka,
             fetch_wait_ms=20,
             idle_backoff_ms=idle_backoff_ms,
-            extra={"queued.min.messages": queued_min or 2 * self._opts.fetch_batch},
+            extra={"queued.min.messages": 2 * self._opts.fetch_batch},
         )
 
     def _open(self, tp: TopicPartition, start: int) -> None:
@@ -278,12 +278,7 @@ class CommittedReader:
         elif len(self._fetchers) >= _MAX_GAP_READERS:
             reader = self._fetchers.pop(next(iter(self._fetchers)))[0]  # the least recently used
         else:
-            # A gap lies below what the scanner has read, so all of it is in the log: fetch only when
-            # the queue is empty. librdkafka fetches again whenever it holds fewer than
-            # queued.min.messages, and a broker that answers with the rest of the partition at once
-            # (docs/broker-quirks.md) then has nothing more to send: a gap reader waiting for its
-            # partition's turn fetched 4,000-6,000 times a second.
-            reader = self._partition_reader(queued_min=1)
+            reader = self._partition_reader()
         if at != position:
             reader.assign({tp: position})
         self._fetchers[tp] = (reader, position)  # (re)inserted: now the most recently used

@@ -32,11 +32,20 @@ class Verdict:
 
     def __str__(self) -> str:
         state = "exactly once, in order" if self.ok else "VIOLATED"
-        return (
+        text = (
             f"{self.inputs} inputs, {self.outputs} outputs: {state} (missing {len(self.missing)}, "
             f"duplicated {len(self.duplicated)}, out of order {len(self.out_of_order)}, "
             f"wrong value {len(self.wrong_value)})"
         )
+        for name, ids in (
+            ("missing", self.missing),
+            ("duplicated", self.duplicated),
+            ("out of order", self.out_of_order),
+            ("wrong value", self.wrong_value),
+        ):
+            if ids:  # a few examples, so that a failed run can be looked into
+                text += f"\n    {name}: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}"
+        return text
 
 
 def read_committed(client: Client, topic: str, quiet_ms: int = 2000) -> list[Message[bytes]]:
