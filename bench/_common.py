@@ -38,22 +38,25 @@ def embedded_broker() -> Iterator[tuple[str, Path]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def user_topics(bootstrap: str) -> set[str]:
+def _user_topics(admin: TopicAdmin) -> set[str]:
     """The broker's topics apart from internal ones (``__``-prefixed: offsets, coordinator logs, TB
     snapshots)."""
-    admin = TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=30_000))
     return {t for t in admin.list_topics() if not t.startswith("__")}
 
 
-def drop_topics_since(bootstrap: str, before: set[str]) -> list[str]:
-    """Delete the non-internal topics created since ``before`` was taken (a point's data topics and
-    the ones derived from them, such as pending-ack topics). The embedded broker keeps its whole
-    store in one file that it rewrites after every change, at about half a core once the store holds
-    a few hundred MB (docs/broker-quirks.md): data one point leaves behind would tax every point after
-    it, so each point starts from the same store."""
-    names = sorted(user_topics(bootstrap) - before)
-    TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=30_000)).delete_topics(names)
-    return names
+@contextmanager
+def scratch_topics(bootstrap: str) -> Iterator[None]:
+    """Delete, on the way out, the non-internal topics created inside (a point's data topics and the
+    ones derived from them, such as pending-ack topics). The embedded broker keeps its whole store in
+    one file that it rewrites after every change, at about half a core once the store holds a few
+    hundred MB (docs/broker-quirks.md): data one point leaves behind would tax every point after it,
+    so each point starts from the same store."""
+    admin = TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap, request_timeout_ms=30_000))
+    before = _user_topics(admin)
+    try:
+        yield
+    finally:
+        admin.delete_topics(sorted(_user_topics(admin) - before))
 
 
 def ensure_topic(bootstrap: str, name: str, partitions: int) -> list[str]:

@@ -32,14 +32,13 @@ from confluent_kafka import KafkaException, Producer
 from bench._common import (
     CoordinatorProcess,
     Probes,
-    drop_topics_since,
     ensure_topic,
     fmt,
     format_table,
     percentile,
     run_suite,
+    scratch_topics,
     step,
-    user_topics,
     wait_until_quiet,
 )
 from bench._txndata import (
@@ -326,15 +325,14 @@ def _kafka_plain(bootstrap: str, topic: str, sizes: Sizes) -> ProducePoint:
 def _phase_produce(raw: dict[str, Any], sizes: Sizes, bootstrap: str, workdir: Path, probes: Probes) -> None:
     """Every point twice (sizes ascending, then descending), the better run counts: the machine is
     shared, and one disturbed window should not decide a target. Each run writes a topic of its own,
-    deleted after it, so that every run finds the same store (``drop_topics_since``)."""
+    deleted after it, so that every run finds the same store (``scratch_topics``)."""
     points: dict[str, dict[str, Any]] = {}
 
     def record(key: str, label: str, fn: Callable[[str], ProducePoint]) -> None:
-        before = user_topics(bootstrap)
-        topic = f"bench_produce_{key}_{uuid.uuid4().hex[:6]}"
-        ensure_topic(bootstrap, topic, 1)
-        point, cpu = probes.measure(lambda: step(label, lambda: fn(topic)))
-        drop_topics_since(bootstrap, before)
+        with scratch_topics(bootstrap):
+            topic = f"bench_produce_{key}_{uuid.uuid4().hex[:6]}"
+            ensure_topic(bootstrap, topic, 1)
+            point, cpu = probes.measure(lambda: step(label, lambda: fn(topic)))
         point.cpu = cpu
         entry = points.setdefault(key, {"runs": []})
         entry["runs"].append(point.summary())

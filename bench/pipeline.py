@@ -27,13 +27,12 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._common import (
     CoordinatorProcess,
     Probes,
-    drop_topics_since,
     fmt,
     format_table,
     percentile,
     run_suite,
+    scratch_topics,
     step,
-    user_topics,
     wait_until_quiet,
 )
 from kafka_store import KafkaConfig
@@ -306,7 +305,7 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
             # Throughput rounds alternate the three pipelines (the machine's speed drifts); the best
             # round of each counts. Then one latency run each. Every run reads a backlog of its own
             # and its topics are deleted after it, so each run finds the same broker store (the
-            # embedded broker's cost grows with what it stores: bench/_common.drop_topics_since).
+            # embedded broker's cost grows with what it stores: bench/_common.scratch_topics).
             plan: list[tuple[str, str, Callable[[str], dict[str, Any]], bool]] = []
             for i in range(1, TPUT_ROUNDS + 1):
                 plan += [
@@ -350,17 +349,18 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
                 ),
             ]
             for key, label, fn, needs_backlog in plan:
-                before = user_topics(bootstrap)
-                src = f"pipeline_input_{uuid.uuid4().hex[:6]}"
-                if needs_backlog:
-                    step(
-                        f"write {sizes.backlog:,} x 1 KB input messages",
-                        lambda src=src: _fill(client, src, sizes.backlog),
+                with scratch_topics(bootstrap):
+                    src = f"pipeline_input_{uuid.uuid4().hex[:6]}"
+                    if needs_backlog:
+                        step(
+                            f"write {sizes.backlog:,} x 1 KB input messages",
+                            lambda src=src: _fill(client, src, sizes.backlog),
+                        )
+                        wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
+                    value, cpu = probes.measure(
+                        lambda fn=fn, label=label, src=src: step(label, lambda: fn(src))
                     )
-                    wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
-                value, cpu = probes.measure(lambda fn=fn, label=label, src=src: step(label, lambda: fn(src)))
-                runs[key] = value | {"cpu": cpu}
-                drop_topics_since(bootstrap, before)
+                    runs[key] = value | {"cpu": cpu}
             raw["runs"] = runs
             raw["best"] = {
                 name: max((v for k, v in runs.items() if k.startswith(f"{name}#")), key=lambda v: v["rate"])

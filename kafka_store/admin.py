@@ -10,14 +10,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: 
 
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
+from kafka_store.producer import kafka_error_of
 
 log = logging.getLogger(__name__)
-
-
-def _kafka_error(exc: BaseException) -> KafkaError | None:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
 
 
 class TopicAdmin:
@@ -51,7 +46,7 @@ class TopicAdmin:
             futures[name].result(self._timeout)
             log.info("created topic %s with %d partitions", name, partitions)
         except KafkaException as exc:
-            err = _kafka_error(exc)
+            err = kafka_error_of(exc)
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._translate(exc, f"create topic {name}") from None
         except Exception as exc:  # concurrent.futures.TimeoutError and friends
@@ -97,13 +92,13 @@ class TopicAdmin:
             try:
                 fut.result(self._timeout)
             except KafkaException as exc:
-                err = _kafka_error(exc)
+                err = kafka_error_of(exc)
                 if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise self._translate(exc, f"delete {name}") from None
 
     @staticmethod
     def _translate(exc: KafkaException, what: str) -> StoreError:
-        err = _kafka_error(exc)
+        err = kafka_error_of(exc)
         if err is None:
             return StoreError(f"{what}: {exc}")
         if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):

@@ -39,6 +39,13 @@ _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
 
 
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` a confluent-kafka exception carries, if any."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
 def translate_kafka_error(err: KafkaError, what: str) -> StoreError:
     code = err.code()
     if code in _TOO_LARGE:
@@ -132,7 +139,7 @@ class Appender:
             try:
                 producer.poll(0.05)
             except KafkaException as exc:  # the client raises a fatal error from poll()
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                err = kafka_error_of(exc)
                 if err is not None and err.fatal():
                     self._retire(producer, err.str())
                 else:

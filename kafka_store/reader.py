@@ -19,7 +19,7 @@ from confluent_kafka import (
 
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
-from kafka_store.producer import translate_kafka_error
+from kafka_store.producer import kafka_error_of, translate_kafka_error
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class PartitionReader:
 
 
 def _translate(exc: KafkaException, what: str) -> StoreError:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    err = kafka_error_of(exc)
     if err is None:
         return StoreError(f"{what}: {exc}")
     if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
