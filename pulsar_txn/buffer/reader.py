@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from kafka_store import KafkaConfig, PartitionReader, StoredRecord, end_offsets, read_range
 from pulsar_txn.buffer.snapshot import SnapshotStore
-from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.buffer.state import TxnBufferState, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,13 @@ class _Partition:
     state: TxnBufferState
     position: int  # next offset to deliver
     window: deque[StoredRecord] = field(default_factory=deque)
+    verdicts: deque[Verdict] = field(default_factory=deque)  # the fold's verdict on each window record
     window_start: int = 0  # the window holds every scanned record in [window_start, state.scanned_to)
+
+    def clear_window(self, start: int) -> None:
+        self.window.clear()
+        self.verdicts.clear()
+        self.window_start = start
 
 
 class CommittedReader:
@@ -173,10 +179,11 @@ class CommittedReader:
         self._ensure_started()
         part = self._parts[(topic, partition)]
         part.position = offset
-        part.window = deque(r for r in part.window if r.offset >= offset)
+        while part.window and part.window[0].offset < offset:
+            part.window.popleft()
+            part.verdicts.popleft()
         if offset < part.window_start or not part.window:
-            part.window.clear()
-            part.window_start = max(part.state.scanned_to, offset)
+            part.clear_window(max(part.state.scanned_to, offset))
 
     # ------------------------------------------------------------------ reading
     def state(self, topic: str, partition: int) -> TxnBufferState:
@@ -210,14 +217,14 @@ class CommittedReader:
             part = self._parts.get((rec.topic, rec.partition))
             if part is None:
                 continue
-            part.state.apply(rec.offset, rec.headers, rec.value)
+            verdict = part.state.apply(rec.offset, rec.headers, rec.value)
             if rec.offset >= part.window_start and rec.offset >= part.position:
                 if len(part.window) >= limit:
                     # Bound memory: forget the window; these records are fetched again when readable.
-                    part.window.clear()
-                    part.window_start = part.state.scanned_to
+                    part.clear_window(part.state.scanned_to)
                 else:
                     part.window.append(rec)
+                    part.verdicts.append(verdict)
             elif rec.offset >= part.window_start:
                 part.window_start = rec.offset + 1
         for (topic, partition), part in self._parts.items():
@@ -258,15 +265,20 @@ class CommittedReader:
         if part.position < part.window_start:
             self._fetch_gap(part, min(part.window_start, limit), out, max_records)
             return
-        window, state = part.window, part.state
-        while window and len(out) < max_records:
+        window, verdicts, deliverable = part.window, part.verdicts, part.state.deliverable
+        position, room = part.position, max_records - len(out)
+        while window and room > 0:
             rec = window[0]
-            if rec.offset >= limit:
+            offset = rec.offset
+            if offset >= limit:
                 break
             window.popleft()
-            if rec.offset >= part.position and state.is_visible(rec.offset, rec.headers):
+            verdict = verdicts.popleft()
+            if offset >= position and (verdict is True or deliverable(offset, rec.headers, verdict)):
                 out.append(rec)
-            part.position = rec.offset + 1
+                room -= 1
+            position = offset + 1
+        part.position = position
         if not window and part.position < limit and part.window_start <= part.position:
             part.position = limit  # nothing else below the limit (compaction gaps, markers)
 

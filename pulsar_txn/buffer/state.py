@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 _ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
 
 Headers = list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None
+Verdict = TxnID | bool | None
+"""What folding a record learnt about its delivery: True (a plain message: deliver), False (never:
+a control record, or discarded), a TxnID (deliver unless that txn is aborted by then), None (the
+record was folded before: ask ``is_visible``)."""
 
 
 def record_fingerprint(headers: Headers, value: bytes | None) -> int:
@@ -112,14 +116,17 @@ class TxnBufferState:
         self._loaded_anchor = (offset, fingerprint)
 
     # ------------------------------------------------------------------ folding
-    def apply(self, offset: int, headers: Headers, value: bytes | None) -> None:
-        """Fold one record in (records must come in offset order; gaps from compaction are fine)."""
+    def apply(self, offset: int, headers: Headers, value: bytes | None) -> Verdict:
+        """Fold one record in (records must come in offset order; gaps from compaction are fine).
+
+        Returns the record's verdict for a reader that holds it until ``max_read_position`` passes
+        it (``deliverable``): what the fold learnt, so that delivery does not parse headers again."""
         if offset < self.scanned_to:
-            return
+            return None
         self.scanned_to = offset + 1
         self._last = (offset, headers, value)
         if not headers:
-            return
+            return True
         ctl = txn_raw = None
         for name, raw in headers:
             if name == TXN_HEADER:
@@ -129,9 +136,19 @@ class TxnBufferState:
         if ctl is not None:
             if ctl == MARKER_CTL:
                 self._marker(offset, value)
-            return  # control records are never delivered, whatever they are
+            return False  # control records are never delivered, whatever they are
         if txn_raw is not None:
-            self._message(offset, txn_raw)
+            return self._message(offset, txn_raw)
+        return True
+
+    def deliverable(self, offset: int, headers: Headers, verdict: Verdict) -> bool:
+        """For a record below ``max_read_position`` that ``apply`` returned ``verdict`` for: should a
+        reader deliver it? (Same answer as ``is_visible``, without parsing the headers again.)"""
+        if verdict is True or verdict is False:
+            return verdict
+        if verdict is None:
+            return self.is_visible(offset, headers)
+        return not self.aborted or verdict not in self.aborted
 
     def _txn(self, raw: bytes) -> TxnID:
         """Parse a 16-byte TxnID header; the records of a transaction (scanned, then checked for
@@ -144,7 +161,7 @@ class TxnBufferState:
             txn = ids[raw] = TxnID.from_bytes(raw)
         return txn
 
-    def _message(self, offset: int, raw: bytes) -> None:
+    def _message(self, offset: int, raw: bytes) -> Verdict:
         if not raw or len(raw) != 16:
             self.counters.corrupt_txn_headers += 1
             log.warning(
@@ -155,26 +172,27 @@ class TxnBufferState:
                 len(raw),
             )
             self._discard(offset)
-            return
+            return False
         txn = self._txn(raw)
         if txn in self.ongoing:
-            return
+            return txn
         if txn.most_bits >= self.num_tcs:
             self.counters.unknown_tc_records += 1
             log.warning(
                 "%s[%d]@%d: message of %s from unknown TC; skipped", self.topic, self.partition, offset, txn
             )
             self._discard(offset)
-            return
+            return False
         if self.has_ended(txn):
             # A late message of a txn that already ended here: never delivered, never pins.
             self.counters.late_messages += 1
             if txn not in self.aborted:
                 self._discard(offset)
-            return
+            return False
         self.ongoing[txn] = offset
         heapq.heappush(self._oldest, (offset, txn))
         self.changes += 1
+        return txn
 
     def _marker(self, offset: int, value: bytes | None) -> None:
         try:
