@@ -1,8 +1,8 @@
 """Data and readers for the ``buffer`` suite.
 
 ``SyntheticWriter`` writes a partition the way our producer and coordinator would, but with a raw,
-batching confluent producer (fast): data records carry our producer headers (``pulsar.producer``,
-``pulsar.seq``) and, when transactional, the 16-byte ``ptxn.txn`` header; each transaction ends with a
+batching confluent producer (fast): data records carry our producer's ``pulsar.meta`` header (producer
+name and sequence id) and, when transactional, the 16-byte ``ptxn.txn`` header; each transaction ends with a
 commit or abort marker (``encode_marker``) whose low watermark is computed as the TC computes it (the
 lowest still-unfinished sequence of that TC, minus one). Several transactions are open at once, so
 their messages interleave with each other and with plain records.
@@ -26,9 +26,9 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafka_store import KafkaConfig
+from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, encode_marker
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader
-from pulsar_txn.message import PRODUCER_HEADER, SEQUENCE_HEADER
 from pulsar_txn.txnid import TxnAction, TxnID
 
 NUM_TCS = 4
@@ -132,7 +132,7 @@ class SyntheticWriter:
         self.written.value_bytes += len(value)
 
     def _data(self, txn_raw: bytes | None) -> None:
-        headers: Headers = [(PRODUCER_HEADER, self._name), (SEQUENCE_HEADER, str(self._seq).encode())]
+        headers: Headers = [(META_HEADER, encode_meta(self._seq, self._name))]
         self._seq += 1
         if txn_raw is not None:
             headers.append((TXN_HEADER, txn_raw))

@@ -29,10 +29,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench._common import fmt, run_suite, step, wait_until_quiet
 from kafka_store import KafkaConfig, TopicAdmin, end_offsets
+from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, encode_marker
 from pulsar_txn.buffer.reader import BufferOptions, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
-from pulsar_txn.message import PRODUCER_HEADER, SEQUENCE_HEADER
 from pulsar_txn.txnid import TxnAction, TxnID
 
 PARTITIONS = 4
@@ -84,7 +84,7 @@ def _write(bootstrap: str, topic: str, committed_target: int) -> dict[str, int]:
             produce(
                 partition,
                 payload,
-                [(PRODUCER_HEADER, name), (SEQUENCE_HEADER, str(i).encode()), (TXN_HEADER, raw)],
+                [(META_HEADER, encode_meta(i, name)), (TXN_HEADER, raw)],
             )
         action = TxnAction.ABORT if abort else TxnAction.COMMIT
         value, headers = encode_marker(TxnMarker(txn, action, txn.least_bits - 1, int(time.time() * 1000)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from confluent_kafka import (
@@ -40,7 +40,9 @@ class StoredRecord(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: Sequence[tuple[str, bytes]]
+    """As the client built them (a list, not copied: every object built per record costs twice, once
+    to make and again in the garbage collector's young passes). Treat as read-only."""
     timestamp_ms: int
 
     def header(self, name: str) -> bytes | None:
@@ -50,7 +52,7 @@ class StoredRecord(NamedTuple):
         return None
 
 
-_NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
+_NO_HEADERS: Sequence[tuple[str, bytes]] = ()
 
 
 _new_tuple = tuple.__new__  # builds a StoredRecord without the namedtuple's Python-level __new__
@@ -58,14 +60,11 @@ _new_tuple = tuple.__new__  # builds a StoredRecord without the namedtuple's Pyt
 
 def _to_record(msg: Any) -> StoredRecord:
     # Called once per record read: kept to plain loops and C calls.
-    raw = msg.headers()
-    headers = _NO_HEADERS
-    if raw:
-        headers = tuple(raw)
-        for _name, value in headers:
-            if value is None:  # rare (foreign producers); readers treat b"" like a missing value
-                headers = tuple((k, v if v is not None else b"") for k, v in raw)
-                break
+    headers = msg.headers() or _NO_HEADERS
+    for _name, value in headers:
+        if value is None:  # rare (foreign producers); readers treat b"" like a missing value
+            headers = [(k, v if v is not None else b"") for k, v in headers]
+            break
     record: StoredRecord = _new_tuple(
         StoredRecord,
         (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, cast
 
 from kafka_store import StoredRecord
+from pulsar_txn._meta_header import META_HEADER, decode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.naming import partition_name
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
@@ -13,6 +14,8 @@ from pulsar_txn.txnid import TxnID
 
 T = TypeVar("T")
 
+# Producer name, sequence id and event time travel in one header, ``pulsar.meta`` (_meta_header.py).
+# Earlier versions wrote these three separate headers; readers still accept them.
 PRODUCER_HEADER = "pulsar.producer"
 SEQUENCE_HEADER = "pulsar.seq"
 EVENT_TIME_HEADER = "pulsar.event_time"
@@ -93,18 +96,22 @@ class Message(Generic[T]):
         props: dict[str, str] = {}
         producer = seq = event_time = txn = schema_header = None
         for name, raw in rec.headers:
-            if name == PRODUCER_HEADER:
-                producer = raw.decode("utf-8", "replace")
-            elif name == SEQUENCE_HEADER:
-                seq = int(raw)
+            if name == META_HEADER:
+                meta = decode_meta(raw)
+                if meta is not None:
+                    producer, seq, event_time = meta
             elif name == TXN_HEADER and len(raw) == 16:
                 txn = _TXN_IDS.get(raw) or _txn_id(raw)
             elif name.startswith(PROPERTY_PREFIX):
                 props[name[_PREFIX_LEN:]] = raw.decode("utf-8", "replace")
-            elif name == EVENT_TIME_HEADER:
-                event_time = int(raw)
             elif name == SCHEMA_HEADER:
                 schema_header = raw
+            elif name == PRODUCER_HEADER:  # the separate headers of earlier versions
+                producer = raw.decode("utf-8", "replace")
+            elif name == SEQUENCE_HEADER:
+                seq = _legacy_int(raw)
+            elif name == EVENT_TIME_HEADER:
+                event_time = _legacy_int(raw)
         topic, partition = rec.topic, rec.partition
         mid = _new(MessageId)
         _ID_TOPIC(mid, topic)
@@ -153,6 +160,23 @@ _FIELD_ORDER = (
 if tuple(f.name for f in fields(Message)) != _FIELD_ORDER:  # pragma: no cover - a refactoring slip
     raise ImportError("Message's fields changed: update from_record")
 _TXN_IDS: dict[bytes, TxnID] = {}
+
+
+def _legacy_int(raw: bytes) -> int | None:
+    try:
+        return int(raw)
+    except ValueError:  # a foreign or damaged header: the message is delivered without it
+        return None
+
+
+def producer_name_of(rec: StoredRecord) -> str | None:
+    """The producer name a record was written with (either header form), if any."""
+    raw = rec.header(META_HEADER)
+    if raw is not None:
+        meta = decode_meta(raw)
+        return meta[0] if meta is not None else None
+    raw = rec.header(PRODUCER_HEADER)
+    return raw.decode("utf-8", "replace") if raw is not None else None
 
 
 def _txn_id(raw: bytes) -> TxnID:

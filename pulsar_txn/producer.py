@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import StoreError
 from pulsar_txn._future import LazyFuture
+from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
-from pulsar_txn.message import EVENT_TIME_HEADER, PRODUCER_HEADER, PROPERTY_PREFIX, SEQUENCE_HEADER, MessageId
+from pulsar_txn.message import PROPERTY_PREFIX, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 
@@ -56,7 +57,7 @@ class Producer(Generic[T]):
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema values are encoded with (``BytesSchema`` by default: bytes or str)."""
         self._schema_header = self.schema.header()
-        self._producer_header = (PRODUCER_HEADER, self.producer_name.encode())
+        self._name_bytes = self.producer_name.encode()
         self._partitions = client._partition_count(self.topic)
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
@@ -103,14 +104,11 @@ class Producer(Generic[T]):
         event_timestamp: int | None,
     ) -> Future[MessageId]:
         partition = self._choose_partition(partition_key)
-        headers: list[tuple[str, bytes]] = [
-            self._producer_header,
-            (SEQUENCE_HEADER, b"%d" % next(self._sequence)),
-        ]
+        event_time = int(event_timestamp) if event_timestamp is not None else None
+        meta = encode_meta(next(self._sequence), self._name_bytes, event_time)
+        headers: list[tuple[str, bytes]] = [(META_HEADER, meta)]
         if schema_header is not None:
             headers.append((SCHEMA_HEADER, schema_header))
-        if event_timestamp is not None:
-            headers.append((EVENT_TIME_HEADER, b"%d" % int(event_timestamp)))
         if properties:
             for name, value in properties.items():
                 headers.append((PROPERTY_PREFIX + name, value.encode()))

@@ -20,6 +20,7 @@ import bisect
 import heapq
 import logging
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError
@@ -29,7 +30,7 @@ from pulsar_txn.txnid import TxnAction, TxnID
 log = logging.getLogger(__name__)
 _ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
 
-Headers = list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None
+Headers = Sequence[tuple[str, bytes]] | None
 Verdict = TxnID | bool | None
 """What folding a record learnt about its delivery: True (a plain message: deliver), False (never:
 a control record, or discarded), a TxnID (deliver unless that txn is aborted by then), None (the
@@ -264,9 +265,7 @@ class TxnBufferState:
         self.changes += 1
 
     # ------------------------------------------------------------------ visibility and upkeep
-    def is_visible(
-        self, offset: int, headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...] | None
-    ) -> bool:
+    def is_visible(self, offset: int, headers: Headers) -> bool:
         """For a record below ``max_read_position``: should a reader deliver it?"""
         if not headers:
             return True

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from kafka_store import read_range
 from pulsar_txn.buffer.reader import load_state
 from pulsar_txn.errors import InvalidTxnStatusError, Timeout, TransactionNotFound
-from pulsar_txn.message import PRODUCER_HEADER
+from pulsar_txn.message import producer_name_of
 from pulsar_txn.naming import TopicName
 from pulsar_txn.txnid import TxnID
 
@@ -42,8 +42,8 @@ def leftover_transactions(
         )
         for txn, first in state.ongoing.items():
             rec = next(iter(read_range(client.kafka, output.kafka_topic, partition, first, first + 1)), None)
-            producer = rec.header(PRODUCER_HEADER) if rec is not None else None
-            if producer is not None and producer.decode(errors="replace").startswith(producer_prefix):
+            producer = producer_name_of(rec) if rec is not None else None
+            if producer is not None and producer.startswith(producer_prefix):
                 found.add(txn)
     return found
 
