@@ -195,6 +195,30 @@ def test_p8_transactional_messages_carry_their_txn_id_and_metadata(cluster: Clus
     assert msgs[0].message_id == MessageId(topic, 0, 0) and msgs[0].publish_timestamp > 0
 
 
+def test_metadata_travels_in_one_meta_header_and_records_of_earlier_versions_still_read(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    topic = f"meta_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic, producer_name="meta-producer")
+    producer.send("new", event_timestamp=77)
+    app = Appender(kafka)  # a record as versions before the pulsar.meta header wrote it
+    legacy = [("pulsar.producer", b"old-producer"), ("pulsar.seq", b"5"), ("pulsar.event_time", b"66")]
+    app.append(topic, 0, b"old", headers=legacy).result(10)
+    app.append(topic, 0, b"damaged", headers=[("pulsar.meta", b"\x09junk")]).result(10)
+    app.close()
+    stored = [[name for name, _ in rec.headers] for rec in read_range(kafka, topic, 0)]
+    assert stored[0] == ["pulsar.meta"]
+    msgs = read_all(c.client.create_reader(topic))
+    got = [(m.data, m.producer_name, m.sequence_id, m.event_timestamp) for m in msgs]
+    assert got == [
+        (b"new", "meta-producer", 0, 77),
+        (b"old", "old-producer", 5, 66),
+        (b"damaged", None, None, None),  # delivered; its unreadable metadata is logged and left out
+    ]
+
+
 def test_r2_recovery_starts_from_the_latest_snapshot_with_the_same_state(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
