@@ -25,7 +25,7 @@ from kafka_store.group import (
     describe_group,
     group_offsets,
 )
-from kafka_store.producer import Appender
+from kafka_store.producer import Appender, Delivery
 from kafka_store.reader import (
     BEGINNING,
     PartitionReader,
@@ -44,6 +44,7 @@ __all__ = [
     "CodecError",
     "CodecRegistry",
     "CorruptRecordError",
+    "Delivery",
     "GroupMember",
     "GroupMembership",
     "GroupReader",

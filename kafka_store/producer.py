@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -22,7 +22,9 @@ from kafka_store.errors import (
 
 log = logging.getLogger(__name__)
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
+"""(name, value) pairs, or a dict when names are unique: a dict of str -> bytes is never tracked by the
+garbage collector, a list of tuples is (``Delivery``)."""
 DeliveryCallback = Callable[[int | None, StoreError | None], None]
 
 _UNAVAILABLE = {
@@ -91,6 +93,7 @@ class Appender:
         )
         self._conf.update(extra or {})
         self._max_record_bytes = max_record_bytes
+        self._timeout_s = float(self._conf["message.timeout.ms"]) / 1000  # a record's retry deadline
         self._producer: Producer | None = None
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -173,7 +176,8 @@ class Appender:
             if callback is not None:
                 callback(offset, error)
 
-        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in headers or ())
+        pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in pairs)
         if size > self._max_record_bytes:
             done(
                 None,
@@ -196,26 +200,28 @@ class Appender:
         callback: DeliveryCallback,
     ) -> None:
         """``append`` without a future: ``callback(offset, error)`` runs once, on the delivery thread (or
-        here, at once, if the record cannot even be queued). A ``headers`` list is handed to Kafka as
-        is (not copied): do not change it afterwards."""
-        producer = self._ensure_started()
-        hdrs = (headers if isinstance(headers, list) else list(headers)) if headers else None
-        self._produce(
-            _Delivery(
-                self,
-                producer,
-                topic,
-                partition,
-                value,
-                key,
-                hdrs,
-                callback,
-                time.monotonic() + self._conf["message.timeout.ms"] / 1000,
-            ),
-            False,
-        )
+        here, at once, if the record cannot even be queued). A ``headers`` list or dict is handed to
+        Kafka as is (not copied): do not change it afterwards."""
+        d = _CallbackDelivery(callback)
+        d.topic, d.partition, d.value, d.key, d.headers = topic, partition, value, key, headers
+        self.append_delivery(d)
 
-    def _produce(self, d: _Delivery, refresh: bool) -> None:
+    def append_delivery(self, d: Delivery) -> None:
+        """Append the record ``d`` describes (its ``topic``, ``partition``, ``value``, ``key`` and
+        ``headers`` set); ``d.delivered(offset, error)`` runs once, as for ``append_cb``. For callers
+        that keep one object per record anyway: it is also the delivery handler, one object instead of
+        two for the garbage collector to scan while the record is in flight."""
+        headers = d.headers
+        if headers is not None and not isinstance(headers, list | dict):
+            d.headers = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+        elif not headers:
+            d.headers = None
+        d.appender = self
+        d.producer = self._producer or self._ensure_started()
+        d.deadline = time.monotonic() + self._timeout_s
+        self._produce(d, False)
+
+    def _produce(self, d: Delivery, refresh: bool) -> None:
         if refresh:
             time.sleep(0.05)
             self._refresh_metadata(d.producer, d.topic)
@@ -227,7 +233,7 @@ class Appender:
                 return
             except BufferError:
                 if time.monotonic() > d.deadline:
-                    d.callback(
+                    d.delivered(
                         None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
                     return
@@ -244,7 +250,7 @@ class Appender:
                     # which may be an event loop's.
                     d.retry_later()
                     return
-                d.callback(None, translate_kafka_error(err, f"append to {d.topic}[{d.partition}]"))
+                d.delivered(None, translate_kafka_error(err, f"append to {d.topic}[{d.partition}]"))
                 return
 
     @staticmethod
@@ -271,8 +277,9 @@ class Appender:
         self._producer = None
 
 
-class _Delivery:
+class Delivery:
     """One record on its way: what a retry needs, and (``__call__``) its delivery report handler.
+    Subclass it and implement ``delivered``; hand instances to ``Appender.append_delivery``.
 
     One slotted object per record rather than closures and their cells: at tens of thousands of
     records a second, every container allocated per record feeds the cyclic GC, whose passes over
@@ -280,7 +287,6 @@ class _Delivery:
 
     __slots__ = (
         "appender",
-        "callback",
         "deadline",
         "headers",
         "key",
@@ -290,37 +296,38 @@ class _Delivery:
         "value",
     )
 
-    def __init__(
-        self,
-        appender: Appender,
-        producer: Any,
-        topic: str,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        headers: list[Any] | None,
-        callback: DeliveryCallback,
-        deadline: float,
-    ) -> None:
-        self.appender = appender
-        self.producer = producer
-        self.topic = topic
-        self.partition = partition
-        self.value = value
-        self.key = key
-        self.headers = headers
-        self.callback = callback
-        self.deadline = deadline
+    appender: Appender
+    producer: Any
+    topic: str
+    partition: int
+    value: bytes | None
+    key: bytes | None
+    headers: Headers | None
+    deadline: float
+
+    def delivered(self, offset: int | None, error: StoreError | None) -> None:
+        """Called once: the record's offset, or the error it failed with."""
+        raise NotImplementedError
 
     def __call__(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
-            self.callback(int(msg.offset()), None)
+            self.delivered(int(msg.offset()), None)
         elif err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < self.deadline:
             # Never sent: the producer's metadata predates the partition. Refresh off the delivery
             # thread, then queue it again.
             self.retry_later()
         else:
-            self.callback(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
+            self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
 
     def retry_later(self) -> None:
         threading.Thread(target=self.appender._produce, args=(self, True), daemon=True).start()
+
+
+class _CallbackDelivery(Delivery):
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: DeliveryCallback) -> None:
+        self.callback = callback
+
+    def delivered(self, offset: int | None, error: StoreError | None) -> None:
+        self.callback(offset, error)

@@ -113,10 +113,7 @@ class Message(Generic[T]):
             elif name == EVENT_TIME_HEADER:
                 event_time = _legacy_int(raw)
         topic, partition = rec.topic, rec.partition
-        mid = _new(MessageId)
-        _ID_TOPIC(mid, topic)
-        _ID_PARTITION(mid, partition)
-        _ID_OFFSET(mid, rec.offset)
+        mid = new_message_id(topic, partition, rec.offset)
         msg: Message[Any] = _new(Message)
         s = _FIELDS
         s[0](msg, mid)
@@ -160,6 +157,17 @@ _FIELD_ORDER = (
 if tuple(f.name for f in fields(Message)) != _FIELD_ORDER:  # pragma: no cover - a refactoring slip
     raise ImportError("Message's fields changed: update from_record")
 _TXN_IDS: dict[bytes, TxnID] = {}
+
+
+def new_message_id(topic: str, partition: int, offset: int) -> MessageId:
+    """``MessageId(topic, partition, offset)`` for hot paths (one per message sent or received): set
+    through the slot descriptors, where the frozen dataclass's __init__ calls object.__setattr__ per
+    field."""
+    mid: MessageId = _new(MessageId)
+    _ID_TOPIC(mid, topic)
+    _ID_PARTITION(mid, partition)
+    _ID_OFFSET(mid, offset)
+    return mid
 
 
 def _legacy_int(raw: bytes) -> int | None:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
-from kafka_store import StoreError
+from kafka_store import Delivery, StoreError
 from pulsar_txn._future import LazyFuture
 from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
-from pulsar_txn.message import PROPERTY_PREFIX, MessageId
+from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 
@@ -106,12 +106,14 @@ class Producer(Generic[T]):
         partition = self._choose_partition(partition_key)
         event_time = int(event_timestamp) if event_timestamp is not None else None
         meta = encode_meta(next(self._sequence), self._name_bytes, event_time)
-        headers: list[tuple[str, bytes]] = [(META_HEADER, meta)]
+        # A dict: the header names are unique, and unlike a list of tuples it is never tracked by the
+        # garbage collector while the record is in flight.
+        headers: dict[str, bytes] = {META_HEADER: meta}
         if schema_header is not None:
-            headers.append((SCHEMA_HEADER, schema_header))
+            headers[SCHEMA_HEADER] = schema_header
         if properties:
             for name, value in properties.items():
-                headers.append((PROPERTY_PREFIX + name, value.encode()))
+                headers[PROPERTY_PREFIX + name] = value.encode()
         send = _Send(
             self._client._appender(),
             self.topic.kafka_topic,
@@ -123,7 +125,7 @@ class Producer(Generic[T]):
             callback,
         )
         if txn is not None:
-            headers.append((TXN_HEADER, txn.txn_id_bytes))
+            headers[TXN_HEADER] = txn.txn_id_bytes
             send.registered = txn.register_partition(self._partition_name(partition))
             txn.op_started()  # commit waits for this send (counted, not a future per send)
         registered = send.registered
@@ -208,23 +210,12 @@ def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid:
         log.exception("send_async callback failed")
 
 
-class _Send:
-    """One message on its way: its future, its transaction's bookkeeping and (``__call__``) the
-    delivery report handler. A slotted object, not closures: see ``kafka_store.producer._Delivery``
-    for why the per-message allocations matter."""
+class _Send(Delivery):
+    """One message on its way: its future, its transaction's bookkeeping, and (as a ``Delivery``) the
+    record and its delivery report handler: one object per message while it is in flight, see
+    ``kafka_store.producer.Delivery`` for why that matters."""
 
-    __slots__ = (
-        "appender",
-        "callback",
-        "headers",
-        "key",
-        "partition",
-        "payload",
-        "registered",
-        "result",
-        "topic",
-        "txn",
-    )
+    __slots__ = ("callback", "registered", "result", "txn")
 
     def __init__(
         self,
@@ -233,14 +224,14 @@ class _Send:
         partition: int,
         payload: bytes,
         key: bytes | None,
-        headers: list[tuple[str, bytes]],
+        headers: dict[str, bytes],
         txn: Transaction | None,
         callback: SendCallback | None,
     ) -> None:
         self.appender = appender
         self.topic = topic
         self.partition = partition
-        self.payload = payload
+        self.value = payload
         self.key = key
         self.headers = headers
         self.txn = txn
@@ -252,9 +243,7 @@ class _Send:
         """Append to Kafka, or fail if the partition could not join the transaction."""
         exc = self.registered.exception() if self.registered is not None else None
         if exc is None:
-            self.appender.append_cb(
-                self.topic, self.partition, self.payload, key=self.key, headers=self.headers, callback=self
-            )
+            self.appender.append_delivery(self)
             return
         self.fail(exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc)))
 
@@ -264,7 +253,7 @@ class _Send:
             self.txn.op_finished(err)
         _notify(self.callback, err, None)
 
-    def __call__(self, offset: int | None, error: StoreError | None) -> None:
+    def delivered(self, offset: int | None, error: StoreError | None) -> None:
         if error is not None or offset is None:
             self.fail(
                 PersistenceError(
@@ -273,8 +262,9 @@ class _Send:
                 )
             )
             return
-        mid = MessageId(self.topic, self.partition, offset)
+        mid = new_message_id(self.topic, self.partition, offset)
         self.result.set_result(mid)
         if self.txn is not None:
             self.txn.op_finished(None)
         _notify(self.callback, Result.Ok, mid)
+
