@@ -217,7 +217,7 @@ class Appender:
         elif not headers:
             d.headers = None
         d.appender = self
-        d.producer = self._producer or self._ensure_started()
+        d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s
         self._produce(d, False)
 

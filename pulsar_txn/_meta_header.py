@@ -9,6 +9,9 @@ Layout, version 1 (docs/storage-format.md)::
 
     version u8 = 1 | flags u8 (bit 0: event time present) | sequence id i64 BE
     | [event time i64 BE, ms] | producer name, UTF-8 (the rest)
+
+Flag bits 1-7 are ignored by this version's readers: a field that older readers must not misread
+needs a new version, not a new flag.
 """
 
 from __future__ import annotations
@@ -31,6 +34,18 @@ _malformed_seen = 0
 
 class MetaHeaderError(PulsarTxnError, ValueError):
     """A sequence id or event time that does not fit the header's signed 64-bit fields."""
+
+
+def fits(value: int) -> bool:
+    """Does ``value`` fit the header's signed 64-bit fields?"""
+    return _I64[0] <= value <= _I64[1]
+
+
+def check_event_time(event_time: int | None) -> None:
+    """Raise ``MetaHeaderError`` for an event time the header cannot carry (before a send takes a
+    sequence id)."""
+    if event_time is not None and not fits(event_time):
+        raise MetaHeaderError(f"event time {event_time} is outside [{_I64[0]}, {_I64[1]}] ms")
 
 
 def encode_meta(sequence_id: int, producer_name: bytes, event_time: int | None = None) -> bytes:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, cast
 
 from kafka_store import StoredRecord
-from pulsar_txn._meta_header import META_HEADER, decode_meta
+from pulsar_txn._meta_header import META_HEADER, decode_meta, fits
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.naming import partition_name
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
@@ -171,18 +171,21 @@ def new_message_id(topic: str, partition: int, offset: int) -> MessageId:
 
 
 def _legacy_int(raw: bytes) -> int | None:
+    """A decimal header of earlier versions; None if damaged, or too large for the ``pulsar.meta``
+    header (a dead-letter or pipeline re-send of the message would fail on it every time)."""
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:  # a foreign or damaged header: the message is delivered without it
         return None
+    return value if fits(value) else None
 
 
 def producer_name_of(rec: StoredRecord) -> str | None:
     """The producer name a record was written with (either header form), if any."""
     raw = rec.header(META_HEADER)
-    if raw is not None:
-        meta = decode_meta(raw)
-        return meta[0] if meta is not None else None
+    meta = decode_meta(raw) if raw is not None else None
+    if meta is not None:
+        return meta[0]
     raw = rec.header(PRODUCER_HEADER)
     return raw.decode("utf-8", "replace") if raw is not None else None
 

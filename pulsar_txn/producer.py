@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import Delivery, StoreError
 from pulsar_txn._future import LazyFuture
-from pulsar_txn._meta_header import META_HEADER, encode_meta
+from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
@@ -105,6 +105,7 @@ class Producer(Generic[T]):
     ) -> Future[MessageId]:
         partition = self._choose_partition(partition_key)
         event_time = int(event_timestamp) if event_timestamp is not None else None
+        check_event_time(event_time)  # a rejected send takes no sequence id
         meta = encode_meta(next(self._sequence), self._name_bytes, event_time)
         # A dict: the header names are unique, and unlike a list of tuples it is never tracked by the
         # garbage collector while the record is in flight.
@@ -267,4 +268,3 @@ class _Send(Delivery):
         if self.txn is not None:
             self.txn.op_finished(None)
         _notify(self.callback, Result.Ok, mid)
-

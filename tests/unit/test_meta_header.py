@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_store import StoredRecord
-from pulsar_txn._meta_header import META_HEADER, MetaHeaderError, decode_meta, encode_meta
+from pulsar_txn._meta_header import META_HEADER, MetaHeaderError, check_event_time, decode_meta, encode_meta
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.message import Message, producer_name_of
 
@@ -63,3 +63,22 @@ def test_both_header_forms_give_the_same_message_fields() -> None:
 def test_a_damaged_legacy_sequence_header_does_not_break_delivery() -> None:
     rec = StoredRecord("t", 0, 1, None, b"v", (("pulsar.seq", b"not-a-number"),), 5)
     assert Message.from_record(rec).sequence_id is None
+
+
+def test_an_event_time_the_header_cannot_carry_is_refused_before_a_send_takes_a_sequence_id() -> None:
+    check_event_time(None)
+    check_event_time(2**63 - 1)
+    with pytest.raises(MetaHeaderError):
+        check_event_time(2**63)
+
+
+def test_a_legacy_event_time_too_large_to_send_again_is_left_out() -> None:
+    # A dead-letter or pipeline re-send carries the event time in pulsar.meta: a value that does not
+    # fit would make that re-send fail every time the message comes round.
+    rec = StoredRecord("t", 0, 1, None, b"v", (("pulsar.event_time", b"99999999999999999999"),), 5)
+    assert Message.from_record(rec).event_timestamp is None
+
+
+def test_producer_name_falls_back_to_the_legacy_header_when_the_meta_header_is_damaged() -> None:
+    rec = StoredRecord("t", 0, 1, None, b"v", ((META_HEADER, b"\x09"), ("pulsar.producer", b"old")), 5)
+    assert producer_name_of(rec) == "old"
