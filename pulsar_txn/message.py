@@ -182,12 +182,7 @@ def _legacy_int(raw: bytes) -> int | None:
 
 def producer_name_of(rec: StoredRecord) -> str | None:
     """The producer name a record was written with (either header form), if any."""
-    raw = rec.header(META_HEADER)
-    meta = decode_meta(raw) if raw is not None else None
-    if meta is not None:
-        return meta[0]
-    raw = rec.header(PRODUCER_HEADER)
-    return raw.decode("utf-8", "replace") if raw is not None else None
+    return Message.from_record(rec).producer_name
 
 
 def _txn_id(raw: bytes) -> TxnID:

@@ -24,6 +24,7 @@ from kafka_store import (
     RecordKind,
     StoreError,
     TopicAdmin,
+    read_range,
     replay_compacted,
 )
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
@@ -283,9 +284,12 @@ class SnapshotStore:
         the snapshot scanned, or holds another record at the snapshot's anchor. Trusting the old
         snapshot would skip the new records below ``scanned_to`` (open transactions included)."""
         base = f"{topic}/{partition}"
-        reader = PartitionReader(self._kafka)
         try:
-            low, high = reader.watermarks(topic, partition)
+            reader = PartitionReader(self._kafka)
+            try:
+                low, high = reader.watermarks(topic, partition)
+            finally:
+                reader.close()
             if high < scanned_to:
                 log.warning(
                     "snapshot of %s scanned to %d but the partition ends at %d (deleted and created"
@@ -298,31 +302,22 @@ class SnapshotStore:
             offset, fingerprint = anchor
             if offset < low:  # no anchor (a v1 snapshot, or nothing folded in), or retention removed it
                 return True
-            reader.assign({(topic, partition): offset})
-            deadline = time.monotonic() + self._kafka.request_timeout_ms / 1000
-            while time.monotonic() < deadline:
-                records = reader.poll_batch(1, 0.2)
-                if records:
-                    rec = records[0]
-                    # Another offset: compaction removed the anchor, there is nothing to compare.
-                    if rec.offset == offset and record_fingerprint(rec.headers, rec.value) != fingerprint:
-                        log.warning(
-                            "snapshot of %s: another record at its anchor offset %d (deleted and created"
-                            " again?); ignoring it",
-                            base,
-                            offset,
-                        )
-                        return False
-                    return True
-                if reader.at_eof(topic, partition):
-                    return True
+            timeout = self._kafka.request_timeout_ms / 1000
+            anchored = list(read_range(self._kafka, topic, partition, offset, offset + 1, timeout=timeout))
+            rec = anchored[0] if anchored else None
         except StoreError as exc:
             log.warning("snapshot of %s not checked against the partition (%s); ignoring it", base, exc)
             return False
-        finally:
-            reader.close()
-        log.warning("snapshot of %s: its anchor record was not read in time; ignoring it", base)
-        return False
+        # No record: compaction removed the anchor, there is nothing to compare.
+        if rec is not None and record_fingerprint(rec.headers, rec.value) != fingerprint:
+            log.warning(
+                "snapshot of %s: another record at its anchor offset %d (deleted and created again?);"
+                " ignoring it",
+                base,
+                offset,
+            )
+            return False
+        return True
 
     def close(self) -> None:
         if self._owns_appender and self._appender is not None:
