@@ -139,6 +139,9 @@ class GroupReader:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._topics: list[str] = []
+        # What the callbacks assigned (they are its only source): ``caught_up`` runs after every poll,
+        # and asking the client costs a TopicPartition object per assigned partition each time.
+        self._assigned_pairs: list[tuple[str, int]] = []
         self.eof: dict[tuple[str, int], int] = {}
 
     def subscribe(self, topics: list[str]) -> None:
@@ -148,7 +151,9 @@ class GroupReader:
             self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        starts = self._on_assign([(tp.topic, tp.partition) for tp in partitions])
+        pairs = [(tp.topic, tp.partition) for tp in partitions]
+        starts = self._on_assign(pairs)
+        self._assigned_pairs = pairs
         consumer.assign(
             [
                 TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
@@ -161,6 +166,7 @@ class GroupReader:
         for pair in pairs:
             self.eof.pop(pair, None)
         self._on_revoke(pairs)
+        self._assigned_pairs = []
         consumer.unassign()
 
     def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
@@ -186,8 +192,8 @@ class GroupReader:
 
     def caught_up(self) -> bool:
         """Every assigned partition has reached its end."""
-        assignment = self._assignment()
-        return bool(assignment) and all((tp.topic, tp.partition) in self.eof for tp in assignment)
+        assigned, eof = self._assigned_pairs, self.eof
+        return bool(assigned) and all(tp in eof for tp in assigned)
 
     def _assignment(self) -> list[TopicPartition]:
         try:

@@ -3,9 +3,11 @@
 ``CommittedReader`` keeps, per partition, the TB state (recovered from the latest snapshot, then kept
 current by scanning) and a delivery position. Records scanned at or after the delivery position wait
 in a bounded window until ``max_read_position`` passes them, so in the common case every record is
-read from Kafka once. When the window would grow past its bound (a transaction open for a long time
-while traffic continues) it is dropped and those records are fetched again later: memory stays
-bounded whatever the partition's length.
+read from Kafka once. A reader whose position is behind its partition's snapshot scans from the
+position too: the records up to the snapshot are folded in already and only wait for delivery, so the
+one scanner reads them (no second consumer per partition). When the window would grow past its bound
+(a transaction open for a long time while traffic continues) it is dropped and those records are
+fetched again later by a gap reader: memory stays bounded whatever the partition's length.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class _Partition:
     position: int  # next offset to deliver
     window: deque[StoredRecord] = field(default_factory=deque)
     verdicts: deque[Verdict] = field(default_factory=deque)  # the fold's verdict on each window record
-    window_start: int = 0  # the window holds every scanned record in [window_start, state.scanned_to)
+    window_start: int = 0  # the window holds every scanned record in [window_start, read_to)
+    read_to: int = 0  # where the scanner reads this partition next (behind state.scanned_to after a snapshot)
 
     def clear_window(self, start: int) -> None:
         self.window.clear()
@@ -119,6 +122,7 @@ class CommittedReader:
         # reads next).
         self._fetchers: dict[TopicPartition, tuple[PartitionReader, int]] = {}
         self._turn = 0  # the partition delivery starts with, rotated each poll
+        self.refetched = 0  # records read a second time (by gap readers), after a window overflow or seek
         self.snapshot_offsets: dict[TopicPartition, int | None] = {}
 
     # ------------------------------------------------------------------ setup
@@ -159,9 +163,12 @@ class CommittedReader:
         position = max(start, low)
         state.scanned_to = max(state.scanned_to, low)
         state.prune(low)
-        part = _Partition(state, position, window_start=max(state.scanned_to, position))
+        # Behind a snapshot, the scanner starts at the position: what lies below the snapshot is
+        # folded in already (apply passes it over) and waits in the window like any other record.
+        read_to = min(position, state.scanned_to)
+        part = _Partition(state, position, window_start=position, read_to=read_to)
         self._parts[tp] = part
-        self._scanner.add(tp[0], tp[1], state.scanned_to)
+        self._scanner.add(tp[0], tp[1], read_to)
 
     def add_partition(self, topic: str, partition: int, start: int) -> None:
         self._starts[(topic, partition)] = start
@@ -183,7 +190,7 @@ class CommittedReader:
             part.window.popleft()
             part.verdicts.popleft()
         if offset < part.window_start or not part.window:
-            part.clear_window(max(part.state.scanned_to, offset))
+            part.clear_window(max(part.read_to, offset))
 
     # ------------------------------------------------------------------ reading
     def state(self, topic: str, partition: int) -> TxnBufferState:
@@ -217,21 +224,26 @@ class CommittedReader:
             part = self._parts.get((rec.topic, rec.partition))
             if part is None:
                 continue
-            verdict = part.state.apply(rec.offset, rec.headers, rec.value)
-            if rec.offset >= part.window_start and rec.offset >= part.position:
+            offset = rec.offset
+            verdict = part.state.apply(offset, rec.headers, rec.value)
+            part.read_to = offset + 1
+            if offset >= part.window_start and offset >= part.position:
                 if len(part.window) >= limit:
                     # Bound memory: forget the window; these records are fetched again when readable.
-                    part.clear_window(part.state.scanned_to)
+                    part.clear_window(offset + 1)
                 else:
                     part.window.append(rec)
                     part.verdicts.append(verdict)
-            elif rec.offset >= part.window_start:
-                part.window_start = rec.offset + 1
+            elif offset >= part.window_start:
+                part.window_start = offset + 1
         for (topic, partition), part in self._parts.items():
             end = self._scanner.eof_offset(topic, partition)
-            if end is not None and end > part.state.scanned_to:
-                # A caught-up scan: everything below the end is folded in (compaction leaves gaps).
-                part.state.scanned_to = end
+            if end is not None:
+                # A caught-up scan: everything below the end is read and folded in (compaction
+                # leaves gaps).
+                part.read_to = max(part.read_to, end)
+                if end > part.state.scanned_to:
+                    part.state.scanned_to = end
         return len(records)
 
     def _scan_ahead_wanted(self) -> bool:
@@ -279,8 +291,9 @@ class CommittedReader:
                 room -= 1
             position = offset + 1
         part.position = position
-        if not window and part.position < limit and part.window_start <= part.position:
-            part.position = limit  # nothing else below the limit (compaction gaps, markers)
+        scanned_limit = min(limit, part.read_to)
+        if not window and part.window_start <= position < scanned_limit:
+            part.position = scanned_limit  # nothing else scanned below it (compaction gaps, markers)
 
     def _gap_reader(self, tp: TopicPartition, position: int) -> PartitionReader:
         entry = self._fetchers.pop(tp, None)
@@ -309,6 +322,7 @@ class CommittedReader:
         deadline = time.monotonic() + 10
         while part.position < end and len(out) < max_records:
             records = reader.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), 0.2)
+            self.refetched += len(records)
             for rec in records:
                 if rec.offset >= end:
                     part.position = end

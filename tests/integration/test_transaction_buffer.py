@@ -18,7 +18,7 @@ from pulsar_txn.buffer.marker import (
     decode_marker,
     encode_marker,
 )
-from pulsar_txn.buffer.reader import BufferOptions, load_state
+from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.message import MessageId
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -271,6 +271,66 @@ def test_reader_started_mid_stream_agrees_with_one_started_at_the_beginning(
         tail = _values(read_all(c.client.create_reader(topic, start)))
         assert tail == [v for v in everything if int(v.lstrip("plainv")) >= int(tail[0].lstrip("plainv"))]
         assert everything[-len(tail) :] == tail
+
+
+def _committed_values(reader: CommittedReader, want: int) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + 30
+    while len(got) < want and time.monotonic() < deadline:
+        got += [(r.value or b"").decode() for r in reader.poll(0.5)]
+    return got
+
+
+def test_reader_behind_a_snapshot_reads_to_it_with_its_one_scanner_and_delivers_as_a_full_scan(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster(tb_snapshot_max_changes=3)
+    topic = f"behind_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(24):
+        txn = c.client.transaction(60)
+        producer.send(f"t{i}", txn=txn)
+        producer.send(f"p{i}")
+        txn.abort() if i % 3 == 0 else txn.commit()
+    expected = [f"{k}{i}" for i in range(24) for k in ("t", "p") if k == "p" or i % 3]
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    end = load_state(kafka, topic, 0)[0].scanned_to
+    wait_until(
+        lambda: (s := store.load(topic, 0)) is not None and s[0].scanned_to == end,
+        20,
+        what="a snapshot at the end",
+    )
+    options = BufferOptions(num_tcs=c.config.num_tcs)
+    reader = CommittedReader(kafka, {(topic, 0): 0}, store=store, options=options)
+    try:
+        assert _committed_values(reader, len(expected)) == expected
+        assert reader.snapshot_offsets[(topic, 0)] == end  # the state came from the snapshot
+        assert reader.refetched == 0  # no second consumer read the records below it
+    finally:
+        reader.close()
+
+
+def test_an_overflowing_window_is_dropped_and_its_records_fetched_again_in_order(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    topic = f"overflow_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("open", txn=txn)  # pins max_read_position while the rest is scanned
+    for i in range(12):
+        producer.send(f"p{i}")
+    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
+    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
+    try:
+        assert reader.poll(1.0) == []  # scanned past the window's bound while nothing was readable
+        txn.commit()
+        assert _committed_values(reader, 13) == ["open"] + [f"p{i}" for i in range(12)]
+        assert reader.refetched > 0
+    finally:
+        reader.close()
 
 
 def test_corrupt_headers_forged_and_unknown_version_markers_are_skipped_never_delivered(
