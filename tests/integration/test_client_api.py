@@ -121,9 +121,7 @@ def test_send_async_callback_gets_result_ok_and_message_id_or_the_typed_error(
     assert isinstance(failure, PersistenceError) and no_id is None
 
 
-def test_a_transaction_is_committed_by_its_id_from_another_client(
-    cluster: ClusterFactory, uid: str
-) -> None:
+def test_a_transaction_is_committed_by_its_id_from_another_client(cluster: ClusterFactory, uid: str) -> None:
     c = cluster()
     topic = f"byid_{uid}"
     c.client.create_topic(topic, 1)

@@ -77,9 +77,7 @@ def test_output_is_exactly_once_after_repeated_sigkills_of_pipeline_and_coordina
 ) -> None:
     cfg = coord_config(port=free_port(), tb_service_enabled=True, tb_snapshot_interval_ms=500)
     coordinator = coordinator_process(cfg).start()
-    client = Client(
-        coordinator.url, kafka=kafka, num_tcs=cfg.num_tcs, snapshot_topic=cfg.snapshot_topic
-    )
+    client = Client(coordinator.url, kafka=kafka, num_tcs=cfg.num_tcs, snapshot_topic=cfg.snapshot_topic)
     source, sink = f"in_{uid}", f"out_{uid}"
     client.create_topic(source, 3)
     client.create_topic(sink, 3)
