@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from pulsar_txn.buffer.marker import (
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.message import MessageId
+from pulsar_txn.producer import Producer
 from pulsar_txn.txnid import TxnAction, TxnID
 from tests.conftest import Cluster, read_all, wait_until
 
@@ -250,15 +252,11 @@ def test_r2_recovery_starts_from_the_latest_snapshot_with_the_same_state(
     assert recovered.ongoing == full.ongoing == {open_txn.txn_id: full.max_read_position}
 
 
-def test_reader_started_mid_stream_agrees_with_one_started_at_the_beginning(
-    cluster: ClusterFactory, uid: str
-) -> None:
-    c = cluster(tb_snapshot_max_changes=3)
-    topic = f"mid_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
+def _write_interleaved(c: Cluster, producer: Producer[Any], n: int) -> list[MessageId]:
+    """``n`` rounds of: ``v{i}`` in a transaction, ``plain{i}`` outside it, then the transaction
+    aborted (every third round, from the first) or committed. Returns the ``v{i}`` message ids."""
     ids = []
-    for i in range(30):
+    for i in range(n):
         txn = c.client.transaction(60)
         ids.append(producer.send(f"v{i}", txn=txn))
         producer.send(f"plain{i}")
@@ -266,6 +264,17 @@ def test_reader_started_mid_stream_agrees_with_one_started_at_the_beginning(
             txn.abort()
         else:
             txn.commit()
+    return ids
+
+
+def test_reader_started_mid_stream_agrees_with_one_started_at_the_beginning(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster(tb_snapshot_max_changes=3)
+    topic = f"mid_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    ids = _write_interleaved(c, producer, 30)
     everything = _values(read_all(c.client.create_reader(topic)))
     for start in (ids[7], ids[16], ids[25]):
         tail = _values(read_all(c.client.create_reader(topic, start)))
@@ -288,12 +297,8 @@ def test_reader_behind_a_snapshot_reads_to_it_with_its_one_scanner_and_delivers_
     topic = f"behind_{uid}"
     c.client.create_topic(topic, 1)
     producer = c.client.create_producer(topic)
-    for i in range(24):
-        txn = c.client.transaction(60)
-        producer.send(f"t{i}", txn=txn)
-        producer.send(f"p{i}")
-        txn.abort() if i % 3 == 0 else txn.commit()
-    expected = [f"{k}{i}" for i in range(24) for k in ("t", "p") if k == "p" or i % 3]
+    _write_interleaved(c, producer, 24)
+    expected = [f"{k}{i}" for i in range(24) for k in ("v", "plain") if k == "plain" or i % 3]
     store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
     end = load_state(kafka, topic, 0)[0].scanned_to
     wait_until(
