@@ -6,12 +6,13 @@ import logging
 import re
 import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
+from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
 from pulsar_txn.buffer.reader import BufferOptions
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
@@ -30,8 +31,6 @@ from pulsar_txn.txnid import TxnID
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_END_THREADS = 16  # transactions ending at once through commit_async / abort_async
 
 
 class AuthenticationToken:
@@ -102,7 +101,7 @@ class Client:
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
-        self._enders: ThreadPoolExecutor | None = None
+        self._ends = DeadlineWatch("pulsar-txn-end-deadlines")  # commit_async / abort_async in flight
 
     # ------------------------------------------------------------------ embedded mode
     @classmethod
@@ -292,13 +291,9 @@ class Client:
                 self._tc_client = client
             return self._tc_client
 
-    def _end_executor(self) -> ThreadPoolExecutor:
-        """Threads that finish ``commit_async`` / ``abort_async`` (waiting for the transaction's
-        operations, then END_TXN); more concurrent ends than threads simply queue."""
-        with self._lock:
-            if self._enders is None:
-                self._enders = ThreadPoolExecutor(_END_THREADS, thread_name_prefix="pulsar-txn-end")
-            return self._enders
+    def _deadline_watch(self) -> DeadlineWatch:
+        """Where transaction ends in flight register (their deadlines, and ``close`` waits for them)."""
+        return self._ends
 
     def _appender(self) -> Appender:
         with self._lock:
@@ -343,9 +338,9 @@ class Client:
             for consumer in self._consumers:
                 consumer.close()
             self._consumers = []
-            if self._enders is not None:  # let asynchronous commits and aborts finish first
-                self._enders.shutdown(wait=True)
-                self._enders = None
+            # Let asynchronous commits and aborts finish first (each ends or times out on its own).
+            self._ends.wait_idle(2 * self.operation_timeout_seconds + 5)
+            self._ends.close()
             if self._appender_ is not None:
                 self._appender_.close()
                 self._appender_ = None

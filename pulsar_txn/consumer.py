@@ -183,6 +183,7 @@ class Consumer(Generic[T]):
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
         self._ack_batches: dict[tuple[TxnID, TP, AckKind], _AckBatch] = {}
+        self._refetch_due: list[tuple[TP, list[int]]] = []  # aborts' releases, for the upkeep thread
         self._closed = False
         self._assigned_once = threading.Event()
         client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
@@ -375,19 +376,25 @@ class Consumer(Generic[T]):
             time.sleep(0.005 if self._parts else timeout)
 
     def _next_ready(self) -> Message[T] | None:
-        with self._lock:
-            now = time.monotonic()
-            while self._redeliveries and self._redeliveries[0].due <= now:
-                msg = heapq.heappop(self._redeliveries).message
-                if self._deliverable(msg):
-                    return self._delivered(msg, now)
-            while self._incoming:
-                msg = self._incoming.popleft()
-                if self._deliverable(msg):
-                    return self._delivered(msg, now)
-        return None
+        dead: list[tuple[Message[T], _Part]] = []
+        try:
+            with self._lock:
+                now = time.monotonic()
+                while self._redeliveries and self._redeliveries[0].due <= now:
+                    msg = heapq.heappop(self._redeliveries).message
+                    if self._deliverable(msg, dead):
+                        return self._delivered(msg, now)
+                while self._incoming:
+                    msg = self._incoming.popleft()
+                    if self._deliverable(msg, dead):
+                        return self._delivered(msg, now)
+            return None
+        finally:
+            # Not under _lock: the dead-letter send is completed by the delivery thread, which also
+            # runs callbacks that take _lock (pending-ack writes).
+            self._dead_letter_all(dead)
 
-    def _deliverable(self, msg: Message[T]) -> bool:
+    def _deliverable(self, msg: Message[T], dead: list[tuple[Message[T], _Part]]) -> bool:
         mid = msg.message_id
         part = self._parts.get((mid.topic, mid.partition))
         if part is None or part.cursor.is_acked(mid.offset) or part.pending.is_pending(mid.offset):
@@ -395,9 +402,22 @@ class Consumer(Generic[T]):
         key = (mid.topic, mid.partition, mid.offset)
         count = self._redelivery_counts.get(key, 0)
         if self._dlq is not None and count > self._dlq.max_redeliver_count:
-            self._dead_letter(msg, part)
+            dead.append((msg, part))
             return False
         return True
+
+    def _dead_letter_all(self, dead: list[tuple[Message[T], _Part]]) -> None:
+        for i, (msg, part) in enumerate(dead):
+            try:
+                self._dead_letter(msg, part)
+            except BaseException:
+                # Not lost: this one and the rest come round again (their counts unchanged).
+                with self._lock:
+                    for later, _part in dead[i:]:
+                        heapq.heappush(
+                            self._redeliveries, _Redelivery(time.monotonic() + 1.0, next(self._seq), later)
+                        )
+                raise
 
     def _delivered(self, msg: Message[T], now: float) -> Message[T]:
         mid = msg.message_id
@@ -419,7 +439,8 @@ class Consumer(Generic[T]):
         self._client._dlq_producer(dlq)._send_payload(
             msg.data, msg.schema_header, None, None, props, msg.partition_key, msg.event_timestamp
         ).result(self._client.operation_timeout_seconds)
-        self._ack_offset(part, msg.message_id.offset)
+        with self._lock:
+            self._ack_offset(part, msg.message_id.offset)
         log.info(
             "%s: %s moved to %s after %d redeliveries",
             self.subscription,
@@ -524,11 +545,13 @@ class Consumer(Generic[T]):
                 raise
             part.pending.apply_ack(txn.txn_id, kind, offsets)
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
+            topic, partition = first.topic, first.partition
+            take, in_txn = self._unacked.pop, self._in_txn
             for o in offsets:
-                key = (first.topic, first.partition, o)
-                entry = self._unacked.pop(key, None)
+                key = (topic, partition, o)
+                entry = take(key, None)
                 if entry is not None:
-                    self._in_txn[key] = entry[0]
+                    in_txn[key] = entry[0]
                     held.append(o)
         self._batch_ack(txn, part, kind, offsets, registered)
 
@@ -628,6 +651,10 @@ class Consumer(Generic[T]):
         while not self._closed:
             try:
                 self._apply_outcomes()
+                with self._lock:
+                    refetch, self._refetch_due = self._refetch_due, []
+                for tp, offsets in refetch:
+                    self._refetch(tp, offsets)
                 now = time.monotonic()
                 if self._ack_timeout > 0:
                     self._expire_unacked(now)
@@ -667,17 +694,16 @@ class Consumer(Generic[T]):
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
         """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
-        caller sees its effect at once (Pulsar applies it before END_TXN returns)."""
-        refetch: list[tuple[TP, list[int]]] = []
+        caller sees its effect at once (Pulsar applies it before END_TXN returns). This runs on the
+        thread that got END_TXN's answer, which other answers wait for: messages to read again
+        (released by an abort, never delivered here) are left to the upkeep thread."""
         with self._lock:
             for part in self._parts.values():
                 released = part.fold.apply_outcome(txn_id, action)
                 part.dirty = True
                 missing = self._after_outcome(part, txn_id, action, released)
                 if missing:
-                    refetch.append((part.tp, missing))
-        for tp, offsets in refetch:
-            self._refetch(tp, offsets)
+                    self._refetch_due.append((part.tp, missing))
 
     def _take_held(self, txn_id: TxnID, tp: TP) -> list[int] | None:
         """Remove and return the offsets ``txn_id`` moved into ``_in_txn`` on ``tp``."""

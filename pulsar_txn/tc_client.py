@@ -420,6 +420,9 @@ class SyncTcClient:
     def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         self._call(end_txn_call(txn_id, action))
 
+    def end_txn_async(self, txn_id: TxnID, action: TxnAction) -> concurrent.futures.Future[None]:
+        return self._call_async(end_txn_call(txn_id, action))
+
     def close(self) -> None:
         if self._closed:
             return

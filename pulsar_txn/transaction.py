@@ -11,11 +11,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pulsar_txn._future import LazyFuture
 from pulsar_txn.errors import (
     ConfigError,
     InvalidTxnStatusError,
@@ -71,8 +72,7 @@ class Transaction:
         """The id as stored in each message's header (made once, used per send)."""
         self._inflight = 0  # sends started and not finished
         self._inflight_error: BaseException | None = None
-        self._idle = threading.Condition(self._lock)
-        self._ending = False  # set (under _lock) once commit/abort waits for the sends
+        self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
         self._flush_hooks: list[Callable[[], None]] = []
 
     @property
@@ -153,8 +153,11 @@ class Transaction:
             self._inflight -= 1
             if error is not None and self._inflight_error is None:
                 self._inflight_error = error
-            if self._inflight == 0 and self._ending:  # nobody waits before the end began
-                self._idle.notify_all()
+            if self._inflight or not self._sends_waiters:  # nobody waits before the end began
+                return
+            waiters, self._sends_waiters = self._sends_waiters, []
+        for sends_done in waiters:
+            sends_done()
 
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
@@ -166,8 +169,7 @@ class Transaction:
         """Wait for every send and ack made in the transaction, then commit it. If one of them
         failed, abort instead and raise ``TransactionHasOperationFailed``. ``InvalidTxnStatusError``
         if the transaction is not open (already ended, timed out)."""
-        self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
-        self._finish_commit()
+        self._wait_end(self.commit_async())
 
     def commit_async(self) -> Future[None]:
         """``commit`` without waiting (Pulsar's ``commit()`` returns a future): batched acks are
@@ -176,17 +178,28 @@ class Transaction:
         other: when their order matters (output of one before the next), commit the next only after
         this future succeeded, as the exactly-once pipeline does."""
         self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
-        return self._client._end_executor().submit(self._finish_commit)
+        result: Future[None] = LazyFuture()
+        self._after_ops(lambda failed: self._commit_or_abort(failed, result))
+        return result
 
     def abort(self) -> None:
         """Abort: none of its messages become visible, its acks are released (redelivered)."""
-        self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
-        self._finish_abort()
+        self._wait_end(self.abort_async())
 
     def abort_async(self) -> Future[None]:
         """``abort`` without waiting; the future resolves once aborted."""
         self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
-        return self._client._end_executor().submit(self._finish_abort)
+        result: Future[None] = LazyFuture()
+        self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result))
+        return result
+
+    def _wait_end(self, result: Future[None]) -> None:
+        # Each step has its own deadline (the operations' wait, then END_TXN); this only bounds a bug.
+        limit = 2 * self._client.operation_timeout_seconds + 5
+        done, _ = wait([result], limit)
+        if not done:
+            raise Timeout(f"transaction {self.txn_id} did not end within {limit:.0f}s")
+        result.result()
 
     def _begin_end(self, what: str, allowed: frozenset[TransactionState], during: TransactionState) -> None:
         """Check and leave the OPEN state in one step (no send or ack can slip in after), then start
@@ -207,60 +220,101 @@ class Transaction:
         for hook in hooks:
             hook()
 
-    def _finish_commit(self) -> None:
-        failed = self._wait_ops()
-        if failed is not None:
-            log.warning(
-                "transaction %s: an operation failed (%s); aborting instead of committing",
-                self.txn_id,
-                failed,
-            )
-            self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
-            raise TransactionHasOperationFailed(
-                f"transaction {self.txn_id} was aborted because an operation in it failed: {failed}"
-            ) from failed
-        self._end(TxnAction.COMMIT, TransactionState.COMMITTING, TransactionState.COMMITTED)
-
-    def _finish_abort(self) -> None:
-        self._wait_ops()
-        self._end(TxnAction.ABORT, TransactionState.ABORTING, TransactionState.ABORTED)
-
-    def _wait_ops(self) -> BaseException | None:
+    def _after_ops(self, then: Callable[[BaseException | None], None]) -> None:
+        """Call ``then`` with the first failure among the transaction's operations (None if all
+        succeeded) once every one of them has ended, or with ``Timeout`` after the operation timeout.
+        No thread waits: ``then`` runs on the thread that ends the last operation (or here)."""
         self._flush()
         timeout = self._client.operation_timeout_seconds
-        deadline = time.monotonic() + timeout
         with self._lock:
-            self._ending = True
-            ops = list(self._ops) + list(self._partitions.values()) + list(self._subscriptions.values())
-            idle = self._idle.wait_for(lambda: self._inflight == 0, timeout)
-            first: BaseException | None = self._inflight_error
-        if not idle:
-            first = first or Timeout(f"sends of {self.txn_id} did not finish in {timeout}s")
-        timeout = max(0.0, deadline - time.monotonic())
+            ops = [*self._ops, *self._partitions.values(), *self._subscriptions.values()]
+            countdown = _Countdown(len(ops) + (self._inflight > 0))
+            if self._inflight > 0:
+                self._sends_waiters.append(countdown.one_done)
+        watch = self._client._deadline_watch()
+
+        def finish(expired: bool) -> None:
+            if not countdown.fire():
+                return  # the other of "all ended" and "expired" came first
+            if not expired:
+                watch.cancel(key)
+            then(self._first_failure(ops, timeout))
+
+        countdown.then = finish
+        key = watch.add(time.monotonic() + timeout, lambda: finish(True))
         for op in ops:
+            op.add_done_callback(countdown.one_done)
+        countdown.one_done()  # the count started one higher, so it cannot fire before this point
+
+    def _wait_ops(self) -> BaseException | None:
+        """Start the batched writes and wait until every operation so far has ended; the first
+        failure, if any (tests use it to know the acks are durable before looking)."""
+        ended: Future[BaseException | None] = LazyFuture()
+        self._after_ops(ended.set_result)
+        return ended.result()
+
+    def _first_failure(self, ops: list[Future[Any]], timeout: float) -> BaseException | None:
+        """The failure that stops a commit: a failed send, a failed operation, or one not ended yet."""
+        with self._lock:
+            first: BaseException | None = self._inflight_error
+            if first is None and self._inflight > 0:
+                first = Timeout(f"sends of {self.txn_id} did not finish in {timeout}s")
+        for op in ops:
+            if first is not None:
+                break
+            if not op.done():
+                first = Timeout(f"an operation of {self.txn_id} did not finish in {timeout}s")
+                break
             try:
-                op.result(timeout)
-            except TimeoutError:
-                first = first or Timeout(f"an operation of {self.txn_id} did not finish in {timeout}s")
-            except BaseException as exc:  # any failure of an op means the txn must not commit
-                first = first or exc
+                first = op.exception(0)
+            except BaseException as exc:  # cancelled: any failure of an op means no commit
+                first = exc
         return first
 
-    def _end(self, action: TxnAction, during: TransactionState, after: TransactionState) -> None:
-        self._set(during)
+    def _commit_or_abort(self, failed: BaseException | None, result: Future[None]) -> None:
+        if failed is None:
+            self._end(TxnAction.COMMIT, result)
+            return
+        log.warning(
+            "transaction %s: an operation failed (%s); aborting instead of committing", self.txn_id, failed
+        )
+        error = TransactionHasOperationFailed(
+            f"transaction {self.txn_id} was aborted because an operation in it failed: {failed}"
+        )
+        error.__cause__ = failed
+        self._end(TxnAction.ABORT, result, instead=error)
+
+    def _end(self, action: TxnAction, result: Future[None], instead: BaseException | None = None) -> None:
+        """END_TXN, then the state, the end listeners and ``result`` (with ``instead`` as its error
+        once the end succeeded, for a commit that became an abort)."""
+        commit = action is TxnAction.COMMIT
+        self._set(TransactionState.COMMITTING if commit else TransactionState.ABORTING)
+
+        def answered(answer: Future[None]) -> None:
+            exc = answer.exception()
+            if exc is not None:  # InvalidTxnStatus, TransactionNotFound, Timeout, ...: the end failed
+                self._set(TransactionState.ERROR)
+                result.set_exception(exc)
+                return
+            self._set(TransactionState.COMMITTED if commit else TransactionState.ABORTED)
+            with self._lock:
+                listeners = list(self._end_listeners)
+            for listener in listeners:
+                try:
+                    listener(self.txn_id, action)
+                except Exception:  # the outcome is durable; a listener's failure must not undo the end
+                    log.exception("transaction %s: end listener failed", self.txn_id)
+            if instead is not None:
+                result.set_exception(instead)
+            else:
+                result.set_result(None)
+
         try:
-            self._client._tc().end_txn(self.txn_id, action)
-        except PulsarTxnError:  # InvalidTxnStatus, TransactionNotFound, Timeout, ...: the end failed
-            self._set(TransactionState.ERROR)
-            raise
-        self._set(after)
-        with self._lock:
-            listeners = list(self._end_listeners)
-        for listener in listeners:
-            try:
-                listener(self.txn_id, action)
-            except Exception:  # the outcome is durable; a listener's failure must not undo the end
-                log.exception("transaction %s: end listener failed", self.txn_id)
+            sent = self._client._tc().end_txn_async(self.txn_id, action)
+        except PulsarTxnError as exc:  # the TC client is closed or cannot connect
+            sent = LazyFuture()
+            sent.set_exception(exc)
+        sent.add_done_callback(answered)
 
     def _set(self, state: TransactionState) -> None:
         with self._lock:
@@ -304,3 +358,30 @@ class TransactionBuilder:
         """``build`` without waiting (Pulsar's ``build()`` returns a future): NEW_TXN is sent now and
         the future resolves to the open transaction (its timeout runs from then)."""
         return self._client._new_txn_async(self._timeout_ms)
+
+
+class _Countdown:
+    """The operations an end waits for: ``then(expired=False)`` once the count reaches zero.
+    ``fire`` makes sure only one of "all ended" and "expired" goes on."""
+
+    __slots__ = ("_fired", "_left", "_lock", "then")
+
+    def __init__(self, count: int) -> None:
+        self._left = count + 1  # + 1: released by the caller once every callback is attached
+        self._lock = threading.Lock()
+        self._fired = False
+        self.then: Callable[[bool], None] = lambda _expired: None
+
+    def one_done(self, _op: object = None) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left:
+                return
+        self.then(False)
+
+    def fire(self) -> bool:
+        with self._lock:
+            if self._fired:
+                return False
+            self._fired = True
+            return True

@@ -75,26 +75,49 @@ class PendingAckState:
             return
         if kind != AckKind.INDIVIDUAL:
             raise ValueError(f"unknown ack kind {kind!r}")
+        if self._no_conflict(txn, offsets):
+            return
+        refused = self._first_conflict(txn, offsets)  # some offset is refused: name it and the rule
+        if refused is not None:
+            raise TransactionConflict(refused)
+
+    def _first_conflict(self, txn: TxnID, offsets: Sequence[int]) -> str | None:
+        """Why the first refused offset of an individual ack is refused (None: none is), one by one."""
+        holder, cum_pos = self._cum_txn, self._cum_pos
         seen: set[int] = set()
         for o in offsets:
             if self.cursor.is_acked(o):
-                raise TransactionConflict(
-                    f"transaction {txn} cannot ack offset {o}: already acked (committed) on this subscription"
-                )
+                return f"transaction {txn} cannot ack offset {o}: already acked (committed) here"
             owner = self._individual.get(o)
             if owner is not None:
                 who = "this transaction" if owner == txn else f"transaction {owner}"
-                raise TransactionConflict(
-                    f"transaction {txn} cannot ack offset {o}: already pending in {who}"
-                )
+                return f"transaction {txn} cannot ack offset {o}: already pending in {who}"
             if holder is not None and holder != txn and o <= cum_pos:
-                raise TransactionConflict(
+                return (
                     f"transaction {txn} cannot ack offset {o}: transaction {holder} holds a pending "
                     f"cumulative ack at offset {cum_pos}"
                 )
             if o in seen:
-                raise TransactionConflict(f"transaction {txn} cannot ack offset {o}: listed twice in one ack")
+                return f"transaction {txn} cannot ack offset {o}: listed twice in one ack"
             seen.add(o)
+        return None
+
+    def _no_conflict(self, txn: TxnID, offsets: Sequence[int]) -> bool:
+        """The individual-ack rules for a whole list at once, with set operations (an
+        ``acknowledge(list)`` checks a batch per call): True if no offset is refused."""
+        if not offsets:
+            return True
+        distinct = set(offsets)
+        lowest = min(distinct)
+        cursor = self.cursor
+        holder = self._cum_txn
+        return (
+            len(distinct) == len(offsets)
+            and lowest >= cursor.mark_delete
+            and (not cursor.acked or not any(o in cursor.acked for o in distinct))
+            and distinct.isdisjoint(self._individual)
+            and (holder is None or holder == txn or lowest > self._cum_pos)
+        )
 
     # ------------------------------------------------------------------ fold
     def apply_ack(self, txn: TxnID, kind: AckKind, offsets: Sequence[int]) -> None:
@@ -112,6 +135,11 @@ class PendingAckState:
         if kind != AckKind.INDIVIDUAL:
             raise ValueError(f"unknown ack kind {kind!r}")
         mine = self._by_txn.setdefault(txn, set())
+        individual = self._individual
+        if individual.keys().isdisjoint(offsets):  # nothing moves from another transaction
+            individual.update(dict.fromkeys(offsets, txn))
+            mine.update(offsets)
+            return
         for o in offsets:
             prev = self._individual.get(o)
             if prev is not None and prev != txn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from pulsar_txn import (
     PersistenceError,
     Result,
     StringSchema,
+    Timeout,
+    TransactionHasOperationFailed,
     TransactionState,
 )
 from tests.conftest import Cluster, read_all
@@ -161,6 +164,30 @@ def test_commit_async_commits_in_the_background_and_closes_the_transaction_at_on
     assert txn.state is TransactionState.COMMITTED
     got = [m.data() for m in read_all(c.client.create_reader(topic))]
     assert got == [f"m{i}".encode() for i in range(20)]
+
+
+def test_an_operation_that_never_ends_makes_commit_async_abort_after_the_operation_timeout(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """No thread waits for an asynchronous commit: its deadline comes from the client's deadline
+    watch. An operation that never ends is a failed one: the transaction aborts, as ``commit`` does."""
+    from concurrent.futures import Future
+
+    c = cluster()
+    topic = f"cstuck_{uid}"
+    c.client.create_topic(topic, 1)
+    txn = c.client.transaction(60)
+    c.client.create_producer(topic).send(b"hidden", txn=txn)
+    c.client.operation_timeout_seconds = 1.0  # after the first send, which may take a while
+    txn.track(Future())  # never completes
+    started = time.monotonic()
+    done = txn.commit_async()
+    with pytest.raises(TransactionHasOperationFailed) as raised:
+        done.result(30)
+    assert isinstance(raised.value.__cause__, Timeout)
+    assert 0.9 <= time.monotonic() - started < 10
+    assert txn.state is TransactionState.ABORTED
+    assert read_all(c.client.create_reader(topic), 800) == []
 
 
 def test_abort_async_releases_acks_and_hides_sends(cluster: ClusterFactory, uid: str) -> None:

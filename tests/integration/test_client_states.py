@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
@@ -130,13 +131,13 @@ def test_e8_client_states_observed(
     c = cluster()
     seen: list[TransactionState] = []
     tc_client = c.client._tc()
-    real_end = tc_client.end_txn
+    real_end = tc_client.end_txn_async
 
-    def observing_end(txn_id: object, action: TxnAction) -> None:
+    def observing_end(txn_id: object, action: TxnAction) -> Future[None]:
         seen.append(current.state)  # the state while END_TXN is in flight
-        real_end(txn_id, action)  # type: ignore[arg-type]
+        return real_end(txn_id, action)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tc_client, "end_txn", observing_end)
+    monkeypatch.setattr(tc_client, "end_txn_async", observing_end)
     current: Transaction = c.client.transaction(60)
     seen.append(current.state)
     current.commit()

@@ -481,3 +481,23 @@ def test_checked_acks_keep_invariants_and_replay_to_the_same_state(
             assert s.is_pending(o) == (not acked and any(o in p for p in pending.values()))
         assert s.pending_count() == sum(s.pending_txns().values())
     assert replay(sub.log, Cursor(start)) == s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 5), _ops, st.integers(0, 3), st.lists(st.integers(0, 30), max_size=6))
+def test_a_list_is_refused_at_once_exactly_when_one_of_its_offsets_is_refused_alone(
+    start: int, ops: list[tuple[str, int, list[int]]], t: int, offsets: list[int]
+) -> None:
+    """``check`` of an individual ack tests a whole list with set operations first; it must refuse
+    exactly the lists the one-by-one rules refuse (a repeat within the list included)."""
+    sub = Sub(start)
+    for op, u, offs in ops:
+        if op in ("ind", "cum"):
+            try:
+                sub.ack(_TXNS[u], IND if op == "ind" else CUM, *offs)
+            except TransactionConflict:
+                pass
+        else:
+            sub.end(_TXNS[u], COMMIT if op == "commit" else ABORT)
+    s, txn = sub.state, _TXNS[t]
+    assert s._no_conflict(txn, offsets) == (s._first_conflict(txn, offsets) is None)
