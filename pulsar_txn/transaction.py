@@ -311,7 +311,7 @@ class Transaction:
 
         try:
             sent = self._client._tc().end_txn_async(self.txn_id, action)
-        except PulsarTxnError as exc:  # the TC client is closed or cannot connect
+        except Exception as exc:  # the TC client is closed or cannot connect: the future says so
             sent = LazyFuture()
             sent.set_exception(exc)
         sent.add_done_callback(answered)
