@@ -183,7 +183,7 @@ class Consumer(Generic[T]):
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
         self._ack_batches: dict[tuple[TxnID, TP, AckKind], _AckBatch] = {}
-        self._refetch_due: list[tuple[TP, list[int]]] = []  # aborts' releases, for the upkeep thread
+        self._refetch_due: list[tuple[TP, list[int]]] = []  # see _after_outcome; read by the upkeep thread
         self._closed = False
         self._assigned_once = threading.Event()
         client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
@@ -414,9 +414,7 @@ class Consumer(Generic[T]):
                 # Not lost: this one and the rest come round again (their counts unchanged).
                 with self._lock:
                     for later, _part in dead[i:]:
-                        heapq.heappush(
-                            self._redeliveries, _Redelivery(time.monotonic() + 1.0, next(self._seq), later)
-                        )
+                        self._requeue(later, 1.0)
                 raise
 
     def _delivered(self, msg: Message[T], now: float) -> Message[T]:
@@ -643,6 +641,10 @@ class Consumer(Generic[T]):
         mid = msg.message_id
         key = (mid.topic, mid.partition, mid.offset)
         self._redelivery_counts[key] = self._redelivery_counts.get(key, 0) + 1
+        self._requeue(msg, delay)
+
+    def _requeue(self, msg: Message[T], delay: float) -> None:
+        """Deliver ``msg`` again after ``delay``, its redelivery count as it is."""
         heapq.heappush(self._redeliveries, _Redelivery(time.monotonic() + delay, next(self._seq), msg))
 
     # ------------------------------------------------------------------ background upkeep
@@ -677,7 +679,6 @@ class Consumer(Generic[T]):
         # A partition revoked (or re-opened) meanwhile: its records are skipped (or applied again,
         # which outcome records tolerate).
         with self._lock:
-            refetch: list[tuple[TP, list[int]]] = []
             for rec in records:
                 part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
                 if part is None or part.pa_topic != rec.topic:
@@ -686,24 +687,18 @@ class Consumer(Generic[T]):
                     part.dirty = True
                     # The same rules as an outcome from END_TXN: a released message that is delivered
                     # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
-                    missing = self._after_outcome(part, txn_id, action, released)
-                    if missing:
-                        refetch.append((part.tp, missing))
-        for tp, offsets in refetch:
-            self._refetch(tp, offsets)
+                    self._after_outcome(part, txn_id, action, released)
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
         """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
         caller sees its effect at once (Pulsar applies it before END_TXN returns). This runs on the
-        thread that got END_TXN's answer, which other answers wait for: messages to read again
-        (released by an abort, never delivered here) are left to the upkeep thread."""
+        thread that got END_TXN's answer, which other answers wait for; ``_after_outcome`` leaves the
+        reading to the upkeep thread."""
         with self._lock:
             for part in self._parts.values():
                 released = part.fold.apply_outcome(txn_id, action)
                 part.dirty = True
-                missing = self._after_outcome(part, txn_id, action, released)
-                if missing:
-                    self._refetch_due.append((part.tp, missing))
+                self._after_outcome(part, txn_id, action, released)
 
     def _take_held(self, txn_id: TxnID, tp: TP) -> list[int] | None:
         """Remove and return the offsets ``txn_id`` moved into ``_in_txn`` on ``tp``."""
@@ -715,17 +710,17 @@ class Consumer(Generic[T]):
             del self._txn_offsets[txn_id]
         return held
 
-    def _after_outcome(
-        self, part: _Part, txn_id: TxnID, action: TxnAction, released: Sequence[int]
-    ) -> list[int]:
-        """Commit: forget the messages now acked. Abort: redeliver what we hold; return the rest."""
+    def _after_outcome(self, part: _Part, txn_id: TxnID, action: TxnAction, released: Sequence[int]) -> None:
+        """Commit: forget the messages now acked. Abort: redeliver what we hold; the rest (released,
+        never delivered here, e.g. after a restart) is queued for the upkeep thread to read again: a
+        Kafka read does not belong under ``_lock``, nor on the thread that got END_TXN's answer."""
         held = self._take_held(txn_id, part.tp)
         if action is TxnAction.COMMIT:
             topic, partition = part.tp
             for offset in held or ():
                 if part.cursor.is_acked(offset):
                     self._in_txn.pop((topic, partition, offset), None)
-            return []
+            return
         missing = []
         for offset in released:
             key = (part.tp[0], part.tp[1], offset)
@@ -734,7 +729,8 @@ class Consumer(Generic[T]):
                 self._redeliver(msg, 0)
             elif key not in self._unacked:  # delivered and unacked: still the application's
                 missing.append(offset)
-        return missing
+        if missing:
+            self._refetch_due.append((part.tp, missing))
 
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""

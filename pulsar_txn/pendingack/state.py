@@ -87,7 +87,9 @@ class PendingAckState:
         seen: set[int] = set()
         for o in offsets:
             if self.cursor.is_acked(o):
-                return f"transaction {txn} cannot ack offset {o}: already acked (committed) here"
+                return (
+                    f"transaction {txn} cannot ack offset {o}: already acked (committed) on this subscription"
+                )
             owner = self._individual.get(o)
             if owner is not None:
                 who = "this transaction" if owner == txn else f"transaction {owner}"
