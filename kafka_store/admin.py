@@ -50,7 +50,9 @@ class TopicAdmin:
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._translate(exc, f"create topic {name}") from None
         except Exception as exc:  # concurrent.futures.TimeoutError and friends
-            raise BrokerUnavailableError(f"create topic {name}: {exc}") from None
+            raise BrokerUnavailableError(
+                f"create topic {name}: {exc or type(exc).__name__} (no answer in {self._timeout:g} s)"
+            ) from None
         return self.partition_count(name)
 
     def add_partitions(self, name: str, total: int) -> None:

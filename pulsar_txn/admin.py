@@ -14,6 +14,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from kafka_store import StoreError, TopicNotFoundError, read_range
+from pulsar_txn._boundary import public_errors
 from pulsar_txn.errors import (
     AuthenticationError,
     ConfigError,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
 
 
+@public_errors
 class TransactionsAdmin:
     """``TransactionsAdmin(client, admin_url="http://coord:8080")``; ``admin_url`` is needed only for
     ``coordinator_stats``. ``log_topic`` must match the coordinators' ``log_topic`` setting."""

@@ -11,7 +11,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from pydantic import ValidationError
+
 from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
+from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
 from pulsar_txn.buffer.reader import BufferOptions
@@ -24,7 +27,7 @@ from pulsar_txn.naming import TopicName
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
 from pulsar_txn.schema import Schema
-from pulsar_txn.tc_client import SyncTcClient
+from pulsar_txn.tc_client import SyncTcClient, check_service_url
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 from pulsar_txn.txnid import TxnID
 
@@ -51,6 +54,7 @@ class AuthenticationToken:
         return "AuthenticationToken(***)"  # never print the secret
 
 
+@public_errors
 class Client:
     """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
 
@@ -81,9 +85,13 @@ class Client:
                 settings["bootstrap_servers"] = bootstrap_servers
             if "bootstrap_servers" not in settings:
                 raise ConfigError("Client needs bootstrap_servers= or kafka={'bootstrap_servers': ...}")
-            self.kafka = KafkaConfig(**settings)
+            try:
+                self.kafka = KafkaConfig(**settings)
+            except ValidationError as exc:
+                raise ConfigError(f"kafka settings: {_first_problem(exc)}") from exc
         if operation_timeout_seconds <= 0:
             raise ConfigError("operation_timeout_seconds must be positive")
+        check_service_url(service_url)  # a typo fails here, not at the first transaction
         self.service_url = service_url
         self.operation_timeout_seconds = operation_timeout_seconds
         if isinstance(authentication, AuthenticationToken):
@@ -365,3 +373,9 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """Which setting is wrong and why, without echoing values (a value may be a secret)."""
+    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()]
+    return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")

@@ -31,6 +31,7 @@ from kafka_store import (
     describe_group,
     read_range,
 )
+from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader, load_state
 from pulsar_txn.errors import (
     ConsumerBusy,
@@ -113,6 +114,7 @@ class _Redelivery:
     message: Message[Any] = field(compare=False)
 
 
+@public_errors
 class Consumer(Generic[T]):
     """A consumer of a subscription; made by ``Client.subscribe``.
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
+from kafka_store.errors import (
+    BrokerUnavailableError,
+    RecordTooLargeError,
+    StoreError,
+    TopicNotFoundError,
+)
+
 
 class Result(StrEnum):
     """What a ``send_async`` callback gets as its first argument on success (Pulsar's
@@ -76,6 +83,18 @@ class PersistenceError(PulsarTxnError):
 
     retriable = True
     server_error = ServerError.PersistenceError
+
+
+class ConnectError(PulsarTxnError):
+    """Kafka did not answer in time: a dead broker, a wrong address, a network partition (Pulsar's
+    ``ConnectError``)."""
+
+    retriable = True
+    server_error = ServerError.ServiceNotReady
+
+
+class MessageTooBig(PulsarTxnError):
+    """A message is larger than the producer or the broker accepts (Pulsar's ``MessageTooBig``)."""
 
 
 class DataLossError(PulsarTxnError):
@@ -252,3 +271,16 @@ def error_from_server(code: int, message: str) -> PulsarTxnError:
     if cls is UnknownError:
         err.server_error = server_error
     return err
+
+
+def from_store_error(exc: StoreError, context: str = "") -> PulsarTxnError:
+    """The application-facing error for a storage-layer one (the caller chains ``exc`` as its cause):
+    the storage layer never raises to applications directly. ``context`` prefixes the message."""
+    message = f"{context}: {exc}" if context else str(exc)
+    if isinstance(exc, BrokerUnavailableError):
+        return ConnectError(message)
+    if isinstance(exc, TopicNotFoundError):
+        return TopicNotFound(message)
+    if isinstance(exc, RecordTooLargeError):
+        return MessageTooBig(message)
+    return PersistenceError(message, retriable=exc.retriable)

@@ -13,10 +13,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import Delivery, StoreError
+from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
-from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout
+from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout, from_store_error
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
@@ -35,6 +36,7 @@ stored, ``(error, None)`` on failure, where ``error`` is the typed ``PulsarTxnEr
 T = TypeVar("T")
 
 
+@public_errors
 class Producer(Generic[T]):
     """Sends messages to one topic, plain or inside a transaction; made by ``Client.create_producer``.
 
@@ -256,12 +258,8 @@ class _Send(Delivery):
 
     def delivered(self, offset: int | None, error: StoreError | None) -> None:
         if error is not None or offset is None:
-            self.fail(
-                PersistenceError(
-                    f"send to {self.topic}[{self.partition}] failed: {error}",
-                    retriable=bool(error and error.retriable),
-                )
-            )
+            what = f"send to {self.topic}[{self.partition}] failed"
+            self.fail(from_store_error(error, what) if error is not None else PersistenceError(what))
             return
         mid = new_message_id(self.topic, self.partition, offset)
         self.result.set_result(mid)

@@ -6,6 +6,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import read_range
+from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@public_errors
 class Reader(Generic[T]):
     """Reads committed messages of a topic from a position, without a subscription (Pulsar's
     Reader); made by ``Client.create_reader``."""

@@ -74,9 +74,18 @@ T = TypeVar("T")
 
 def _host_port(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    if parts.scheme != "pulsar" or not parts.hostname:
+    try:
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        port = -1
+    if parts.scheme != "pulsar" or not parts.hostname or port == -1:
         raise ConfigError(f"service URL {url!r}: expected pulsar://host:port")
-    return parts.hostname, parts.port or 6650
+    return parts.hostname, port or 6650
+
+
+def check_service_url(url: str) -> None:
+    """``ConfigError`` unless ``url`` is a coordinator URL this client speaks (``pulsar://host:port``)."""
+    _host_port(url)
 
 
 class TcClient:

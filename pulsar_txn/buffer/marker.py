@@ -13,6 +13,7 @@ import hmac
 from dataclasses import dataclass
 
 from kafka_store import REGISTRY, RecordKind
+from kafka_store.errors import CorruptRecordError
 from pulsar_txn.txnid import TxnAction, TxnID
 
 CTL_HEADER = "ptxn.ctl"
@@ -104,10 +105,13 @@ def marker_record(
 def decode_marker(value: bytes | None) -> TxnMarker:
     """Decode a marker value; raises ``kafka_store.CodecError`` subclasses on bad bytes."""
     f = REGISTRY.decode_as(TXN_MARKER, value)
-    return TxnMarker(
-        TxnID(int(f["txn_most"]), int(f["txn_least"])),
-        TxnAction[f["action"]],
-        int(f["low_watermark"]),
-        int(f["written_at_ms"]),
-        bytes(f["mac"]),
-    )
+    try:
+        return TxnMarker(
+            TxnID(int(f["txn_most"]), int(f["txn_least"])),
+            TxnAction[f["action"]],
+            int(f["low_watermark"]),
+            int(f["written_at_ms"]),
+            bytes(f["mac"]),
+        )
+    except (ValueError, KeyError) as exc:  # well-formed Avro, impossible content (a negative TxnID)
+        raise CorruptRecordError(f"marker with impossible fields: {exc}") from None

@@ -187,7 +187,12 @@ class TxnBufferState:
         if self.has_ended(txn):
             # A late message of a txn that already ended here: never delivered, never pins.
             self.counters.late_messages += 1
-            if txn not in self.aborted:
+            if txn in self.aborted:
+                # Remembered until retention deletes this record too (prune), not only the marker.
+                if offset > self.aborted[txn]:
+                    self.aborted[txn] = offset
+                    self.changes += 1
+            else:
                 self._discard(offset)
             return False
         self.ongoing[txn] = offset

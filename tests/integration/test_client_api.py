@@ -3,7 +3,9 @@ callback, and ending a transaction by its id from another client."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -15,16 +17,18 @@ from pulsar_txn import (
     AvroSchema,
     BytesSchema,
     Client,
+    ConnectError,
     IncompatibleSchema,
     JsonSchema,
     MessageId,
-    PersistenceError,
+    MessageTooBig,
     Result,
     StringSchema,
     Timeout,
     TransactionHasOperationFailed,
     TransactionState,
 )
+from pulsar_txn.asyncio import AsyncClient
 from tests.conftest import Cluster, read_all
 
 pytestmark = pytest.mark.integration
@@ -121,7 +125,9 @@ def test_send_async_callback_gets_result_ok_and_message_id_or_the_typed_error(
     assert by_kind[True] == (Result.Ok, ok.result(5))
     assert isinstance(by_kind[True][1], MessageId)
     failure, no_id = by_kind[False]
-    assert isinstance(failure, PersistenceError) and no_id is None
+    assert isinstance(failure, MessageTooBig) and not failure.retriable and no_id is None
+    with pytest.raises(MessageTooBig):  # the same through send(), which waits
+        producer.send(b"x" * 3_000_000)
 
 
 def test_a_transaction_is_committed_by_its_id_from_another_client(cluster: ClusterFactory, uid: str) -> None:
@@ -234,3 +240,35 @@ def test_acknowledging_a_list_in_a_transaction_checks_every_id_for_conflicts(
     with pytest.raises(TransactionConflict):  # committed now: acked
         consumer.acknowledge(msgs[:1], txn=third)
     third.abort()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_dead_broker_is_a_retriable_connect_error_from_every_kind_of_call_not_a_storage_error() -> None:
+    port = _closed_port()
+    kafka = {"bootstrap_servers": f"127.0.0.1:{port}", "request_timeout_ms": 1500}
+    with Client(f"pulsar://127.0.0.1:{port}", kafka=kafka, operation_timeout_seconds=2) as client:
+        calls: list[Callable[[], object]] = [
+            lambda: client.create_producer("t"),
+            lambda: client.subscribe("t", "s"),
+            lambda: client.create_reader("t"),
+            lambda: client.create_topic("t2", 1),
+            lambda: client.get_last_message_ids("t"),
+        ]
+        for call in calls:
+            started = time.monotonic()
+            with pytest.raises(ConnectError) as info:
+                call()
+            assert info.value.retriable
+            assert time.monotonic() - started < 10  # bounded by the Kafka request timeout, no hang
+
+    async def via_asyncio() -> None:
+        async with AsyncClient(f"pulsar://127.0.0.1:{port}", kafka=kafka) as aclient:
+            await aclient.create_producer("t")
+
+    with pytest.raises(ConnectError):
+        asyncio.run(via_asyncio())
