@@ -165,15 +165,21 @@ class TcConnection:
 
     def _send(self, data: bytes) -> None:
         """Write a whole frame from any thread, within the write timeout."""
+        failure: ConnectionClosed | None = None
         with self._write_lock:
             if self._wsock.fileno() < 0:
                 raise ConnectionClosed(f"connection to {self.url} is closed")
             try:
                 self._wsock.sendall(data)
             except TimeoutError:
-                raise ConnectionClosed(f"connection to {self.url}: no write progress in time") from None
+                failure = ConnectionClosed(f"connection to {self.url}: no write progress in time")
             except OSError as exc:
-                raise ConnectionClosed(f"connection to {self.url} lost: {exc}") from exc
+                failure = ConnectionClosed(f"connection to {self.url} lost: {exc}")
+        if failure is not None:
+            # Part of the frame may be on the wire: the server would read the next request's bytes
+            # as its rest. The connection is unusable; drop it (its waiters fail, callers reconnect).
+            self._fail_all(failure)
+            raise failure
 
     def _close_sockets(self) -> None:
         with contextlib.suppress(OSError):

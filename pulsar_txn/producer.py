@@ -64,7 +64,9 @@ class Producer(Generic[T]):
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
         # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
-        self._order_lock = threading.Lock()
+        # Re-entrant: a send that fails at once (too large, failed registration) runs its callback
+        # under this lock, and a callback may send again (e.g. to report the failure).
+        self._order_lock = threading.RLock()
         self._pending: deque[_Send] = deque()  # sends waiting for an earlier one's registration
         self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
@@ -129,8 +131,7 @@ class Producer(Generic[T]):
         )
         if txn is not None:
             headers[TXN_HEADER] = txn.txn_id_bytes
-            send.registered = txn.register_partition(self._partition_name(partition))
-            txn.op_started()  # commit waits for this send (counted, not a future per send)
+            send.registered = txn.begin_send(self._partition_name(partition))  # commit waits for it
         registered = send.registered
         hook: Future[None] | None = None  # a registration that must start the queue when done
         with self._order_lock:

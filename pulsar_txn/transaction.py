@@ -98,17 +98,22 @@ class Transaction:
             )
 
     # ------------------------------------------------------------------ operations in the txn
-    def register_partition(self, partition: str) -> Future[None]:
-        """ADD_PARTITION_TO_TXN once per partition; later calls share the first call's future."""
-        fut = self._partitions.get(partition)  # the per-send fast path: no lock (a dict read is atomic)
-        if fut is not None and self._state is TransactionState.OPEN and time.monotonic() < self._deadline:
-            return fut
-        self._check_open("send")
+    def begin_send(self, partition: str) -> Future[None]:
+        """A send of this transaction to ``partition`` starts: checked OPEN and counted in one step,
+        so that a send racing with ``commit`` is either waited for or refused, never neither.
+        Returns the partition's ADD_PARTITION_TO_TXN future (one call per partition; later sends
+        share it). ``op_finished`` balances the count."""
         with self._lock:
+            state = self._current_state()
+            if state is not TransactionState.OPEN:
+                raise InvalidTxnStatusError(
+                    f"cannot send in transaction {self.txn_id}: its state is {state.value}"
+                )
             fut = self._partitions.get(partition)
             if fut is None:
                 fut = self._client._tc().add_partitions_async(self.txn_id, [partition])
                 self._partitions[partition] = fut
+            self._inflight += 1
             return fut
 
     def register_subscription(self, topic: str, subscription: str) -> Future[None]:
@@ -141,14 +146,9 @@ class Transaction:
         failed.set_exception(exc)
         self.track(failed)
 
-    def op_started(self) -> None:
-        """A send of this transaction started; ``commit`` waits until ``op_finished`` balances it
-        (a counter, cheaper than a tracked future per message)."""
-        with self._lock:
-            self._inflight += 1
-
     def op_finished(self, error: BaseException | None) -> None:
-        """A send counted by ``op_started`` ended; with ``error``, ``commit`` aborts instead."""
+        """A send counted by ``begin_send`` ended (a counter, cheaper than a tracked future per
+        message); with ``error``, ``commit`` aborts instead."""
         with self._lock:
             self._inflight -= 1
             if error is not None and self._inflight_error is None:
@@ -178,7 +178,7 @@ class Transaction:
         other: when their order matters (output of one before the next), commit the next only after
         this future succeeded, as the exactly-once pipeline does."""
         self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
-        result: Future[None] = LazyFuture()
+        result = self._watched_end()
         self._after_ops(lambda failed: self._commit_or_abort(failed, result))
         return result
 
@@ -189,13 +189,25 @@ class Transaction:
     def abort_async(self) -> Future[None]:
         """``abort`` without waiting; the future resolves once aborted."""
         self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
-        result: Future[None] = LazyFuture()
+        result = self._watched_end()
         self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result))
         return result
 
-    def _wait_end(self, result: Future[None]) -> None:
+    def _end_limit(self) -> float:
         # Each step has its own deadline (the operations' wait, then END_TXN); this only bounds a bug.
-        limit = 2 * self._client.operation_timeout_seconds + 5
+        return 2 * self._client.operation_timeout_seconds + 5
+
+    def _watched_end(self) -> Future[None]:
+        """The future of an end, registered with the client until it completes, so that
+        ``Client.close`` waits for END_TXN's answer too (not only for the operations)."""
+        result: Future[None] = LazyFuture()
+        watch = self._client._deadline_watch()
+        key = watch.add(time.monotonic() + self._end_limit(), _nothing)
+        result.add_done_callback(lambda _f: watch.cancel(key))
+        return result
+
+    def _wait_end(self, result: Future[None]) -> None:
+        limit = self._end_limit()
         done, _ = wait([result], limit)
         if not done:
             raise Timeout(f"transaction {self.txn_id} did not end within {limit:.0f}s")
@@ -385,3 +397,8 @@ class _Countdown:
                 return False
             self._fired = True
             return True
+
+
+def _nothing() -> None:
+    """An end's deadline entry expires silently: ``_wait_end`` and the operations' own deadlines
+    report the failure; the entry only keeps ``Client.close`` waiting."""

@@ -9,16 +9,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
+from kafka_store import Appender
 from pulsar_txn import (
     AvroSchema,
     BytesSchema,
     Client,
     ConnectError,
     IncompatibleSchema,
+    InvalidTxnStatusError,
     JsonSchema,
     MessageId,
     MessageTooBig,
@@ -29,6 +32,8 @@ from pulsar_txn import (
     TransactionState,
 )
 from pulsar_txn.asyncio import AsyncClient
+from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints
 from tests.conftest import Cluster, read_all
 
 pytestmark = pytest.mark.integration
@@ -177,7 +182,6 @@ def test_an_operation_that_never_ends_makes_commit_async_abort_after_the_operati
 ) -> None:
     """No thread waits for an asynchronous commit: its deadline comes from the client's deadline
     watch. An operation that never ends is a failed one: the transaction aborts, as ``commit`` does."""
-    from concurrent.futures import Future
 
     c = cluster()
     topic = f"cstuck_{uid}"
@@ -272,3 +276,114 @@ def test_a_dead_broker_is_a_retriable_connect_error_from_every_kind_of_call_not_
 
     with pytest.raises(ConnectError):
         asyncio.run(via_asyncio())
+
+
+def test_a_send_racing_with_commit_is_either_committed_or_refused_never_lost(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Senders on other threads while the transaction commits: each send either returns a MessageId
+    that is visible after the commit, or is refused with InvalidTxnStatusError. Never a MessageId for a
+    message the commit left out (it would sit after the marker, discarded by every reader)."""
+    c = cluster()
+    topic = f"race_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    accepted: list[MessageId] = []
+    lock = threading.Lock()
+    for trial in range(8):
+        txn = c.client.new_transaction().with_transaction_timeout(30).build()
+        producer.send(f"{trial}-first".encode(), txn=txn)
+        start = threading.Barrier(4)
+
+        def sender(name: str, txn: Any = txn, start: threading.Barrier = start) -> None:
+            start.wait(10)
+            for i in range(300):
+                try:
+                    fut = producer.send_async(f"{name}-{i}".encode(), txn=txn)
+                except InvalidTxnStatusError:
+                    return
+                with lock:
+                    accepted.append(fut.result(30))
+
+        threads = [threading.Thread(target=sender, args=(f"{trial}-{k}",)) for k in range(3)]
+        for t in threads:
+            t.start()
+        start.wait(10)
+        time.sleep(0.002 * (trial + 1))  # commit at different points of the senders' loops
+        txn.commit()
+        for t in threads:
+            t.join(30)
+    reader = c.client.create_reader(topic)
+    visible = {m.message_id for m in read_all(reader, 2000)}
+    reader.close()
+    assert set(accepted) <= visible  # every accepted send committed
+    assert len(visible) == len(accepted) + 8  # nothing else either (the 8 first sends)
+
+
+def test_a_send_callback_may_send_again_on_the_same_producer(cluster: ClusterFactory, uid: str) -> None:
+    """A send that fails at once (too large) runs its callback on the sending thread; a callback that
+    reports the failure with another send on the same producer must not deadlock it."""
+    c = cluster()
+    topic = f"cbsend_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    reported: list[Future[MessageId]] = []
+
+    def report(result: Any, _msg_id: Any) -> None:
+        if result is not Result.Ok:
+            reported.append(producer.send_async(f"failed: {type(result).__name__}".encode()))
+
+    outcome: dict[str, Any] = {}
+
+    def send_oversize() -> None:
+        producer.send_async(b"x" * 3_000_000, report)
+        outcome["later"] = producer.send(b"after")
+
+    t = threading.Thread(target=send_oversize, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the producer deadlocked in a callback"
+    assert isinstance(outcome["later"], MessageId)
+    assert len(reported) == 1 and isinstance(reported[0].result(10), MessageId)
+
+
+def test_client_close_waits_for_the_answer_to_an_asynchronous_commit(
+    coord_config: Callable[..., Any], kafka: Any, admin: Any, uid: str
+) -> None:
+    """``close`` lets a ``commit_async`` in flight finish: its END_TXN is answered (markers written
+    late here), the future succeeds and the state is COMMITTED, not a ConnectionClosed error."""
+    cfg = coord_config()
+    appender = Appender(kafka)
+    ec = EmbeddedCoordinator(
+        kafka, cfg, serve=True, endpoints=_SlowEndpoints(KafkaTxnEndpoints(appender, admin, num_tcs=4))
+    )
+    ec.start(wait_ready=30)
+    try:
+        client = Client(ec.url or "", kafka=kafka, num_tcs=4, snapshot_topic=cfg.snapshot_topic)
+        topic = f"close_{uid}"
+        client.create_topic(topic, 1)
+        producer = client.create_producer(topic)
+        txn = client.new_transaction().with_transaction_timeout(30).build()
+        producer.send(b"x", txn=txn)
+        fut = txn.commit_async()
+        client.close()
+        assert fut.done() and fut.exception() is None
+        assert txn.state is TransactionState.COMMITTED
+    finally:
+        ec.stop()
+        appender.close()
+
+
+class _SlowEndpoints:
+    """Real marker writes, each 1.5 s late (a slow participant)."""
+
+    def __init__(self, inner: KafkaTxnEndpoints) -> None:
+        self.inner = inner
+
+    async def end_on_partition(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(1.5)
+        await self.inner.end_on_partition(*args, **kwargs)
+
+    async def end_on_subscription(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(1.5)
+        await self.inner.end_on_subscription(*args, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import struct
 import threading
 import time
@@ -15,8 +16,11 @@ from typing import Any, TypeVar
 
 import pytest
 
+from pulsar_txn._tc_calls import add_partitions_call
+from pulsar_txn._tc_connection import TcConnection
 from pulsar_txn.errors import (
     AuthenticationError,
+    ConnectionClosed,
     InvalidTxnStatusError,
     ServerError,
     ServiceNotReady,
@@ -805,3 +809,46 @@ def test_sync_client_runs_a_transaction_from_blocking_code() -> None:
             client.end_txn(TxnID(1, 999), TxnAction.ABORT)
     assert api.status[txn] == "ABORT"
     assert api.new_txn_calls == [(0, 10_000)]
+
+
+def test_a_write_that_stalls_part_way_drops_the_connection_so_later_requests_do_not_go_astray() -> None:
+    """Half a frame may be on the wire after a write timed out: the server would read the next
+    request's bytes as its rest. The connection must close (its callers then reconnect)."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    release = threading.Event()
+
+    def stalling_server() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            decoder = FrameDecoder(8 << 20)
+            while not decoder.feed(conn.recv(65536)):
+                pass
+            conn.sendall(encode_command(wrap(CommandConnected(server_version="fake", protocol_version=20))))
+            release.wait(10)  # never reads the big request in time
+
+    server = threading.Thread(target=stalling_server, daemon=True)
+    server.start()
+
+    async def scenario() -> None:
+        conn = await TcConnection.open("127.0.0.1", port, "pulsar://stall", None, 0.5, 8 << 20)
+        big = add_partitions_call(TxnID(0, 1), ["p" * 1000] * 4000)  # ~4 MB: more than the buffers hold
+
+        def send_big() -> BaseException | None:
+            rid = conn.next_request_id()
+            fut = conn.request_threadsafe(big.build(rid), big.response_type, rid, time.monotonic() + 10)
+            return fut.exception(5)
+
+        failure = await asyncio.to_thread(send_big)
+        assert isinstance(failure, ConnectionClosed)
+        assert conn.closed  # dropped, not left "ready" with half a frame on the stream
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
+        server.join(5)
+        listener.close()
