@@ -306,7 +306,13 @@ class Transaction:
             exc = answer.exception()
             if exc is not None:  # InvalidTxnStatus, TransactionNotFound, Timeout, ...: the end failed
                 self._set(TransactionState.ERROR)
-                result.set_exception(exc)
+                if instead is not None:
+                    # A commit that became an abort: it failed for the operation's reason either way
+                    # (the coordinator's timeout ends it if the abort did not get through).
+                    log.warning(
+                        "transaction %s: the abort instead of the commit failed: %s", self.txn_id, exc
+                    )
+                result.set_exception(instead if instead is not None else exc)
                 return
             self._set(TransactionState.COMMITTED if commit else TransactionState.ABORTED)
             with self._lock:

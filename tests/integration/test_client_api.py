@@ -25,6 +25,7 @@ from pulsar_txn import (
     JsonSchema,
     MessageId,
     MessageTooBig,
+    PersistenceError,
     Result,
     StringSchema,
     Timeout,
@@ -387,3 +388,30 @@ class _SlowEndpoints:
     async def end_on_subscription(self, *args: Any, **kwargs: Any) -> None:
         await asyncio.sleep(1.5)
         await self.inner.end_on_subscription(*args, **kwargs)
+
+
+def test_a_commit_that_became_an_abort_raises_the_operations_failure_even_if_the_abort_fails(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller of ``commit`` learns that an operation failed (TransactionHasOperationFailed), not the
+    abort's own error; nothing of the transaction becomes visible (the coordinator's timeout ends it)."""
+    c = cluster()
+    topic = f"abortfail_{uid}"
+    c.client.create_topic(topic, 1)
+    txn = c.client.transaction(60)
+    c.client.create_producer(topic).send(b"hidden", txn=txn)
+    failed: Future[None] = Future()
+    failed.set_exception(PersistenceError("injected send failure"))
+    txn.track(failed)
+    tc = c.client._tc()
+
+    def end_fails(_txn_id: Any, _action: Any) -> Future[None]:
+        answer: Future[None] = Future()
+        answer.set_exception(Timeout("injected: END_TXN not answered"))
+        return answer
+
+    monkeypatch.setattr(tc, "end_txn_async", end_fails)
+    with pytest.raises(TransactionHasOperationFailed, match="injected send failure"):
+        txn.commit()
+    assert txn.state is TransactionState.ERROR
+    assert read_all(c.client.create_reader(topic), 800) == []
