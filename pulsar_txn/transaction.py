@@ -74,6 +74,9 @@ class Transaction:
         self._inflight_error: BaseException | None = None
         self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
         self._flush_hooks: list[Callable[[], None]] = []
+        # The countdown of the end in progress (commit/abort began): operations tracked, and hooks
+        # added, by an operation counted before the end began still become part of it.
+        self._ending: _Countdown | None = None
 
     @property
     def state(self) -> TransactionState:
@@ -104,17 +107,29 @@ class Transaction:
         Returns the partition's ADD_PARTITION_TO_TXN future (one call per partition; later sends
         share it). ``op_finished`` balances the count."""
         with self._lock:
-            state = self._current_state()
-            if state is not TransactionState.OPEN:
-                raise InvalidTxnStatusError(
-                    f"cannot send in transaction {self.txn_id}: its state is {state.value}"
-                )
+            self._require_open("send")
             fut = self._partitions.get(partition)
             if fut is None:
                 fut = self._client._tc().add_partitions_async(self.txn_id, [partition])
                 self._partitions[partition] = fut
             self._inflight += 1
             return fut
+
+    def begin_op(self, what: str) -> None:
+        """An operation (an acknowledgement) of this transaction starts: checked OPEN and counted in
+        one step, like ``begin_send``; ``op_finished`` balances it. What it tracks or flushes before
+        that is part of the end, even if the end began meanwhile on another thread."""
+        with self._lock:
+            self._require_open(what)
+            self._inflight += 1
+
+    def _require_open(self, what: str) -> None:
+        """``InvalidTxnStatusError`` unless OPEN; the caller holds ``_lock``."""
+        state = self._current_state()
+        if state is not TransactionState.OPEN:
+            raise InvalidTxnStatusError(
+                f"cannot {what} in transaction {self.txn_id}: its state is {state.value}"
+            )
 
     def register_subscription(self, topic: str, subscription: str) -> Future[None]:
         """ADD_SUBSCRIPTION_TO_TXN once per subscription."""
@@ -135,9 +150,13 @@ class Transaction:
                 self._end_listeners.append(listener)
 
     def add_flush_hook(self, hook: Callable[[], None]) -> None:
-        """Called before the transaction waits for its operations (batched writes go out then)."""
+        """Called before the transaction waits for its operations (batched writes go out then); at
+        once if the end has begun already (an operation counted before it added this late)."""
         with self._lock:
-            self._flush_hooks.append(hook)
+            if self._ending is None:
+                self._flush_hooks.append(hook)
+                return
+        hook()
 
     def record_failure(self, exc: BaseException) -> None:
         """An operation of this transaction failed before it started: ``commit`` will abort instead
@@ -163,6 +182,11 @@ class Transaction:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
         with self._lock:
             self._ops.append(op)
+            ending = self._ending
+            if ending is not None:
+                ending.add_one()
+        if ending is not None:
+            op.add_done_callback(ending.one_done)
 
     # ------------------------------------------------------------------ ending
     def commit(self) -> None:
@@ -179,7 +203,7 @@ class Transaction:
         this future succeeded, as the exactly-once pipeline does."""
         self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
         result = self._watched_end()
-        self._after_ops(lambda failed: self._commit_or_abort(failed, result))
+        self._after_ops(lambda failed: self._commit_or_abort(failed, result), ending=True)
         return result
 
     def abort(self) -> None:
@@ -190,7 +214,7 @@ class Transaction:
         """``abort`` without waiting; the future resolves once aborted."""
         self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
         result = self._watched_end()
-        self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result))
+        self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result), ending=True)
         return result
 
     def _end_limit(self) -> float:
@@ -232,17 +256,22 @@ class Transaction:
         for hook in hooks:
             hook()
 
-    def _after_ops(self, then: Callable[[BaseException | None], None]) -> None:
+    def _after_ops(self, then: Callable[[BaseException | None], None], *, ending: bool = False) -> None:
         """Call ``then`` with the first failure among the transaction's operations (None if all
         succeeded) once every one of them has ended, or with ``Timeout`` after the operation timeout.
-        No thread waits: ``then`` runs on the thread that ends the last operation (or here)."""
-        self._flush()
+        No thread waits: ``then`` runs on the thread that ends the last operation (or here). With
+        ``ending`` (commit/abort), operations counted now may still add to what is waited for."""
         timeout = self._client.operation_timeout_seconds
         with self._lock:
+            hooks, self._flush_hooks = self._flush_hooks, []
             ops = [*self._ops, *self._partitions.values(), *self._subscriptions.values()]
             countdown = _Countdown(len(ops) + (self._inflight > 0))
             if self._inflight > 0:
                 self._sends_waiters.append(countdown.one_done)
+            if ending:
+                self._ending = countdown
+        for hook in hooks:
+            hook()
         watch = self._client._deadline_watch()
 
         def finish(expired: bool) -> None:
@@ -250,7 +279,7 @@ class Transaction:
                 return  # the other of "all ended" and "expired" came first
             if not expired:
                 watch.cancel(key)
-            then(self._first_failure(ops, timeout))
+            then(self._first_failure(timeout))
 
         countdown.then = finish
         key = watch.add(time.monotonic() + timeout, lambda: finish(True))
@@ -265,9 +294,10 @@ class Transaction:
         self._after_ops(ended.set_result)
         return ended.result()
 
-    def _first_failure(self, ops: list[Future[Any]], timeout: float) -> BaseException | None:
+    def _first_failure(self, timeout: float) -> BaseException | None:
         """The failure that stops a commit: a failed send, a failed operation, or one not ended yet."""
         with self._lock:
+            ops = [*self._ops, *self._partitions.values(), *self._subscriptions.values()]
             first: BaseException | None = self._inflight_error
             if first is None and self._inflight > 0:
                 first = Timeout(f"sends of {self.txn_id} did not finish in {timeout}s")
@@ -389,6 +419,11 @@ class _Countdown:
         self._lock = threading.Lock()
         self._fired = False
         self.then: Callable[[bool], None] = lambda _expired: None
+
+    def add_one(self) -> None:
+        """One more operation to wait for (added by one that is itself still counted)."""
+        with self._lock:
+            self._left += 1
 
     def one_done(self, _op: object = None) -> None:
         with self._lock:

@@ -415,3 +415,29 @@ def test_a_commit_that_became_an_abort_raises_the_operations_failure_even_if_the
         txn.commit()
     assert txn.state is TransactionState.ERROR
     assert read_all(c.client.create_reader(topic), 800) == []
+
+
+def test_an_operation_counted_before_the_commit_began_may_still_add_what_the_commit_waits_for(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """An acknowledgement in flight on another thread when ``commit`` begins: the commit waits for it,
+    its batched write is flushed at once and waited for, and later operations are refused."""
+    c = cluster()
+    txn = c.client.transaction(60)
+    txn.begin_op("acknowledge")  # an ack on another thread, counted before the commit
+    done = txn.commit_async()
+    with pytest.raises(InvalidTxnStatusError):
+        txn.begin_op("acknowledge")  # the commit began: refused, not left out
+    time.sleep(0.2)
+    assert not done.done()  # waits for the counted operation
+    written: Future[None] = Future()
+    flushed: list[bool] = []
+    txn.track(written)
+    txn.add_flush_hook(lambda: flushed.append(True))
+    assert flushed == [True]  # the end's flush has passed: the late hook runs at once
+    txn.op_finished(None)
+    time.sleep(0.2)
+    assert not done.done()  # still waits for the write the operation tracked late
+    written.set_result(None)
+    done.result(30)
+    assert txn.state is TransactionState.COMMITTED
