@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka_store import Appender, StoreError
 from pulsar_txn._loop_inbox import inbox
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 _CLAIM_PREFIX = b"claim/"
 
 LogRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
+_Item = str | tuple[str, str]  # a partition, or a (topic, subscription)
+_T = TypeVar("_T", str, tuple[str, str])
 
 
 class TcState(StrEnum):
@@ -64,6 +66,18 @@ class TcState(StrEnum):
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _Unlogged:
+    """An item added to a transaction but not yet in a confirmed record. It is logged once any
+    write carrying it is confirmed, and dropped again once every write carrying it has failed."""
+
+    __slots__ = ("future", "item", "writes")
+
+    def __init__(self, item: _Item, future: asyncio.Future[None]) -> None:
+        self.item = item
+        self.future = future
+        self.writes = 0  # writes in flight that carry it
 
 
 class TransactionCoordinator:
@@ -106,6 +120,8 @@ class TransactionCoordinator:
         self._deadline_changed = asyncio.Event()
         self._unfinished: list[int] = []
         self._end_done: dict[int, asyncio.Future[None]] = {}
+        self._deciding: dict[int, asyncio.Future[None]] = {}  # COMMITTING/ABORTING write in flight
+        self._unlogged: dict[int, dict[_Item, _Unlogged]] = {}
         self._retire_queue: deque[tuple[int, int]] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.counters = TcCounters()
@@ -252,10 +268,10 @@ class TransactionCoordinator:
             _o, _n, fut = heapq.heappop(self._confirm_waiters)
             if not fut.done():
                 fut.set_exception(err)
-        for fut in self._end_done.values():
-            if not fut.done():
-                fut.set_exception(err)
-                fut.exception()  # mark retrieved: nobody may be waiting
+        futures = [*self._end_done.values(), *self._deciding.values()]
+        futures += [rec.future for unlogged in self._unlogged.values() for rec in unlogged.values()]
+        for fut in futures:
+            _fail(fut, err)
 
     def _cancel_tasks(self) -> None:
         for task in list(self._tasks):
@@ -341,6 +357,45 @@ class TransactionCoordinator:
         self._keys_by_seq.setdefault(meta.txn_id.least_bits, set()).add(key)
         await self._persist([(key, meta.encode(self.epoch))], confirm=confirm)
 
+    async def _write_state(self, meta: TxnMeta) -> None:
+        """Write ``meta`` (a full state), settling the unlogged items it carries."""
+        unlogged = self._unlogged.get(meta.txn_id.least_bits)
+        riding = list(unlogged.values()) if unlogged else []
+        for rec in riding:
+            rec.writes += 1
+        try:
+            await self._write_meta(meta)
+        except BaseException as exc:  # a cancelled handler's record may land or not: count it failed
+            self._settle(meta, riding, exc)
+            raise
+        self._settle(meta, riding, None)
+
+    def _settle(self, meta: TxnMeta, riding: list[_Unlogged], error: BaseException | None) -> None:
+        seq = meta.txn_id.least_bits
+        unlogged = self._unlogged.get(seq, {})
+        for rec in riding:
+            if rec.future.done():
+                continue  # an earlier write carrying it was confirmed
+            rec.writes -= 1
+            if error is None:
+                rec.future.set_result(None)
+            elif rec.writes > 0:
+                continue  # a later write carries it too
+            else:
+                # In memory but in no record: drop it, or a retry would be answered without a write.
+                item = rec.item
+                if isinstance(item, str):
+                    meta.partitions.remove(item)
+                else:
+                    meta.subscriptions.remove(item)
+                if not isinstance(error, Exception):
+                    error = PersistenceError(f"TC {self.tc_id}: write of {meta.txn_id} was abandoned")
+                _fail(rec.future, error)
+            if unlogged.get(rec.item) is rec:
+                del unlogged[rec.item]
+        if not unlogged:
+            self._unlogged.pop(seq, None)
+
     # ---------------------------------------------------------------- transaction operations
     def _get(self, txn_id: TxnID) -> TxnMeta:
         self.check_serving()
@@ -386,22 +441,32 @@ class TransactionCoordinator:
     async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add partitions")
-        new = [p for p in dict.fromkeys(partitions) if p not in meta.partitions]
-        if not new:
-            return
-        meta.partitions.extend(new)
-        meta.updated_at_ms = _now_ms()
-        await self._write_meta(meta)
+        await self._add(meta, meta.partitions, partitions)
 
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add subscriptions")
-        new = [s for s in dict.fromkeys(subscriptions) if s not in meta.subscriptions]
-        if not new:
+        await self._add(meta, meta.subscriptions, subscriptions)
+
+    async def _add(self, meta: TxnMeta, have: list[_T], wanted: list[_T]) -> None:
+        """Answered once every wanted item is in a confirmed record: the client writes to a
+        partition as soon as it hears back, and recovery only knows the partitions in the log."""
+        wanted = list(dict.fromkeys(wanted))
+        new = [x for x in wanted if x not in have]
+        if new:
+            unlogged = self._unlogged.setdefault(meta.txn_id.least_bits, {})
+            loop = asyncio.get_running_loop()
+            for x in new:
+                unlogged[x] = _Unlogged(x, loop.create_future())
+            have.extend(new)
+            meta.updated_at_ms = _now_ms()
+            await self._write_state(meta)  # carries the wanted items still in flight as well
             return
-        meta.subscriptions.extend(new)
-        meta.updated_at_ms = _now_ms()
-        await self._write_meta(meta)
+        # Added already, but perhaps by a write still in flight (a retry, or a concurrent request).
+        unlogged = self._unlogged.get(meta.txn_id.least_bits, {})
+        pending = [rec.future for x in wanted if (rec := unlogged.get(x)) is not None]
+        for fut in pending:
+            await asyncio.shield(fut)
 
     async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         started = time.perf_counter()
@@ -423,22 +488,55 @@ class TransactionCoordinator:
 
     async def _end(self, meta: TxnMeta, action: TxnAction, *, timed_out: bool) -> None:
         target = TxnStatus.COMMITTING if action is TxnAction.COMMIT else TxnStatus.ABORTING
-        if meta.status is target:
-            await self._wait_end(meta)
-            return
-        check_transition(meta.txn_id, meta.status, target)
+        if meta.status is not target:
+            check_transition(meta.txn_id, meta.status, target)
+            self._decide(meta, target, timed_out=timed_out)
+        await self._wait_end(meta)
+
+    def _decide(self, meta: TxnMeta, target: TxnStatus, *, timed_out: bool) -> None:
+        """Log the decision, then carry it out, in a task of the TC: a request handler may be
+        cancelled (its connection closed) while the record is in flight, and the record may land."""
+        seq = meta.txn_id.least_bits
+        previous = (meta.status, meta.timed_out, meta.updated_at_ms)
+        # Set at once: ADD_* and the other outcome are refused, the same outcome waits for this one.
         meta.status = target
         meta.timed_out = timed_out
         meta.updated_at_ms = _now_ms()
-        if timed_out:
+        loop = asyncio.get_running_loop()
+        self._deciding[seq] = loop.create_future()
+        self._end_done[seq] = loop.create_future()
+        self._spawn(self._log_decision(meta, previous), f"decide-{meta.txn_id}")
+
+    async def _log_decision(self, meta: TxnMeta, previous: tuple[TxnStatus, bool, int]) -> None:
+        seq = meta.txn_id.least_bits
+        try:
+            await self._write_state(meta)
+        except Exception as exc:
+            # Not logged: back to the previous state, so that a retry writes the decision again.
+            log.warning("TC %d: logging the end of %s failed: %s", self.tc_id, meta.txn_id, exc)
+            meta.status, meta.timed_out, meta.updated_at_ms = previous
+            for futures in (self._deciding, self._end_done):
+                fut = futures.pop(seq, None)
+                if fut is not None:
+                    _fail(fut, exc)
+            # The deadline may have fired meanwhile: re-arm it (a timeout abort retries after a back-off).
+            self._schedule_deadline(
+                meta, max(meta.deadline_ms, _now_ms() + self._config.end_retry_max_backoff_ms)
+            )
+            return
+        if meta.timed_out:
             self.counters.timed_out += 1
-        await self._write_meta(meta)
+        decided = self._deciding.pop(seq)
+        if not decided.done():
+            decided.set_result(None)
         self._start_end_driver(meta)
-        await self._wait_end(meta)
 
     async def _wait_end(self, meta: TxnMeta) -> None:
-        """Until the decision is carried out (markers written, outcome logged); with
-        ``end_txn_reply=after_decision`` not at all: the decision is durable once logged."""
+        """Until the decision is logged, then until it is carried out (markers written, outcome
+        logged), except with ``end_txn_reply=after_decision``."""
+        decided = self._deciding.get(meta.txn_id.least_bits)
+        if decided is not None:
+            await asyncio.shield(decided)
         if self._config.end_txn_reply == "after_decision":
             return
         fut = self._end_done.get(meta.txn_id.least_bits)
@@ -448,9 +546,8 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- driving the end
     def _start_end_driver(self, meta: TxnMeta, *, recovering: bool = False) -> None:
         seq = meta.txn_id.least_bits
-        if seq in self._end_done:
-            return
-        self._end_done[seq] = asyncio.get_running_loop().create_future()
+        if seq not in self._end_done:  # recovery: nobody asked
+            self._end_done[seq] = asyncio.get_running_loop().create_future()
         self._spawn(self._drive_end(meta, recovering), f"end-{meta.txn_id}")
 
     async def _drive_end(self, meta: TxnMeta, recovering: bool) -> None:
@@ -525,8 +622,8 @@ class TransactionCoordinator:
         return self._next_seq - 1
 
     # ---------------------------------------------------------------- timeouts
-    def _schedule_deadline(self, meta: TxnMeta) -> None:
-        entry = (meta.deadline_ms, meta.txn_id.least_bits)
+    def _schedule_deadline(self, meta: TxnMeta, at_ms: int | None = None) -> None:
+        entry = (meta.deadline_ms if at_ms is None else at_ms, meta.txn_id.least_bits)
         earliest = not self._deadlines or entry < self._deadlines[0]
         heapq.heappush(self._deadlines, entry)
         if earliest:
@@ -600,6 +697,12 @@ class TransactionCoordinator:
         }
         out.update(self.counters.snapshot())
         return out
+
+
+def _fail(fut: asyncio.Future[None], err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)
+        fut.exception()  # mark retrieved: nobody may be waiting
 
 
 __all__ = ["CLAIM", "TcState", "TransactionCoordinator"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,11 +13,13 @@ from kafka_store import REGISTRY, KafkaConfig, TopicAdmin, read_range
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, decode_marker
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
-from pulsar_txn.coordinator.records import TXN_META
+from pulsar_txn.coordinator.records import TXN_META, TxnMeta
 from pulsar_txn.coordinator.status import TxnStatus
+from pulsar_txn.coordinator.tc import TransactionCoordinator
 from pulsar_txn.errors import (
     InvalidTxnStatusError,
     NotAllowedError,
+    PersistenceError,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
@@ -197,7 +200,7 @@ def test_mixed_timeouts_abort_in_deadline_order(
         ]
         return seqs if len(seqs) == len(ttls) else None
 
-    # The counter moves when the abort is decided; its log record lands a moment later.
+    # The counter moves once the abort is logged; polled, as reads may lag a moment.
     aborting = wait_until(aborting_in_log, 15)
     by_deadline = [t.least_bits for _, t in sorted(zip(ttls, txns, strict=True))]
     assert aborting == by_deadline
@@ -285,3 +288,130 @@ def test_foreign_record_before_a_write_holds_it_until_the_tail_has_read_past(
     ec.run(ec.service.end_txn(second, TxnAction.ABORT))  # past the gap: own writes again
     assert tc.stats()["read_back_count"] == 1
     assert tc.stats()["state"] == "Ready"
+
+
+class HeldWrite:
+    """The TC's first log write of a transaction state that ``matches`` waits for ``gate`` (set on the
+    loop), then fails as a timed-out Kafka write would, or is written (``fail=False``)."""
+
+    def __init__(self, tc: TransactionCoordinator, matches: Callable[[TxnMeta], bool], *, fail: bool) -> None:
+        self.gate = asyncio.Event()
+        self.held = 0
+        self._write = tc._write_meta
+        self._matches = matches
+        self._fail = fail
+        tc._write_meta = self  # type: ignore[method-assign]
+
+    async def __call__(self, meta: TxnMeta, *, confirm: bool = True) -> None:
+        if self.held or not self._matches(meta):
+            return await self._write(meta, confirm=confirm)
+        self.held += 1
+        await self.gate.wait()
+        if self._fail:
+            raise PersistenceError("TC 0: transaction log write failed: Local: Message timed out")
+        await self._write(meta, confirm=confirm)
+
+
+def test_an_end_txn_retry_after_a_failed_decision_write_is_not_answered_before_the_decision_is_logged(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"data_{uid}"
+    admin.ensure_topic(topic, 1)
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    s = ec.service
+    tc = s.coordinator(0)
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))
+    held = HeldWrite(tc, lambda m: m.status is TxnStatus.COMMITTING, fail=True)
+
+    async def commit_and_retry_while_the_decision_is_in_flight() -> list[BaseException | None]:
+        first = asyncio.create_task(s.end_txn(txn, TxnAction.COMMIT))
+        await asyncio.sleep(0.2)
+        retry = asyncio.create_task(s.end_txn(txn, TxnAction.COMMIT))  # e.g. after a client timeout
+        await asyncio.sleep(0.2)
+        assert not retry.done(), "END_TXN answered while its decision was not logged"
+        held.gate.set()
+        return await asyncio.gather(first, retry, return_exceptions=True)
+
+    results = ec.run(commit_and_retry_while_the_decision_is_in_flight())
+    assert [type(r) for r in results] == [PersistenceError, PersistenceError]  # retriable
+    assert tc.get(txn).status is TxnStatus.OPEN  # type: ignore[union-attr]
+    ec.run(s.end_txn(txn, TxnAction.COMMIT))  # the next retry logs the decision again
+    assert "COMMITTING" in [
+        st for seq, st, _ in _log_statuses(kafka, cfg.log_topic, 0) if seq == txn.least_bits
+    ]
+    assert [m[1:3] for m in _markers(kafka, topic, 0)] == [(txn, TxnAction.COMMIT)]
+    ec.stop()
+    ec2 = embedded(cfg)  # the commit that was reported survives a restart
+    tc2 = ec2.service.coordinator(0)
+    wait_until(lambda: tc2.get(txn).status is TxnStatus.COMMITTED, 10)  # type: ignore[union-attr]
+
+
+def test_a_cancelled_end_txn_request_still_writes_markers_and_ends_the_txn(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"data_{uid}"
+    admin.ensure_topic(topic, 1)
+    ec = embedded(coord_config(static_tc_ids=(0,)))
+    s = ec.service
+    tc = s.coordinator(0)
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))
+    held = HeldWrite(tc, lambda m: m.status is TxnStatus.COMMITTING, fail=False)
+
+    async def commit_then_disconnect() -> None:
+        request = asyncio.create_task(s.end_txn(txn, TxnAction.COMMIT))
+        await asyncio.sleep(0.2)
+        assert held.held == 1  # the COMMITTING record is in flight
+        request.cancel()  # what the server does to a closed connection's requests
+        await asyncio.gather(request, return_exceptions=True)
+        held.gate.set()
+
+    ec.run(commit_then_disconnect())
+    wait_until(lambda: tc.get(txn).status is TxnStatus.COMMITTED, 10)  # type: ignore[union-attr]
+    assert [m[1:3] for m in _markers(kafka, topic, 0)] == [(txn, TxnAction.COMMIT)]
+    assert tc.low_watermark() == txn.least_bits
+    ec.run(s.end_txn(txn, TxnAction.COMMIT))  # the client's retry on a new connection
+
+
+@pytest.mark.parametrize("kind", ["partition", "subscription"])
+def test_a_repeated_add_partition_is_answered_only_once_the_partition_is_logged(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str, kind: str
+) -> None:
+    topic = f"data_{uid}"
+    admin.ensure_topic(topic, 1)
+    admin.ensure_topic(f"{topic}-sub__transaction_pending_ack", 1)
+    cfg = coord_config(static_tc_ids=(0,))
+    ec = embedded(cfg)
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    held = HeldWrite(s.coordinator(0), lambda m: m.status is TxnStatus.OPEN, fail=True)
+
+    def add() -> Any:
+        if kind == "partition":
+            return s.add_partitions(txn, [f"{topic}-partition-0"])
+        return s.add_subscriptions(txn, [(topic, "sub")])
+
+    async def add_and_retry_while_the_write_is_in_flight() -> list[BaseException | None]:
+        first = asyncio.create_task(add())
+        await asyncio.sleep(0.2)
+        retry = asyncio.create_task(add())
+        await asyncio.sleep(0.2)
+        assert not retry.done(), "ADD answered while the write that adds it was in flight"
+        held.gate.set()
+        return await asyncio.gather(first, retry, return_exceptions=True)
+
+    results = ec.run(add_and_retry_while_the_write_is_in_flight())
+    assert [type(r) for r in results] == [PersistenceError, PersistenceError]
+    ec.run(add())  # the next retry writes it
+    ec.stop()  # the coordinator dies before any later write of the transaction
+    ec2 = embedded(cfg)
+    meta = ec2.service.coordinator(0).get(txn)
+    assert meta is not None
+    assert (meta.partitions, meta.subscriptions) == (
+        ([f"{topic}-partition-0"], []) if kind == "partition" else ([], [(topic, "sub")])
+    )
+    ec2.run(ec2.service.end_txn(txn, TxnAction.COMMIT))
+    marked = topic if kind == "partition" else f"{topic}-sub__transaction_pending_ack"
+    assert [m[1:3] for m in _markers(kafka, marked, 0)] == [(txn, TxnAction.COMMIT)]
