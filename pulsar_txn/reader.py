@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import read_range
 from pulsar_txn._boundary import public_errors
-from pulsar_txn.buffer.reader import CommittedReader
+from pulsar_txn.buffer.reader import CommittedReader, load_state
 from pulsar_txn.errors import Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
@@ -44,29 +44,23 @@ class Reader(Generic[T]):
             if start_message_id == EARLIEST:
                 starts[tp] = 0
             elif start_message_id == LATEST:
-                starts[tp] = 1 << 62  # clamped to the readable end once the state is known
+                # maxReadPosition now, from a state scanned to the partition's end (as a consumer's
+                # Latest): later messages, and those of transactions open now, are read.
+                state, _ = load_state(
+                    client.kafka, *tp, store=client._snapshots(), options=client._buffer_options()
+                )
+                starts[tp] = state.max_read_position
             elif start_message_id.partition == tp[1]:
                 starts[tp] = start_message_id.offset
             else:
                 starts[tp] = 0
-        self._latest = start_message_id == LATEST
         self._committed = CommittedReader(
             client.kafka, starts, store=client._snapshots(), options=client._buffer_options()
         )
         self._buffer: deque[Message[T]] = deque()
 
-    def _start(self) -> None:
-        if self._latest:
-            self._latest = False
-            self._committed._ensure_started()
-            for tp in self._tps:
-                self._committed.poll(0, 1)  # let the scan reach the end before choosing "latest"
-                state = self._committed.state(*tp)
-                self._committed.seek(*tp, state.max_read_position)
-
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
         """The next committed message; raises ``Timeout`` if none arrives in time."""
-        self._start()
         timeout = (timeout_millis if timeout_millis is not None else 30_000) / 1000
         if not self._buffer:
             records = self._committed.poll(timeout)
@@ -77,7 +71,6 @@ class Reader(Generic[T]):
 
     def has_message_available(self) -> bool:
         """Whether a committed message is ready to read now (waits up to 0.2 s to find out)."""
-        self._start()
         if not self._buffer:
             self._buffer.extend(Message.from_record(r, schema=self.schema) for r in self._committed.poll(0.2))
         return bool(self._buffer)
@@ -95,8 +88,6 @@ class Reader(Generic[T]):
 def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
     """Per partition, the last readable message: below maxReadPosition, markers and aborted messages
     excluded (None where nothing is readable)."""
-    from pulsar_txn.buffer.reader import load_state
-
     name = TopicName.parse(topic)
     parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
     result: dict[int, MessageId | None] = {}

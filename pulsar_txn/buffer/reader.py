@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from kafka_store import KafkaConfig, PartitionReader, StoredRecord, end_offsets, read_range
+from kafka_store import KafkaConfig, PartitionReader, StoredRecord, StoreError, end_offsets, read_range
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
 
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _MAX_GAP_READERS = 4
+# A gap reader that has read nothing for this long asks the broker whether retention deleted the rest
+# of the gap (the only reason, besides a compaction gap at the partition's end, to skip records).
+_GAP_STALL_S = 10.0
 
 
 @dataclass
@@ -90,6 +93,7 @@ class _Partition:
     verdicts: deque[Verdict] = field(default_factory=deque)  # the fold's verdict on each window record
     window_start: int = 0  # the window holds every scanned record in [window_start, read_to)
     read_to: int = 0  # where the scanner reads this partition next (behind state.scanned_to after a snapshot)
+    gap_idle_since: float | None = None  # since when the gap reader has read nothing
 
     def clear_window(self, start: int) -> None:
         self.window.clear()
@@ -185,12 +189,16 @@ class CommittedReader:
         """Deliver from ``offset`` next (the TB state is kept: it does not depend on the position)."""
         self._ensure_started()
         part = self._parts[(topic, partition)]
+        # Delivered records are popped from the window without moving window_start: a seek back
+        # must not keep a window that no longer holds [offset, position).
+        back = offset < part.position
         part.position = offset
+        part.gap_idle_since = None
         while part.window and part.window[0].offset < offset:
             part.window.popleft()
             part.verdicts.popleft()
-        if offset < part.window_start or not part.window:
-            part.clear_window(max(part.read_to, offset))
+        if back or offset < part.window_start or not part.window:
+            part.clear_window(max(part.read_to, offset))  # what lies below is read by a gap reader
 
     # ------------------------------------------------------------------ reading
     def state(self, topic: str, partition: int) -> TxnBufferState:
@@ -208,7 +216,7 @@ class CommittedReader:
         while True:
             if self._scan_ahead_wanted():
                 self._scan_some(0)
-            out = self._deliver(max_records)
+            out = self._deliver(max_records, deadline)
             if out:
                 return out
             remaining = deadline - time.monotonic()
@@ -252,7 +260,7 @@ class CommittedReader:
             return False
         return sum(len(p.window) for p in parts) < self._opts.scan_ahead_records
 
-    def _deliver(self, max_records: int) -> list[StoredRecord]:
+    def _deliver(self, max_records: int, deadline: float) -> list[StoredRecord]:
         out: list[StoredRecord] = []
         parts = list(self._parts.values())
         if len(parts) > 1:
@@ -266,16 +274,18 @@ class CommittedReader:
                 if len(out) >= max_records:
                     break
                 before = len(out)
-                self._deliver_part(part, out, min(max_records, before + chunk))
+                self._deliver_part(part, out, min(max_records, before + chunk), deadline)
                 more = more or len(out) > before
         return out
 
-    def _deliver_part(self, part: _Partition, out: list[StoredRecord], max_records: int) -> None:
+    def _deliver_part(
+        self, part: _Partition, out: list[StoredRecord], max_records: int, deadline: float
+    ) -> None:
         limit = part.state.max_read_position
         if part.position >= limit:
             return
         if part.position < part.window_start:
-            self._fetch_gap(part, min(part.window_start, limit), out, max_records)
+            self._fetch_gap(part, min(part.window_start, limit), out, max_records, deadline)
             return
         window, verdicts, deliverable = part.window, part.verdicts, part.state.deliverable
         position, room = part.position, max_records - len(out)
@@ -314,32 +324,52 @@ class CommittedReader:
         if entry is not None:
             entry[0].close()
 
-    def _fetch_gap(self, part: _Partition, end: int, out: list[StoredRecord], max_records: int) -> None:
-        """Read [position, end) again from Kafka (records dropped from the window, or before a snapshot)."""
+    def _fetch_gap(
+        self, part: _Partition, end: int, out: list[StoredRecord], max_records: int, deadline: float
+    ) -> None:
+        """Read [position, end) again from Kafka (records dropped from the window, or before a snapshot),
+        waiting no longer than ``deadline``. Records are skipped only where Kafka no longer has them: a
+        slow or stalled broker only delays delivery (the next poll goes on where this one stopped)."""
         topic, partition = part.state.topic, part.state.partition
         tp = (topic, partition)
         reader = self._gap_reader(tp, part.position)
-        deadline = time.monotonic() + 10
         while part.position < end and len(out) < max_records:
-            records = reader.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), 0.2)
+            wait = min(0.2, max(0.0, deadline - time.monotonic()))
+            records = reader.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), wait)
             self.refetched += len(records)
             for rec in records:
                 if rec.offset >= end:
                     part.position = end
-                    self._drop_gap_reader(tp)  # read past the gap: the window takes over
-                    return
+                    break
                 if part.state.is_visible(rec.offset, rec.headers):
                     out.append(rec)
                 part.position = rec.offset + 1
-            if not records:
-                if reader.at_eof(topic, partition) or time.monotonic() > deadline:
-                    part.position = max(part.position, min(end, part.state.scanned_to))
-                    self._drop_gap_reader(tp)
-                    return
-            else:
-                deadline = time.monotonic() + 10
+            if records:
+                part.gap_idle_since = None
+                continue
+            eof = reader.eof_offset(topic, partition)
+            if eof is not None and eof > part.position:
+                part.position = min(end, eof)  # read up to the partition's end: nothing else below it
+                continue
+            now = time.monotonic()
+            if part.gap_idle_since is None:
+                part.gap_idle_since = now
+            elif now - part.gap_idle_since >= _GAP_STALL_S:
+                part.gap_idle_since = now
+                try:
+                    low = reader.watermarks(topic, partition)[0]
+                except StoreError as exc:  # the broker is not answering: try again later
+                    log.warning("%s[%d]: gap reader stalled at %d: %s", topic, partition, part.position, exc)
+                else:
+                    if low > part.position:  # retention deleted the rest of the gap
+                        part.position = min(end, low)
+                        reader.assign({tp: part.position})
+                        continue
+            if out or now >= deadline:
+                break  # return what there is; the next poll goes on from here
         if part.position >= end:
-            self._drop_gap_reader(tp)
+            part.gap_idle_since = None
+            self._drop_gap_reader(tp)  # read past the gap: the window takes over
         else:
             self._fetchers[tp] = (reader, part.position)
 

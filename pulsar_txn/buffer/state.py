@@ -30,7 +30,7 @@ from pulsar_txn.txnid import TxnAction, TxnID
 log = logging.getLogger(__name__)
 _ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
 
-Headers = Sequence[tuple[str, bytes]] | None
+Headers = Sequence[tuple[str, bytes | None]] | None
 Verdict = TxnID | bool | None
 """What folding a record learnt about its delivery: True (a plain message: deliver), False (never:
 a control record, or discarded), a TxnID (deliver unless that txn is aborted by then), None (the
@@ -129,11 +129,13 @@ class TxnBufferState:
         if not headers:
             return True
         ctl = txn_raw = None
+        # A header without a value counts as b"" (readers see it so; the service sees None): the fold
+        # must be the same function of the records for both.
         for name, raw in headers:
             if name == TXN_HEADER:
-                txn_raw = raw
+                txn_raw = raw if raw is not None else b""
             elif name == CTL_HEADER:
-                ctl = raw
+                ctl = raw if raw is not None else b""
         if ctl is not None:
             if ctl == MARKER_CTL:
                 self._marker(offset, value)
@@ -279,7 +281,7 @@ class TxnBufferState:
             if name == CTL_HEADER:
                 return False
             if name == TXN_HEADER:
-                txn_raw = raw
+                txn_raw = raw if raw is not None else b""
         if txn_raw is None:
             return True
         if len(txn_raw) != 16:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from kafka_store import Appender, KafkaConfig, TopicAdmin, read_range
+from kafka_store import Appender, KafkaConfig, PartitionReader, StoredRecord, TopicAdmin, read_range
+from pulsar_txn.buffer import reader as buffer_reader
 from pulsar_txn.buffer.marker import (
     CTL_HEADER,
     MARKER_CTL,
@@ -21,7 +22,7 @@ from pulsar_txn.buffer.marker import (
 )
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
-from pulsar_txn.message import MessageId
+from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.txnid import TxnAction, TxnID
 from tests.conftest import Cluster, read_all, wait_until
@@ -336,6 +337,176 @@ def test_an_overflowing_window_is_dropped_and_its_records_fetched_again_in_order
         assert reader.refetched > 0
     finally:
         reader.close()
+
+
+def test_seek_back_into_records_delivered_from_the_window_delivers_them_again_in_order(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    c = cluster()
+    topic = f"seekback_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"p{i}")
+    txn = c.client.transaction(60)
+    producer.send("t10", txn=txn)  # pins max_read_position: p11 and p12 wait in the window
+    producer.send("p11")
+    producer.send("p12")
+    committed = CommittedReader(kafka, {(topic, 0): 0}, options=BufferOptions(num_tcs=c.config.num_tcs))
+    reader = c.client.create_reader(topic)
+    try:
+        first = [f"p{i}" for i in range(10)]
+        assert _committed_values(committed, 10) == first
+        messages = read_all(reader)
+        assert _values(messages) == first
+        committed.seek(topic, 0, 5)
+        reader.seek(messages[5].message_id)
+        txn.commit()
+        expected = [f"p{i}" for i in range(5, 10)] + ["t10", "p11", "p12"]
+        assert _committed_values(committed, len(expected)) == expected
+        assert committed.poll(0.5) == []
+        assert _values(read_all(reader)) == expected
+    finally:
+        committed.close()
+        reader.close()
+
+
+def test_a_stalled_gap_reader_skips_nothing_and_polls_keep_their_timeout(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = cluster()
+    topic = f"gapstall_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("open", txn=txn)  # pins max_read_position: the window overflows and is dropped
+    for i in range(12):
+        producer.send(f"p{i}")
+    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
+    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
+    # Gap readers get nothing for 10 stall periods (a broker that does not answer), then their records.
+    monkeypatch.setattr(buffer_reader, "_GAP_STALL_S", 0.2)
+    real_poll_batch = PartitionReader.poll_batch
+    stalled_until: list[float] = []
+
+    def poll_batch(
+        self: PartitionReader, max_records: int = 1000, timeout: float = 0.1
+    ) -> list[StoredRecord]:
+        if self is not reader._scanner:
+            if not stalled_until:
+                stalled_until.append(time.monotonic() + 2.0)
+            if time.monotonic() < stalled_until[0]:
+                time.sleep(timeout)
+                return []
+        return real_poll_batch(self, max_records, timeout)
+
+    monkeypatch.setattr(PartitionReader, "poll_batch", poll_batch)
+    try:
+        assert reader.poll(1.0) == []
+        txn.commit()
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 13 and time.monotonic() < deadline:
+            started = time.monotonic()
+            got += [(r.value or b"").decode() for r in reader.poll(0.3)]
+            assert time.monotonic() - started < 1.0  # the gap reader's wait is bounded by the poll's
+        assert stalled_until and time.monotonic() > stalled_until[0]
+        assert got == ["open"] + [f"p{i}" for i in range(12)]
+        assert reader.poll(0.5) == []
+        assert reader.refetched > 0
+    finally:
+        reader.close()
+
+
+def test_a_gap_reader_skips_only_what_retention_deleted(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    c = cluster()
+    topic = f"gapgone_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("open", txn=txn)
+    for i in range(12):
+        producer.send(f"p{i}")
+    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
+    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
+    monkeypatch.setattr(buffer_reader, "_GAP_STALL_S", 0.2)
+    real_poll_batch = PartitionReader.poll_batch
+    stalled_until: list[float] = []
+
+    def poll_batch(
+        self: PartitionReader, max_records: int = 1000, timeout: float = 0.1
+    ) -> list[StoredRecord]:
+        if self is not reader._scanner:  # the gap reader waits until it has asked for the log start
+            if not stalled_until:
+                stalled_until.append(time.monotonic() + 1.0)
+            if time.monotonic() < stalled_until[0]:
+                time.sleep(timeout)
+                return []
+        return real_poll_batch(self, max_records, timeout)
+
+    real_watermarks = PartitionReader.watermarks
+    asked: list[int] = []
+
+    def watermarks(self: PartitionReader, topic: str, partition: int) -> tuple[int, int]:
+        low, high = real_watermarks(self, topic, partition)
+        if self is not reader._scanner:
+            asked.append(low)
+        return low, high
+
+    monkeypatch.setattr(PartitionReader, "poll_batch", poll_batch)
+    monkeypatch.setattr(PartitionReader, "watermarks", watermarks)
+    try:
+        assert reader.poll(1.0) == []  # the window overflowed: offsets 0-12 are left to a gap reader
+        txn.commit()
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+            future.result(15)  # retention deleted offsets 0-4 ("open" and p0-p3)
+        assert _committed_values(reader, 8) == [f"p{i}" for i in range(4, 12)]
+        assert 5 in asked  # the stalled gap reader moved on to the log start it asked for
+        assert reader.poll(0.5) == []
+    finally:
+        reader.close()
+
+
+def test_latest_reader_starts_at_max_read_position_and_reads_only_later_messages(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"latest_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(5):
+        producer.send(f"old{i}")
+    reader = c.client.create_reader(topic, LATEST)
+    producer.send("new")
+    assert _values(read_all(reader)) == ["new"]
+
+
+def test_latest_reader_created_while_a_txn_is_open_reads_its_messages_once_it_commits(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    # LATEST is maxReadPosition (as for a consumer's Latest and get_last_message_ids), not the end
+    # offset: the open transaction's messages, and what waits behind them, are read after its commit.
+    c = cluster()
+    topic = f"latest_open_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send("old")
+    txn = c.client.transaction(60)
+    producer.send("t0", txn=txn)
+    producer.send("t1", txn=txn)
+    producer.send("held")  # plain, behind the open transaction
+    assert load_state(kafka, topic, 0)[0].max_read_position == 1
+    reader = c.client.create_reader(topic, LATEST)
+    producer.send("new")
+    assert read_all(reader) == []
+    txn.commit()
+    assert _values(read_all(reader)) == ["t0", "t1", "held", "new"]
 
 
 def test_corrupt_headers_forged_and_unknown_version_markers_are_skipped_never_delivered(

@@ -1,0 +1,94 @@
+"""Edge cases of the transaction-buffer fold (``TxnBufferState``): it stays a pure function of the
+records, whoever reads them, and bad or forged input is skipped, never a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_store import REGISTRY
+from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TXN_MARKER, TxnMarker, encode_marker
+from pulsar_txn.buffer.state import Headers, TxnBufferState
+from pulsar_txn.txnid import TxnAction, TxnID
+
+PLAIN: Headers = [("pulsar.seq", b"1")]
+
+
+def _msg(txn: TxnID) -> Headers:
+    return [("pulsar.seq", b"1"), (TXN_HEADER, txn.to_bytes())]
+
+
+def _fold(records: list[tuple[Headers, bytes]]) -> tuple[TxnBufferState, list[object]]:
+    state = TxnBufferState("t", 0, num_tcs=4)
+    verdicts = [state.apply(offset, headers, value) for offset, (headers, value) in enumerate(records)]
+    return state, verdicts
+
+
+def test_a_header_without_a_value_folds_like_an_empty_one_so_the_service_and_readers_agree() -> None:
+    # The TB service folds the client's raw headers (a missing value is None); readers get b"".
+    txn = TxnID(0, 1 << 40)
+    as_service: list[tuple[Headers, bytes]] = [
+        ([(CTL_HEADER, None), (TXN_HEADER, txn.to_bytes())], b"ctl"),
+        ([("pulsar.seq", b"1"), (TXN_HEADER, None)], b"txn-header-without-value"),
+        (PLAIN, b"plain"),
+    ]
+    as_reader: list[tuple[Headers, bytes]] = [
+        ([(name, raw if raw is not None else b"") for name, raw in headers or ()], value)
+        for headers, value in as_service
+    ]
+    service, service_verdicts = _fold(as_service)
+    reader, reader_verdicts = _fold(as_reader)
+    assert service_verdicts == reader_verdicts == [False, False, True]
+    assert service == reader
+    assert service.ongoing == {} and service.max_read_position == 3
+    for offset, ((headers, _), (reader_headers, _)) in enumerate(zip(as_service, as_reader, strict=True)):
+        assert service.is_visible(offset, headers) == reader.is_visible(offset, reader_headers)
+
+
+@pytest.mark.parametrize("most, least", [(-1, 5), (0, -1)])
+@pytest.mark.parametrize("secret", [None, b"secret"])
+def test_a_well_formed_marker_with_a_negative_txn_id_is_counted_corrupt_and_skipped(
+    most: int, least: int, secret: bytes | None
+) -> None:
+    forged = TXN_MARKER.encode(
+        {
+            "txn_most": most,
+            "txn_least": least,
+            "action": "COMMIT",
+            "low_watermark": 0,
+            "written_at_ms": 0,
+            "mac": b"",
+        }
+    )
+    assert REGISTRY.decode_as(TXN_MARKER, forged)["txn_least"] == least  # well-formed Avro
+    txn = TxnID(0, 1)
+    state = TxnBufferState("t", 0, num_tcs=4, marker_secret=secret)
+    assert state.apply(0, [(CTL_HEADER, MARKER_CTL), (TXN_HEADER, b"\0" * 16)], forged) is False
+    assert state.counters.corrupt_markers == 1 and state.counters.markers == 0
+    # The fold goes on as if the record were not there.
+    assert state.apply(1, _msg(txn), b"t") == txn
+    assert state.apply(2, PLAIN, b"plain") is True
+    assert state.ongoing == {txn: 1} and state.max_read_position == 1
+
+
+def test_prune_keeps_an_aborted_txn_while_a_late_message_of_it_is_retained() -> None:
+    txn = TxnID(0, 7)
+    abort_value, abort_headers = encode_marker(TxnMarker(txn, TxnAction.ABORT, -1, 0))
+    state, verdicts = _fold(
+        [
+            (PLAIN, b"p0"),
+            (_msg(txn), b"t1"),
+            (list(abort_headers), abort_value),
+            (_msg(txn), b"late-t3"),  # sent after the abort (an in-flight send)
+            (PLAIN, b"p4"),
+        ]
+    )
+    assert verdicts[3] is False and state.max_read_position == 5
+    # Retention deleted the marker (log start 3) but not the late message: it stays invisible.
+    state.prune(3)
+    assert txn in state.aborted
+    assert state.is_visible(3, _msg(txn)) is False
+    assert state.deliverable(3, _msg(txn), verdicts[3]) is False
+    assert state.deliverable(3, _msg(txn), None) is False
+    # Once the late message is gone too, the txn is forgotten.
+    state.prune(4)
+    assert txn not in state.aborted
