@@ -17,8 +17,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -29,6 +29,7 @@ from kafka_store import (
     SubscriptionGroup,
     delete_group,
     describe_group,
+    end_offsets,
     read_range,
 )
 from pulsar_txn._boundary import public_errors
@@ -93,6 +94,7 @@ class _Part:
     fold: PendingAckFold
     pa_topic: str
     dirty: bool = True
+    committed: tuple[int, str | None] | None = None  # what Kafka holds, as far as we know
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
@@ -250,7 +252,7 @@ class Consumer(Generic[T]):
     def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None) -> None:
         topic, partition = tp
         retained = self._retained.pop(tp, None)
-        if retained is not None and (committed is None or committed[0] <= retained.cursor.mark_delete):
+        if retained is not None and self._untouched_since(retained, committed):
             # Our last commit before the rebalance failed; what we hold is newer than what Kafka has.
             with self._read_lock, self._lock, self._pa_lock:
                 self._parts[tp] = retained
@@ -275,7 +277,7 @@ class Consumer(Generic[T]):
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
         if self._client._admin.topic_exists(pa_topic):
             self._pa_topics_ready.add(pa_topic)
-        part = _Part(tp, cursor, pending, fold, pa_topic)
+        part = _Part(tp, cursor, pending, fold, pa_topic, committed=committed)
         with self._read_lock, self._lock, self._pa_lock:
             self._parts[tp] = part
             self._reader.add_partition(topic, partition, cursor.mark_delete)
@@ -292,7 +294,26 @@ class Consumer(Generic[T]):
             pending.pending_count(),
         )
 
+    def _untouched_since(self, retained: _Part, committed: tuple[int, str | None] | None) -> bool:
+        """Nobody owned the partition since we lost it: Kafka holds what we last committed (or
+        nothing), and the pending-ack log has nothing we have not read but our own writes (e.g. acks
+        batched until the revocation). Else another owner's acks are newer than our retained cursor."""
+        if committed is not None and committed != retained.committed:
+            return False
+        pa = (retained.pa_topic, retained.tp[1])
+        try:
+            if not self._client._admin.topic_exists(pa[0]):
+                return True
+            return retained.fold.read_all_but_own(end_offsets(self._client.kafka, [pa])[pa])
+        except (PulsarTxnError, StoreError):
+            return False  # recovering is safe
+
     def _on_revoke(self, partitions: list[TP]) -> None:
+        # Acks of open transactions still batched here go to the pending-ack log first, so that the
+        # partitions' next owner recovers them as pending. Outside the locks: the writes' callbacks
+        # take _lock.
+        revoked = set(partitions)
+        self._write_ack_batches(revoked)
         with self._read_lock, self._lock, self._pa_lock:
             for tp in partitions:
                 part = self._parts.pop(tp, None)
@@ -304,6 +325,7 @@ class Consumer(Generic[T]):
                 if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
                     self._pa_reader.remove(part.pa_topic, tp[1])
                 self._forget_partition(tp)
+        self._write_ack_batches(revoked)  # acks made meanwhile, before their partition was dropped
 
     def _forget_partition(self, tp: TP) -> None:
         """Drop everything queued or tracked for a partition (revoked, or sought)."""
@@ -378,23 +400,34 @@ class Consumer(Generic[T]):
             time.sleep(0.005 if self._parts else timeout)
 
     def _next_ready(self) -> Message[T] | None:
-        dead: list[tuple[Message[T], _Part]] = []
-        try:
-            with self._lock:
-                now = time.monotonic()
-                while self._redeliveries and self._redeliveries[0].due <= now:
-                    msg = heapq.heappop(self._redeliveries).message
-                    if self._deliverable(msg, dead):
-                        return self._delivered(msg, now)
-                while self._incoming:
-                    msg = self._incoming.popleft()
-                    if self._deliverable(msg, dead):
-                        return self._delivered(msg, now)
-            return None
-        finally:
+        while True:
+            dead: list[tuple[Message[T], _Part]] = []
+            msg = self._pick(dead)
+            if not dead:
+                return msg
             # Not under _lock: the dead-letter send is completed by the delivery thread, which also
-            # runs callbacks that take _lock (pending-ack writes).
+            # runs callbacks that take _lock (pending-ack writes). If it fails, it raises, and no
+            # message was picked (delivered) in this round to be lost with the exception.
             self._dead_letter_all(dead)
+
+    def _pick(self, dead: list[tuple[Message[T], _Part]]) -> Message[T] | None:
+        """The next deliverable message, recorded as delivered; None once one is found dead (in
+        ``dead``), so that none is picked before the dead-letter send has succeeded."""
+        with self._lock:
+            now = time.monotonic()
+            while self._redeliveries and self._redeliveries[0].due <= now:
+                msg = heapq.heappop(self._redeliveries).message
+                if self._deliverable(msg, dead):
+                    return self._delivered(msg, now)
+                if dead:
+                    return None
+            while self._incoming:
+                msg = self._incoming.popleft()
+                if self._deliverable(msg, dead):
+                    return self._delivered(msg, now)
+                if dead:
+                    return None
+        return None
 
     def _deliverable(self, msg: Message[T], dead: list[tuple[Message[T], _Part]]) -> bool:
         mid = msg.message_id
@@ -523,7 +556,17 @@ class Consumer(Generic[T]):
         sub_topic = name.base
         if self._client._partition_count(name) > 1:
             sub_topic = name.base.with_partition(first.partition)
-        registered = txn.register_subscription(str(sub_topic), self.subscription)
+        # Counted from here until tracked: a commit beginning meanwhile waits for this ack's write.
+        registered = txn.begin_ack(str(sub_topic), self.subscription)
+        try:
+            self._ack_counted(txn, kind, mids, registered)
+        finally:
+            txn.op_finished(None)  # a failure that must stop the commit was recorded as such
+
+    def _ack_counted(
+        self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId], registered: Future[None]
+    ) -> None:
+        first = mids[0]
         offsets = [m.offset for m in mids]
         with self._lock:
             part = self._part_for(first)
@@ -538,6 +581,9 @@ class Consumer(Generic[T]):
             txn.record_failure(failure)
             raise failure from None
         with self._lock:
+            # Again: a rebalance may have revoked (or re-opened) the partition meanwhile. The batch is
+            # made under the same lock, so a revocation either writes it or refuses this ack.
+            part = self._part_for(first)
             try:
                 part.pending.check(txn.txn_id, kind, offsets)
             except PulsarTxnError as exc:
@@ -553,27 +599,27 @@ class Consumer(Generic[T]):
                 if entry is not None:
                     in_txn[key] = entry[0]
                     held.append(o)
-        self._batch_ack(txn, part, kind, offsets, registered)
+            full = self._batch_ack(txn, part, kind, offsets, registered)
+        if full:
+            self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
 
     def _batch_ack(
         self, txn: Transaction, part: _Part, kind: AckKind, offsets: list[int], registered: Future[None]
-    ) -> None:
+    ) -> bool:
         """Acks of one transaction on one partition go into one PendingAck record, written when the
-        transaction waits for its operations (commit/abort) or when the batch grows large."""
+        transaction waits for its operations (commit/abort) or when the batch grows large (True: write
+        it now). Under ``_lock``."""
         key = (txn.txn_id, part.tp, kind)
-        with self._lock:
-            batch = self._ack_batches.get(key)
-            if batch is None:
-                batch = self._ack_batches[key] = _AckBatch(registered)
-                batch.flush = lambda: self._flush_batch(key, txn, part)
-                txn.track(batch.written)
-                txn.add_end_listener(self._txn_ended)
-                txn.add_flush_hook(batch.flush)
-            batch.offsets.extend(offsets)
-            # A cumulative ack is one per partition and transaction: nothing to wait for.
-            full = kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
-        if full:
-            self._flush_batch(key, txn, part)
+        batch = self._ack_batches.get(key)
+        if batch is None:
+            batch = self._ack_batches[key] = _AckBatch(registered)
+            batch.flush = lambda: self._flush_batch(key, txn, part)
+            txn.track(batch.written)
+            txn.add_end_listener(self._txn_ended)
+            txn.add_flush_hook(batch.flush)
+        batch.offsets.extend(offsets)
+        # A cumulative ack is one per partition and transaction: nothing to wait for.
+        return kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
 
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
         with self._lock:
@@ -680,27 +726,31 @@ class Consumer(Generic[T]):
             records = self._pa_reader.poll_batch(1000, 0)
         # A partition revoked (or re-opened) meanwhile: its records are skipped (or applied again,
         # which outcome records tolerate).
+        dropped: list[Future[None]] = []
         with self._lock:
             for rec in records:
                 part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
                 if part is None or part.pa_topic != rec.topic:
                     continue
-                for txn_id, action, released in part.fold.apply(rec, acks=False):
+                for txn_id, action, released in part.fold.apply(rec, live=True):
                     part.dirty = True
                     # The same rules as an outcome from END_TXN: a released message that is delivered
                     # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
-                    self._after_outcome(part, txn_id, action, released)
+                    self._after_outcome(part, txn_id, action, released, dropped)
+        _complete(dropped)
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
         """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
         caller sees its effect at once (Pulsar applies it before END_TXN returns). This runs on the
         thread that got END_TXN's answer, which other answers wait for; ``_after_outcome`` leaves the
         reading to the upkeep thread."""
+        dropped: list[Future[None]] = []
         with self._lock:
             for part in self._parts.values():
                 released = part.fold.apply_outcome(txn_id, action)
                 part.dirty = True
-                self._after_outcome(part, txn_id, action, released)
+                self._after_outcome(part, txn_id, action, released, dropped)
+        _complete(dropped)
 
     def _take_held(self, txn_id: TxnID, tp: TP) -> list[int] | None:
         """Remove and return the offsets ``txn_id`` moved into ``_in_txn`` on ``tp``."""
@@ -712,11 +762,25 @@ class Consumer(Generic[T]):
             del self._txn_offsets[txn_id]
         return held
 
-    def _after_outcome(self, part: _Part, txn_id: TxnID, action: TxnAction, released: Sequence[int]) -> None:
+    def _after_outcome(
+        self,
+        part: _Part,
+        txn_id: TxnID,
+        action: TxnAction,
+        released: Sequence[int],
+        dropped: list[Future[None]],
+    ) -> None:
         """Commit: forget the messages now acked. Abort: redeliver what we hold; the rest (released,
         never delivered here, e.g. after a restart) is queued for the upkeep thread to read again: a
         Kafka read does not belong under ``_lock``, nor on the thread that got END_TXN's answer."""
         held = self._take_held(txn_id, part.tp)
+        # Acks of the ended txn still batched here are never written: after its marker they would
+        # hold the messages pending (and pin the replay start) for good. Whoever waits is done, once
+        # the caller has released ``_lock`` (a waiting end goes on from that callback).
+        for kind in AckKind:
+            batch = self._ack_batches.pop((txn_id, part.tp, kind), None)
+            if batch is not None:
+                dropped.append(batch.written)
         if action is TxnAction.COMMIT:
             topic, partition = part.tp
             for offset in held or ():
@@ -788,6 +852,7 @@ class Consumer(Generic[T]):
             part.dirty = True
             log.warning("%s: cursor commit failed (will retry): %s", self.subscription, exc)
             return False
+        part.committed = offsets[part.tp]
         return True
 
     # ------------------------------------------------------------------ position and lifecycle
@@ -852,19 +917,22 @@ class Consumer(Generic[T]):
             if self._pa_reader is not None:
                 self._pa_reader.close()
 
-    def _write_ack_batches(self) -> None:
-        """Acks made in still-open transactions must outlive this consumer (Pulsar sends them to the
-        broker at once): write the batched ones before closing, so a successor sees them pending."""
+    def _write_ack_batches(self, tps: Collection[TP] | None = None) -> None:
+        """Acks made in still-open transactions must outlive this consumer, or its ownership of the
+        partition (Pulsar sends them to the broker at once): write the batched ones (of ``tps``, or
+        all) before closing or giving partitions up, so a successor sees them pending."""
         with self._lock:
-            batches = list(self._ack_batches.values())
+            batches = [b for k, b in self._ack_batches.items() if tps is None or k[1] in tps]
+        if not batches:
+            return
         for batch in batches:
             if batch.flush is not None:
                 batch.flush()
+        wait([b.written for b in batches], self._client.operation_timeout_seconds)
         for batch in batches:
-            try:
-                batch.written.result(self._client.operation_timeout_seconds)
-            except Exception as exc:  # the transaction sees the failure too and cannot commit
-                log.warning("%s: transactional acks not written before close: %s", self.subscription, exc)
+            exc = batch.written.exception(0) if batch.written.done() else Timeout("not written in time")
+            if exc is not None:  # the transaction sees the failure too and cannot commit
+                log.warning("%s: transactional acks not written: %s", self.subscription, exc)
 
     def unsubscribe(self) -> None:
         """Close and delete the subscription (its consumer group and pending-ack logs)."""
@@ -895,3 +963,10 @@ def _joined(client_id: str) -> int:
         return int(client_id.split("-")[1])
     except (IndexError, ValueError):
         return 0
+
+
+def _complete(futures: list[Future[None]]) -> None:
+    """Resolve the write futures of dropped ack batches (outside the consumer's lock)."""
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(None)

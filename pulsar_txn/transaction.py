@@ -93,13 +93,6 @@ class Transaction:
     def __repr__(self) -> str:
         return f"Transaction{self.txn_id}[{self.state.value}]"
 
-    def _check_open(self, what: str) -> None:
-        state = self.state
-        if state is not TransactionState.OPEN:
-            raise InvalidTxnStatusError(
-                f"cannot {what} in transaction {self.txn_id}: its state is {state.value}"
-            )
-
     # ------------------------------------------------------------------ operations in the txn
     def begin_send(self, partition: str) -> Future[None]:
         """A send of this transaction to ``partition`` starts: checked OPEN and counted in one step,
@@ -115,14 +108,6 @@ class Transaction:
             self._inflight += 1
             return fut
 
-    def begin_op(self, what: str) -> None:
-        """An operation (an acknowledgement) of this transaction starts: checked OPEN and counted in
-        one step, like ``begin_send``; ``op_finished`` balances it. What it tracks or flushes before
-        that is part of the end, even if the end began meanwhile on another thread."""
-        with self._lock:
-            self._require_open(what)
-            self._inflight += 1
-
     def _require_open(self, what: str) -> None:
         """``InvalidTxnStatusError`` unless OPEN; the caller holds ``_lock``."""
         state = self._current_state()
@@ -131,15 +116,18 @@ class Transaction:
                 f"cannot {what} in transaction {self.txn_id}: its state is {state.value}"
             )
 
-    def register_subscription(self, topic: str, subscription: str) -> Future[None]:
-        """ADD_SUBSCRIPTION_TO_TXN once per subscription."""
-        self._check_open("acknowledge")
+    def begin_ack(self, topic: str, subscription: str) -> Future[None]:
+        """An acknowledgement of this transaction starts: checked OPEN and counted in one step (as
+        ``begin_send``); returns the subscription's ADD_SUBSCRIPTION_TO_TXN future (one call per
+        subscription). ``op_finished`` balances the count once the ack is tracked or has failed."""
         key = (topic, subscription)
         with self._lock:
+            self._require_open("acknowledge")
             fut = self._subscriptions.get(key)
             if fut is None:
                 fut = self._client._tc().add_subscriptions_async(self.txn_id, [key])
                 self._subscriptions[key] = fut
+            self._inflight += 1
             return fut
 
     def add_end_listener(self, listener: Callable[[TxnID, TxnAction], None]) -> None:

@@ -61,6 +61,9 @@ def encode_pending_ack(
     return value, [(CTL_HEADER, PENDING_ACK_CTL), (TXN_HEADER, txn.to_bytes())]
 
 
+_ENDED_MAX = 10_000  # transactions whose end a fold remembers (late ack records of them are ignored)
+
+
 class PendingAckFold:
     """Folds pending-ack log records into a ``PendingAckState``; remembers where each unfinished
     transaction's first ack record is, so a restart can replay from the lowest of them."""
@@ -75,18 +78,24 @@ class PendingAckFold:
         self.first_record: dict[TxnID, int] = {}
         self.next_offset = 0
         self.skipped = 0
+        # Transactions seen ending, oldest first: an ack record of one that lands after its outcome
+        # (written late, e.g. after a timeout abort) must neither be pending nor pin replay_start.
+        self._ended: dict[TxnID, None] = {}
+        self._own: set[int] = set()  # offsets of ack records the live consumer wrote (see apply)
 
     def replay_start(self) -> int:
         """Replaying from here rebuilds every unfinished transaction's acks."""
         return min(self.first_record.values(), default=self.next_offset)
 
-    def apply(self, rec: StoredRecord, *, acks: bool = True) -> list[tuple[TxnID, TxnAction, Sequence[int]]]:
+    def apply(self, rec: StoredRecord, *, live: bool = False) -> list[tuple[TxnID, TxnAction, Sequence[int]]]:
         """Fold one record; returns [(txn, outcome, offsets released by an abort)] for outcome markers.
-        ``acks=False`` skips ack records (the live consumer applied them when it wrote them)."""
+        ``live=True`` (the consumer's tail) skips the ack records the consumer wrote itself (it applied
+        them when it made the acks) and folds the others (e.g. a previous owner's, written late)."""
         self.next_offset = max(self.next_offset, rec.offset + 1)
         ctl = rec.header(CTL_HEADER)
         if ctl == PENDING_ACK_CTL:
-            if not acks:
+            if live and rec.offset in self._own:
+                self._own.discard(rec.offset)
                 return []
             try:
                 f = REGISTRY.decode_as(PENDING_ACK, rec.value)
@@ -94,6 +103,8 @@ class PendingAckFold:
                 self._skip(rec.offset, str(exc))
                 return []
             txn = TxnID(int(f["txn_most"]), int(f["txn_least"]))
+            if txn in self._ended:
+                return []
             self.state.apply_ack(txn, AckKind(f["kind"]), [int(o) for o in f["offsets"]])
             self.first_record.setdefault(txn, rec.offset)
             return []
@@ -106,8 +117,7 @@ class PendingAckFold:
             if self._secret is not None and not verify(marker, self.topic, self.partition, self._secret):
                 self._skip(rec.offset, f"marker for {marker.txn_id} failed authentication")
                 return []
-            released = self.state.apply_outcome(marker.txn_id, marker.action)
-            self.first_record.pop(marker.txn_id, None)
+            released = self.apply_outcome(marker.txn_id, marker.action)
             return [(marker.txn_id, marker.action, released)]
         self._skip(rec.offset, "not a pending-ack record")
         return []
@@ -116,11 +126,22 @@ class PendingAckFold:
         """Apply an outcome learnt first-hand (the txn's END_TXN succeeded); the marker that follows in
         the log is then a no-op."""
         self.first_record.pop(txn, None)
+        self._ended[txn] = None
+        if len(self._ended) > _ENDED_MAX:
+            del self._ended[next(iter(self._ended))]
         return self.state.apply_outcome(txn, action)
 
     def note_written(self, txn: TxnID, offset: int) -> None:
         """The live consumer wrote an ack record of ``txn`` at ``offset``."""
-        self.first_record.setdefault(txn, offset)
+        if offset >= self.next_offset:  # else the tail has passed (and folded) it already
+            self._own.add(offset)
+        if txn not in self._ended:
+            self.first_record.setdefault(txn, offset)
+
+    def read_all_but_own(self, end: int) -> bool:
+        """Every record of the log below ``end`` was read here, or is an ack record this consumer
+        wrote (nobody else wrote to the partition's log since)."""
+        return all(o in self._own for o in range(self.next_offset, end))
 
     def _skip(self, offset: int, why: str) -> None:
         self.skipped += 1

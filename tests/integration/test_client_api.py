@@ -424,10 +424,11 @@ def test_an_operation_counted_before_the_commit_began_may_still_add_what_the_com
     its batched write is flushed at once and waited for, and later operations are refused."""
     c = cluster()
     txn = c.client.transaction(60)
-    txn.begin_op("acknowledge")  # an ack on another thread, counted before the commit
+    topic = f"late_{uid}"
+    txn.begin_ack(topic, "sub").result(10)  # an ack on another thread, counted before the commit
     done = txn.commit_async()
     with pytest.raises(InvalidTxnStatusError):
-        txn.begin_op("acknowledge")  # the commit began: refused, not left out
+        txn.begin_ack(topic, "sub")  # the commit began: refused, not left out
     time.sleep(0.2)
     assert not done.done()  # waits for the counted operation
     written: Future[None] = Future()

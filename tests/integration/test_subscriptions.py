@@ -481,3 +481,137 @@ def _try_subscribe(c: Cluster, topic: str, sub: str) -> Consumer | None:
         return c.client.subscribe(topic, sub, subscribe_timeout=60)
     except ConsumerBusy:
         return None
+
+
+def test_a_failed_dead_letter_send_does_not_swallow_the_next_ready_message(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A is due for the DLQ and B is queued behind it; A's dead-letter send fails: receive raises, and
+    B (not picked in that call) is still delivered afterwards."""
+    c = cluster()
+    topic, sub = f"dlf_{uid}", f"sub_{uid}"
+    _setup(c, topic, 2)
+    consumer = c.client.subscribe(
+        topic,
+        sub,
+        initial_position="Earliest",
+        negative_ack_redelivery_delay_ms=50,
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=0),
+    )
+    a = consumer.receive(5000)
+    # B must be queued before A's redelivery is due
+    wait_until(lambda: (consumer._fill(0.05), len(consumer._incoming) > 0)[1], 10, what="B queued")
+    consumer.negative_acknowledge(a)
+    time.sleep(0.2)
+    real = consumer._dead_letter
+    calls = []
+
+    def failing(msg: Message, part: object) -> None:
+        calls.append(msg.message_id)
+        if len(calls) == 1:
+            raise RuntimeError("DLQ send failed (injected)")
+        real(msg, part)  # type: ignore[arg-type]
+
+    consumer._dead_letter = failing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="injected"):
+        consumer.receive(1000)
+    got = _drain(consumer, 3000)
+    consumer.close()
+    assert _values(got) == ["m0001"]  # B; A went to the DLQ on the retry
+    assert calls == [a.message_id, a.message_id]
+
+
+def test_acks_of_a_timed_out_txn_are_never_written_after_its_abort_marker(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """The TC aborts a txn on timeout while its ack is still batched: the batch is dropped, not written
+    after the marker on close (where it would keep the message pending forever after a restart)."""
+    c = cluster()
+    topic, sub = f"tob_{uid}", f"sub_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    m = consumer.receive(5000)
+    txn = c.client.transaction(2)
+    consumer.acknowledge(m, txn=txn)
+    again = consumer.receive(15_000)  # released by the timeout abort's marker
+    assert again.message_id == m.message_id
+    consumer.close()  # not acked: it must come back after a restart
+    stats = pending_ack_stats(c.client, topic, sub)
+    assert [p["pending_ack_count"] for p in stats.values()] == [0]
+    restarted = c.client.subscribe(topic, sub)
+    got = _drain(restarted, 3000)
+    restarted.close()
+    assert [x.message_id for x in got] == [m.message_id]
+
+
+def _split_between(c1: Consumer, c2: Consumer, n: int) -> None:
+    wait_until(
+        lambda: (
+            c1.assigned_partitions()
+            and c2.assigned_partitions()
+            and len(c1.assigned_partitions()) + len(c2.assigned_partitions()) == n
+        ),
+        30,
+        what="partitions split between the two consumers",
+    )
+
+
+def test_batched_txn_acks_move_with_their_partition_in_a_rebalance(cluster: ClusterFactory, uid: str) -> None:
+    """C1 acks one message per partition in T (still batched) and the rest plainly; C2 joins and takes
+    a partition. T's acks are written on revocation, so C2 holds them pending, and T's commit (read by
+    C2's tail) acks them: neither message is delivered again, before or after the commit."""
+    c = cluster()
+    topic, sub = f"rbt_{uid}", f"sub_{uid}"
+    _setup(c, topic, 20, partitions=2)
+    c1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    msgs = _drain(c1)
+    assert len(msgs) == 20
+    txn = c.client.transaction(60)
+    in_txn: dict[tuple[str, int], Message] = {}
+    for m in msgs:
+        tp = (m.message_id.topic, m.message_id.partition)
+        if tp not in in_txn:
+            in_txn[tp] = m
+            c1.acknowledge(m, txn=txn)
+        else:
+            c1.acknowledge(m)
+    for p in list(c1._parts.values()):
+        c1._flush_part(p, force=True)
+    c2 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    _split_between(c1, c2, 2)
+    time.sleep(1.0)
+    assert _pending_total(c2) == 1  # the moved partition's txn ack came along
+    before = _drain(c1, 1000) + _drain(c2, 1000)
+    txn.commit()
+    wait_until(lambda: _pending_total(c1) + _pending_total(c2) == 0, 10, what="commit applied")
+    after = _drain(c1, 1500) + _drain(c2, 1500)
+    c1.close()
+    c2.close()
+    assert before == [] and after == []
+    stats = pending_ack_stats(c.client, topic, sub)
+    assert [p["pending_ack_count"] for p in stats.values()] == [0, 0]
+
+
+def test_a_retained_cursor_never_overwrites_newer_acks_of_another_owner(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """C1's revocation commit fails (on noida it does during a rebalance), so C1 retains the cursor. C2
+    owns the partition meanwhile and acks all but its first message. When the partition comes back,
+    C1 sees the newer commit and recovers instead of reusing its stale cursor."""
+    c = cluster()
+    topic, sub = f"ret_{uid}", f"sub_{uid}"
+    _setup(c, topic, 20, partitions=2)
+    c1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    assert len(_drain(c1)) == 20  # nothing acked
+    c2 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    _split_between(c1, c2, 2)
+    moved = c2.assigned_partitions()[0]
+    got2 = sorted(_drain(c2), key=lambda m: m.message_id.offset)
+    assert got2
+    for m in got2[1:]:
+        c2.acknowledge(m)
+    c2.close()  # commits its cursor: the first offset, ranges for the rest
+    wait_until(lambda: len(c1.assigned_partitions()) == 2, 30, what="C1 takes the partition back")
+    back = [m for m in _drain(c1, 2000) if (m.message_id.topic, m.message_id.partition) == moved]
+    c1.close()
+    assert sorted(m.message_id.offset for m in back) == [got2[0].message_id.offset]

@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_store import StoredRecord
+from pulsar_txn.buffer.marker import TxnMarker, encode_marker
 from pulsar_txn.errors import NotAllowedError, TransactionConflict
+from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -501,3 +504,47 @@ def test_a_list_is_refused_at_once_exactly_when_one_of_its_offsets_is_refused_al
             sub.end(_TXNS[u], COMMIT if op == "commit" else ABORT)
     s, txn = sub.state, _TXNS[t]
     assert s._no_conflict(txn, offsets) == (s._first_conflict(txn, offsets) is None)
+
+
+# ---------------------------------------------------------------------- the log's fold
+def _ack_rec(offset: int, txn: TxnID, offsets: list[int]) -> StoredRecord:
+    value, headers = encode_pending_ack(txn, AckKind.INDIVIDUAL, offsets)
+    return StoredRecord("pa", 0, offset, None, value, headers, 0)
+
+
+def _marker_rec(offset: int, txn: TxnID, action: TxnAction) -> StoredRecord:
+    value, headers = encode_marker(TxnMarker(txn, action, 0, 0))
+    return StoredRecord("pa", 0, offset, None, value, headers, 0)
+
+
+def test_fold_ignores_an_ack_record_written_after_its_txns_outcome() -> None:
+    t, u = TxnID(0, 1), TxnID(0, 2)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, u, [1]))
+    fold.apply(_marker_rec(1, t, TxnAction.ABORT))
+    fold.apply(_ack_rec(2, t, [5]))  # late: t has ended
+    assert not fold.state.is_pending(5) and fold.state.pending_txns() == {u: 1}
+    fold.note_written(t, 3)  # nor does a late write of the live consumer pin the replay start
+    assert fold.replay_start() == 0 and fold.first_record == {u: 0}
+
+
+def test_live_fold_skips_its_own_ack_records_and_folds_another_writers() -> None:
+    t, u = TxnID(0, 1), TxnID(0, 2)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.state.apply_ack(t, AckKind.INDIVIDUAL, [1])  # applied live, then written
+    fold.note_written(t, 0)
+    fold.apply(_ack_rec(0, t, [1]), live=True)
+    fold.apply(_ack_rec(1, u, [2]), live=True)  # e.g. the partition's previous owner, written late
+    assert fold.state.pending_txns() == {t: 1, u: 1}
+    assert fold.first_record == {t: 0, u: 1}
+    assert fold.apply(_marker_rec(2, u, TxnAction.COMMIT), live=True) == [(u, TxnAction.COMMIT, [])]
+    assert fold.state.cursor.is_acked(2) and fold.replay_start() == 0
+
+
+def test_fold_tells_whether_the_log_grew_by_its_own_writes_only() -> None:
+    t = TxnID(0, 1)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, t, [1]))
+    fold.note_written(t, 1)
+    assert fold.read_all_but_own(1) and fold.read_all_but_own(2)
+    assert not fold.read_all_but_own(3)  # offset 2: someone else's
