@@ -611,13 +611,17 @@ class Consumer(Generic[T]):
         it now). Under ``_lock``."""
         key = (txn.txn_id, part.tp, kind)
         batch = self._ack_batches.get(key)
+        new = batch is None
         if batch is None:
             batch = self._ack_batches[key] = _AckBatch(registered)
-            batch.flush = lambda: self._flush_batch(key, txn, part)
+        batch.offsets.extend(offsets)
+        if new:
+            batch.flush = flush = lambda: self._flush_batch(key, txn, part)
+            # After the offsets are in: if the transaction's end has begun (on another thread, while
+            # this ack was counted), the hook writes the batch at once and the end waits for it.
             txn.track(batch.written)
             txn.add_end_listener(self._txn_ended)
-            txn.add_flush_hook(batch.flush)
-        batch.offsets.extend(offsets)
+            txn.add_flush_hook(flush)
         # A cumulative ack is one per partition and transaction: nothing to wait for.
         return kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
 

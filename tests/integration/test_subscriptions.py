@@ -7,8 +7,10 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -615,3 +617,42 @@ def test_a_retained_cursor_never_overwrites_newer_acks_of_another_owner(
     back = [m for m in _drain(c1, 2000) if (m.message_id.topic, m.message_id.partition) == moved]
     c1.close()
     assert sorted(m.message_id.offset for m in back) == [got2[0].message_id.offset]
+
+
+def test_an_ack_racing_with_commit_is_part_of_the_commit_not_left_out(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An acknowledgement on another thread that has passed the OPEN check when ``commit`` begins: the
+    commit waits for its pending-ack write, so the ack is durable and never redelivered (before, the
+    commit could go out without it, and the ack record was written after the marker or never)."""
+    c = cluster()
+    topic, sub = f"ackrace_{uid}", f"sub_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    m = consumer.receive(5000)
+    txn = c.client.transaction(60)
+    in_ack, go = threading.Event(), threading.Event()
+    real = consumer._ensure_pa_topic
+
+    def paused(part: Any) -> None:
+        in_ack.set()
+        go.wait(10)  # the commit begins on the main thread meanwhile
+        real(part)
+
+    monkeypatch.setattr(consumer, "_ensure_pa_topic", paused)
+    acker = threading.Thread(target=consumer.acknowledge, args=(m,), kwargs={"txn": txn})
+    acker.start()
+    assert in_ack.wait(10)
+    done = txn.commit_async()
+    time.sleep(0.3)
+    assert not done.done()  # waits for the ack in flight
+    go.set()
+    acker.join(10)
+    done.result(30)
+    assert txn.state is TransactionState.COMMITTED
+    consumer.close()
+    stats = pending_ack_stats(c.client, topic, sub)
+    assert [p["pending_ack_count"] for p in stats.values()] == [0]
+    restarted = c.client.subscribe(topic, sub)
+    assert m.message_id not in [x.message_id for x in _drain(restarted, 3000)]
+    restarted.close()
