@@ -255,8 +255,8 @@ def _closed_port() -> int:
 
 def test_a_dead_broker_is_a_retriable_connect_error_from_every_kind_of_call_not_a_storage_error() -> None:
     port = _closed_port()
-    kafka = {"bootstrap_servers": f"127.0.0.1:{port}", "request_timeout_ms": 1500}
-    with Client(f"pulsar://127.0.0.1:{port}", kafka=kafka, operation_timeout_seconds=2) as client:
+    kafka = {"bootstrap_servers": f"127.0.0.1:{port}", "request_timeout_ms": 500}
+    with Client(f"pulsar://127.0.0.1:{port}", kafka=kafka, operation_timeout_seconds=1) as client:
         calls: list[Callable[[], object]] = [
             lambda: client.create_producer("t"),
             lambda: client.subscribe("t", "s"),
