@@ -138,8 +138,11 @@ class TransactionBufferService:
     def _on_assign(self, partitions: list[TP]) -> dict[TP, int]:
         starts: dict[TP, int] = {}
         assert self._store is not None
+        snapshots = self._store.load_many(
+            partitions, num_tcs=self._config.num_tcs, marker_secret=self._secret
+        )
         for tp in partitions:
-            loaded = self._store.load(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret)
+            loaded = snapshots[tp]
             state = (
                 loaded[0]
                 if loaded

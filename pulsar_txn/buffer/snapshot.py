@@ -12,19 +12,21 @@ import logging
 import time
 import uuid
 import zlib
+from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
 from kafka_store import (
     REGISTRY,
     Appender,
+    BrokerUnavailableError,
     CodecError,
     KafkaConfig,
     PartitionReader,
     RecordKind,
+    StoredRecord,
     StoreError,
     TopicAdmin,
-    read_range,
     replay_compacted,
 )
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
@@ -231,53 +233,54 @@ class SnapshotStore:
         self, topic: str, partition: int, *, num_tcs: int = 1 << 16, marker_secret: bytes | None = None
     ) -> tuple[TxnBufferState, int] | None:
         """The latest complete snapshot as a state and its taken-at time (ms), or None."""
+        return self.load_many([(topic, partition)], num_tcs=num_tcs, marker_secret=marker_secret)[
+            (topic, partition)
+        ]
+
+    def load_many(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        *,
+        num_tcs: int = 1 << 16,
+        marker_secret: bytes | None = None,
+    ) -> dict[tuple[str, int], tuple[TxnBufferState, int] | None]:
+        """``load`` for many partitions at once: each snapshot-topic partition is replayed once, and
+        one consumer checks every snapshot against its partition (a TB service taking hundreds of
+        partitions made two consumers and a replay per partition, seconds per dozen)."""
         self.ensure_topic()
-        base = f"{topic}/{partition}"
-        table = replay_compacted(self._kafka, self.topic, self._partition_for(topic, partition))
-        head_rec = table.get(base.encode())
-        if head_rec is None:
-            return None
+        tables: dict[int, dict[bytes, StoredRecord]] = {}
+        out: dict[tuple[str, int], tuple[TxnBufferState, int] | None] = {}
+        reader: PartitionReader | None = None
         try:
-            head = REGISTRY.decode_as(TB_SNAPSHOT, head_rec.value)
-            aborted = _from_txn_offsets(head["aborted"])
-            for index in range(int(head["aborted_segments"])):
-                seg_rec = table.get(f"{base}/seg/{index}".encode())
-                if seg_rec is None:
-                    log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
-                    return None
-                seg = REGISTRY.decode_as(TB_ABORTED_SEGMENT, seg_rec.value)
-                if seg["snapshot_id"] != head["snapshot_id"]:
-                    log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
-                    return None
-                aborted.update(_from_txn_offsets(seg["aborted"]))
-        except CodecError as exc:
-            log.warning("unreadable snapshot of %s ignored: %s", base, exc)
-            return None
-        scanned_to = int(head["scanned_to"])
-        anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
-        if not self._of_this_partition(topic, partition, scanned_to, anchor):
-            return None
-        self._segments_written[(topic, partition)] = int(head["aborted_segments"])
-        state = TxnBufferState(topic, partition, num_tcs=num_tcs, marker_secret=marker_secret)
-        state.scanned_to = scanned_to
-        state.set_anchor(*anchor)
-        for t, o in _from_txn_offsets(head["ongoing"]).items():
-            state.ongoing[t] = o
-            state._oldest.append((o, t))
-        state._oldest.sort()
-        state.aborted = aborted
-        state.ended = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in head["ended"]}
-        state.lwm = {int(k): int(v) for k, v in head["lwm"].items()}
-        state.discarded = [[int(a), int(b)] for a, b in head["discarded"]]
-        counters = BufferCounters()
-        for name, value in head["counters"].items():
-            if hasattr(counters, name):
-                setattr(counters, name, int(value))
-        state.counters = counters
-        return state, int(head["taken_at_ms"])
+            for topic, partition in partitions:
+                snap_partition = self._partition_for(topic, partition)
+                table = tables.get(snap_partition)
+                if table is None:
+                    table = tables[snap_partition] = replay_compacted(self._kafka, self.topic, snap_partition)
+                decoded = _decode(table, topic, partition)
+                if decoded is None:
+                    out[(topic, partition)] = None
+                    continue
+                head, aborted = decoded
+                scanned_to = int(head["scanned_to"])
+                anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
+                if reader is None:
+                    reader = PartitionReader(self._kafka)
+                if not self._of_this_partition(reader, topic, partition, scanned_to, anchor):
+                    out[(topic, partition)] = None
+                    continue
+                self._segments_written[(topic, partition)] = int(head["aborted_segments"])
+                out[(topic, partition)] = (
+                    _state_of(head, aborted, topic, partition, num_tcs, marker_secret),
+                    int(head["taken_at_ms"]),
+                )
+        finally:
+            if reader is not None:
+                reader.close()
+        return out
 
     def _of_this_partition(
-        self, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
+        self, reader: PartitionReader, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
     ) -> bool:
         """Whether the partition is still the one the snapshot was taken of. A topic deleted and
         created again under its name starts at offset 0 again: its partition is shorter than what
@@ -285,11 +288,7 @@ class SnapshotStore:
         snapshot would skip the new records below ``scanned_to`` (open transactions included)."""
         base = f"{topic}/{partition}"
         try:
-            reader = PartitionReader(self._kafka)
-            try:
-                low, high = reader.watermarks(topic, partition)
-            finally:
-                reader.close()
+            low, high = reader.watermarks(topic, partition)
             if high < scanned_to:
                 log.warning(
                     "snapshot of %s scanned to %d but the partition ends at %d (deleted and created"
@@ -302,9 +301,7 @@ class SnapshotStore:
             offset, fingerprint = anchor
             if offset < low:  # no anchor (a v1 snapshot, or nothing folded in), or retention removed it
                 return True
-            timeout = self._kafka.request_timeout_ms / 1000
-            anchored = list(read_range(self._kafka, topic, partition, offset, offset + 1, timeout=timeout))
-            rec = anchored[0] if anchored else None
+            rec = _record_at(reader, topic, partition, offset, self._kafka.request_timeout_ms / 1000)
         except StoreError as exc:
             log.warning("snapshot of %s not checked against the partition (%s); ignoring it", base, exc)
             return False
@@ -323,3 +320,72 @@ class SnapshotStore:
         if self._owns_appender and self._appender is not None:
             self._appender.close()
             self._appender = None
+
+
+def _decode(
+    table: dict[bytes, StoredRecord], topic: str, partition: int
+) -> tuple[dict[str, Any], dict[TxnID, int]] | None:
+    """The snapshot head of ``topic[partition]`` and its whole aborted set (segments joined), or None
+    if there is none or it is incomplete or unreadable."""
+    base = f"{topic}/{partition}"
+    head_rec = table.get(base.encode())
+    if head_rec is None:
+        return None
+    try:
+        head = REGISTRY.decode_as(TB_SNAPSHOT, head_rec.value)
+        aborted = _from_txn_offsets(head["aborted"])
+        for index in range(int(head["aborted_segments"])):
+            seg_rec = table.get(f"{base}/seg/{index}".encode())
+            if seg_rec is None:
+                log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
+                return None
+            seg = REGISTRY.decode_as(TB_ABORTED_SEGMENT, seg_rec.value)
+            if seg["snapshot_id"] != head["snapshot_id"]:
+                log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
+                return None
+            aborted.update(_from_txn_offsets(seg["aborted"]))
+    except CodecError as exc:
+        log.warning("unreadable snapshot of %s ignored: %s", base, exc)
+        return None
+    return head, aborted
+
+
+def _state_of(
+    head: dict[str, Any],
+    aborted: dict[TxnID, int],
+    topic: str,
+    partition: int,
+    num_tcs: int,
+    marker_secret: bytes | None,
+) -> TxnBufferState:
+    state = TxnBufferState(topic, partition, num_tcs=num_tcs, marker_secret=marker_secret)
+    state.scanned_to = int(head["scanned_to"])
+    state.set_anchor(int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
+    for t, o in _from_txn_offsets(head["ongoing"]).items():
+        state.ongoing[t] = o
+        state._oldest.append((o, t))
+    state._oldest.sort()
+    state.aborted = aborted
+    state.ended = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in head["ended"]}
+    state.lwm = {int(k): int(v) for k, v in head["lwm"].items()}
+    state.discarded = [[int(a), int(b)] for a, b in head["discarded"]]
+    counters = BufferCounters()
+    for name, value in head["counters"].items():
+        if hasattr(counters, name):
+            setattr(counters, name, int(value))
+    state.counters = counters
+    return state
+
+
+def _record_at(
+    reader: PartitionReader, topic: str, partition: int, offset: int, timeout: float
+) -> StoredRecord | None:
+    """The record at ``offset``; None if there is none (compaction removed it)."""
+    reader.assign({(topic, partition): offset})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for rec in reader.poll_batch(1, 0.2):
+            return rec if rec.offset == offset else None
+        if reader.at_eof(topic, partition):
+            return None
+    raise BrokerUnavailableError(f"no answer reading {topic}[{partition}]@{offset} in {timeout:g} s")
