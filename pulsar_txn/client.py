@@ -17,8 +17,9 @@ from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNot
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
-from pulsar_txn.buffer.reader import BufferOptions
+from pulsar_txn.buffer.reader import BufferOptions, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
+from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, TopicNotFound
@@ -319,6 +320,13 @@ class Client:
 
     def _buffer_options(self) -> BufferOptions:
         return BufferOptions(num_tcs=self._num_tcs or (1 << 16), marker_secret=self._secret)
+
+    def _buffer_state(self, topic: str, partition: int) -> TxnBufferState:
+        """A partition's TB state now: its latest snapshot, then a scan to the partition's end."""
+        state, _ = load_state(
+            self.kafka, topic, partition, store=self._snapshots(), options=self._buffer_options()
+        )
+        return state
 
     def _partition_count(self, topic: TopicName) -> int:
         name = topic.kafka_topic

@@ -33,7 +33,7 @@ from kafka_store import (
     read_range,
 )
 from pulsar_txn._boundary import public_errors
-from pulsar_txn.buffer.reader import CommittedReader, load_state
+from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import (
     ConsumerBusy,
     NotAllowedError,
@@ -264,14 +264,7 @@ class Consumer(Generic[T]):
             return
         default_start = 0
         if committed is None and self._initial is InitialPosition.Latest:
-            state, _ = load_state(
-                self._client.kafka,
-                topic,
-                partition,
-                store=self._client._snapshots(),
-                options=self._client._buffer_options(),
-            )
-            default_start = state.max_read_position
+            default_start = self._client._buffer_state(topic, partition).max_read_position
         name = self._kafka_topics[topic]
         fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
@@ -611,14 +604,13 @@ class Consumer(Generic[T]):
         it now). Under ``_lock``."""
         key = (txn.txn_id, part.tp, kind)
         batch = self._ack_batches.get(key)
-        new = batch is None
-        if batch is None:
-            batch = self._ack_batches[key] = _AckBatch(registered)
-        batch.offsets.extend(offsets)
-        if new:
-            batch.flush = flush = lambda: self._flush_batch(key, txn, part)
-            # After the offsets are in: if the transaction's end has begun (on another thread, while
+        if batch is not None:
+            batch.offsets.extend(offsets)
+        else:
+            # Made with its offsets in: if the transaction's end has begun (on another thread, while
             # this ack was counted), the hook writes the batch at once and the end waits for it.
+            batch = self._ack_batches[key] = _AckBatch(registered, list(offsets))
+            batch.flush = flush = lambda: self._flush_batch(key, txn, part)
             txn.track(batch.written)
             txn.add_end_listener(self._txn_ended)
             txn.add_flush_hook(flush)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import read_range
 from pulsar_txn._boundary import public_errors
-from pulsar_txn.buffer.reader import CommittedReader, load_state
+from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
@@ -46,10 +46,7 @@ class Reader(Generic[T]):
             elif start_message_id == LATEST:
                 # maxReadPosition now, from a state scanned to the partition's end (as a consumer's
                 # Latest): later messages, and those of transactions open now, are read.
-                state, _ = load_state(
-                    client.kafka, *tp, store=client._snapshots(), options=client._buffer_options()
-                )
-                starts[tp] = state.max_read_position
+                starts[tp] = client._buffer_state(*tp).max_read_position
             elif start_message_id.partition == tp[1]:
                 starts[tp] = start_message_id.offset
             else:
@@ -92,9 +89,7 @@ def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
     parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
     result: dict[int, MessageId | None] = {}
     for p in parts:
-        state, _ = load_state(
-            client.kafka, name.kafka_topic, p, store=client._snapshots(), options=client._buffer_options()
-        )
+        state = client._buffer_state(name.kafka_topic, p)
         result[p] = None
         end, step = state.max_read_position, 64
         while end > 0:  # walk back in growing windows until a visible record turns up

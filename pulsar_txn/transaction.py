@@ -70,7 +70,7 @@ class Transaction:
         self._end_listeners: list[Callable[[TxnID, TxnAction], None]] = []
         self.txn_id_bytes = txn_id.to_bytes()
         """The id as stored in each message's header (made once, used per send)."""
-        self._inflight = 0  # sends started and not finished
+        self._inflight = 0  # sends and acks counted by begin_send / begin_ack, not finished
         self._inflight_error: BaseException | None = None
         self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
         self._flush_hooks: list[Callable[[], None]] = []
@@ -154,8 +154,8 @@ class Transaction:
         self.track(failed)
 
     def op_finished(self, error: BaseException | None) -> None:
-        """A send counted by ``begin_send`` ended (a counter, cheaper than a tracked future per
-        message); with ``error``, ``commit`` aborts instead."""
+        """A send or ack counted by ``begin_send`` / ``begin_ack`` ended (a counter, cheaper than a
+        tracked future per message); with ``error``, ``commit`` aborts instead."""
         with self._lock:
             self._inflight -= 1
             if error is not None and self._inflight_error is None:
@@ -226,8 +226,8 @@ class Transaction:
         result.result()
 
     def _begin_end(self, what: str, allowed: frozenset[TransactionState], during: TransactionState) -> None:
-        """Check and leave the OPEN state in one step (no send or ack can slip in after), then start
-        the batched writes that ending waits for."""
+        """Check and leave the OPEN state in one step (no send or ack can slip in after); the
+        batched writes that ending waits for start in ``_after_ops``."""
         with self._lock:
             state = self._current_state()
             if state not in allowed:
@@ -235,14 +235,6 @@ class Transaction:
                     f"cannot {what} transaction {self.txn_id}: its state is {state.value}"
                 )
             self._state = during
-        self._flush()
-
-    def _flush(self) -> None:
-        """Start the batched writes (acks) that ending waits for."""
-        with self._lock:
-            hooks, self._flush_hooks = self._flush_hooks, []
-        for hook in hooks:
-            hook()
 
     def _after_ops(self, then: Callable[[BaseException | None], None], *, ending: bool = False) -> None:
         """Call ``then`` with the first failure among the transaction's operations (None if all
