@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -311,6 +311,27 @@ class HeldWrite:
             raise PersistenceError("TC 0: transaction log write failed: Local: Message timed out")
         await self._write(meta, confirm=confirm)
 
+    async def call_and_retry(
+        self, call: Callable[[], Awaitable[None]], what: str
+    ) -> list[BaseException | None]:
+        """``call``, and a retry of it while its write is held: the retry must not be answered
+        before that write is done. Then the write goes on (or fails); both outcomes."""
+        first = asyncio.create_task(call())
+        await asyncio.sleep(0.2)
+        retry = asyncio.create_task(call())  # e.g. after a client timeout
+        await asyncio.sleep(0.2)
+        assert not retry.done(), f"{what} answered while the write it waits for was in flight"
+        self.gate.set()
+        return await asyncio.gather(first, retry, return_exceptions=True)
+
+
+def _txn_on_a_partition(ec: EmbeddedCoordinator, topic: str) -> TxnID:
+    """A new transaction of TC 0 with ``topic``'s partition 0 registered."""
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))
+    return txn
+
 
 def test_an_end_txn_retry_after_a_failed_decision_write_is_not_answered_before_the_decision_is_logged(
     embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
@@ -321,20 +342,9 @@ def test_an_end_txn_retry_after_a_failed_decision_write_is_not_answered_before_t
     ec = embedded(cfg)
     s = ec.service
     tc = s.coordinator(0)
-    txn = ec.run(s.new_txn(0, 0))
-    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))
+    txn = _txn_on_a_partition(ec, topic)
     held = HeldWrite(tc, lambda m: m.status is TxnStatus.COMMITTING, fail=True)
-
-    async def commit_and_retry_while_the_decision_is_in_flight() -> list[BaseException | None]:
-        first = asyncio.create_task(s.end_txn(txn, TxnAction.COMMIT))
-        await asyncio.sleep(0.2)
-        retry = asyncio.create_task(s.end_txn(txn, TxnAction.COMMIT))  # e.g. after a client timeout
-        await asyncio.sleep(0.2)
-        assert not retry.done(), "END_TXN answered while its decision was not logged"
-        held.gate.set()
-        return await asyncio.gather(first, retry, return_exceptions=True)
-
-    results = ec.run(commit_and_retry_while_the_decision_is_in_flight())
+    results = ec.run(held.call_and_retry(lambda: s.end_txn(txn, TxnAction.COMMIT), "END_TXN"))
     assert [type(r) for r in results] == [PersistenceError, PersistenceError]  # retriable
     assert tc.get(txn).status is TxnStatus.OPEN  # type: ignore[union-attr]
     ec.run(s.end_txn(txn, TxnAction.COMMIT))  # the next retry logs the decision again
@@ -356,8 +366,7 @@ def test_a_cancelled_end_txn_request_still_writes_markers_and_ends_the_txn(
     ec = embedded(coord_config(static_tc_ids=(0,)))
     s = ec.service
     tc = s.coordinator(0)
-    txn = ec.run(s.new_txn(0, 0))
-    ec.run(s.add_partitions(txn, [f"{topic}-partition-0"]))
+    txn = _txn_on_a_partition(ec, topic)
     held = HeldWrite(tc, lambda m: m.status is TxnStatus.COMMITTING, fail=False)
 
     async def commit_then_disconnect() -> None:
@@ -393,16 +402,7 @@ def test_a_repeated_add_partition_is_answered_only_once_the_partition_is_logged(
             return s.add_partitions(txn, [f"{topic}-partition-0"])
         return s.add_subscriptions(txn, [(topic, "sub")])
 
-    async def add_and_retry_while_the_write_is_in_flight() -> list[BaseException | None]:
-        first = asyncio.create_task(add())
-        await asyncio.sleep(0.2)
-        retry = asyncio.create_task(add())
-        await asyncio.sleep(0.2)
-        assert not retry.done(), "ADD answered while the write that adds it was in flight"
-        held.gate.set()
-        return await asyncio.gather(first, retry, return_exceptions=True)
-
-    results = ec.run(add_and_retry_while_the_write_is_in_flight())
+    results = ec.run(held.call_and_retry(add, "ADD"))
     assert [type(r) for r in results] == [PersistenceError, PersistenceError]
     ec.run(add())  # the next retry writes it
     ec.stop()  # the coordinator dies before any later write of the transaction

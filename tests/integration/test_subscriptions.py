@@ -17,7 +17,7 @@ import pytest
 from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
 from pulsar_txn.errors import ConsumerBusy, NotAllowedError, Timeout, TransactionConflict
-from pulsar_txn.message import Message
+from pulsar_txn.message import Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
 from tests.conftest import REPO, Cluster, wait_until
@@ -530,20 +530,32 @@ def test_acks_of_a_timed_out_txn_are_never_written_after_its_abort_marker(
     after the marker on close (where it would keep the message pending forever after a restart)."""
     c = cluster()
     topic, sub = f"tob_{uid}", f"sub_{uid}"
-    _setup(c, topic, 1)
-    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
-    m = consumer.receive(5000)
+    consumer, m = _one_message_received(c, topic, sub)
     txn = c.client.transaction(2)
     consumer.acknowledge(m, txn=txn)
     again = consumer.receive(15_000)  # released by the timeout abort's marker
     assert again.message_id == m.message_id
     consumer.close()  # not acked: it must come back after a restart
-    stats = pending_ack_stats(c.client, topic, sub)
-    assert [p["pending_ack_count"] for p in stats.values()] == [0]
+    pending, redelivered = _after_a_restart(c, topic, sub)
+    assert pending == [0]
+    assert redelivered == [m.message_id]
+
+
+def _one_message_received(c: Cluster, topic: str, sub: str) -> tuple[Consumer, Message]:
+    """A one-message topic and a consumer on ``sub`` that has received that message."""
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    return consumer, consumer.receive(5000)
+
+
+def _after_a_restart(c: Cluster, topic: str, sub: str) -> tuple[list[int], list[MessageId]]:
+    """Once the subscription's consumers are closed: the pending-ack count per partition, and what a
+    restarted consumer receives."""
+    pending = [p["pending_ack_count"] for p in pending_ack_stats(c.client, topic, sub).values()]
     restarted = c.client.subscribe(topic, sub)
-    got = _drain(restarted, 3000)
+    got = [x.message_id for x in _drain(restarted, 3000)]
     restarted.close()
-    assert [x.message_id for x in got] == [m.message_id]
+    return pending, got
 
 
 def _split_between(c1: Consumer, c2: Consumer, n: int) -> None:
@@ -627,9 +639,7 @@ def test_an_ack_racing_with_commit_is_part_of_the_commit_not_left_out(
     commit could go out without it, and the ack record was written after the marker or never)."""
     c = cluster()
     topic, sub = f"ackrace_{uid}", f"sub_{uid}"
-    _setup(c, topic, 1)
-    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
-    m = consumer.receive(5000)
+    consumer, m = _one_message_received(c, topic, sub)
     txn = c.client.transaction(60)
     in_ack, go = threading.Event(), threading.Event()
     real = consumer._ensure_pa_topic
@@ -651,8 +661,6 @@ def test_an_ack_racing_with_commit_is_part_of_the_commit_not_left_out(
     done.result(30)
     assert txn.state is TransactionState.COMMITTED
     consumer.close()
-    stats = pending_ack_stats(c.client, topic, sub)
-    assert [p["pending_ack_count"] for p in stats.values()] == [0]
-    restarted = c.client.subscribe(topic, sub)
-    assert m.message_id not in [x.message_id for x in _drain(restarted, 3000)]
-    restarted.close()
+    pending, redelivered = _after_a_restart(c, topic, sub)
+    assert pending == [0]
+    assert m.message_id not in redelivered

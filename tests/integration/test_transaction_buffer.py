@@ -24,6 +24,7 @@ from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.producer import Producer
+from pulsar_txn.transaction import Transaction
 from pulsar_txn.txnid import TxnAction, TxnID
 from tests.conftest import Cluster, read_all, wait_until
 
@@ -291,6 +292,44 @@ def _committed_values(reader: CommittedReader, want: int) -> list[str]:
     return got
 
 
+def _overflowing_reader(c: Cluster, kafka: KafkaConfig, topic: str) -> tuple[Transaction, CommittedReader]:
+    """An open txn's message, then 12 plain ones (p0-p11), and a reader whose 4-record window
+    overflows while the txn pins max_read_position: those records are left to a gap reader."""
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("open", txn=txn)  # pins max_read_position while the rest is scanned
+    for i in range(12):
+        producer.send(f"p{i}")
+    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
+    return txn, CommittedReader(kafka, {(topic, 0): 0}, options=options)
+
+
+def _stall_gap_readers(
+    monkeypatch: pytest.MonkeyPatch, reader: CommittedReader, seconds: float
+) -> list[float]:
+    """Gap readers (not ``reader``'s scanner) get nothing for ``seconds`` from their first poll (a
+    broker that does not answer), then their records; one stall period is 0.2 s. Returns [the stall's
+    end] once it has begun."""
+    monkeypatch.setattr(buffer_reader, "_GAP_STALL_S", 0.2)
+    real_poll_batch = PartitionReader.poll_batch
+    stalled_until: list[float] = []
+
+    def poll_batch(
+        self: PartitionReader, max_records: int = 1000, timeout: float = 0.1
+    ) -> list[StoredRecord]:
+        if self is not reader._scanner:
+            if not stalled_until:
+                stalled_until.append(time.monotonic() + seconds)
+            if time.monotonic() < stalled_until[0]:
+                time.sleep(timeout)
+                return []
+        return real_poll_batch(self, max_records, timeout)
+
+    monkeypatch.setattr(PartitionReader, "poll_batch", poll_batch)
+    return stalled_until
+
+
 def test_reader_behind_a_snapshot_reads_to_it_with_its_one_scanner_and_delivers_as_a_full_scan(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
@@ -321,15 +360,7 @@ def test_an_overflowing_window_is_dropped_and_its_records_fetched_again_in_order
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
     c = cluster()
-    topic = f"overflow_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    txn = c.client.transaction(60)
-    producer.send("open", txn=txn)  # pins max_read_position while the rest is scanned
-    for i in range(12):
-        producer.send(f"p{i}")
-    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
-    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
+    txn, reader = _overflowing_reader(c, kafka, f"overflow_{uid}")
     try:
         assert reader.poll(1.0) == []  # scanned past the window's bound while nothing was readable
         txn.commit()
@@ -375,32 +406,8 @@ def test_a_stalled_gap_reader_skips_nothing_and_polls_keep_their_timeout(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = cluster()
-    topic = f"gapstall_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    txn = c.client.transaction(60)
-    producer.send("open", txn=txn)  # pins max_read_position: the window overflows and is dropped
-    for i in range(12):
-        producer.send(f"p{i}")
-    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
-    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
-    # Gap readers get nothing for 10 stall periods (a broker that does not answer), then their records.
-    monkeypatch.setattr(buffer_reader, "_GAP_STALL_S", 0.2)
-    real_poll_batch = PartitionReader.poll_batch
-    stalled_until: list[float] = []
-
-    def poll_batch(
-        self: PartitionReader, max_records: int = 1000, timeout: float = 0.1
-    ) -> list[StoredRecord]:
-        if self is not reader._scanner:
-            if not stalled_until:
-                stalled_until.append(time.monotonic() + 2.0)
-            if time.monotonic() < stalled_until[0]:
-                time.sleep(timeout)
-                return []
-        return real_poll_batch(self, max_records, timeout)
-
-    monkeypatch.setattr(PartitionReader, "poll_batch", poll_batch)
+    txn, reader = _overflowing_reader(c, kafka, f"gapstall_{uid}")
+    stalled_until = _stall_gap_readers(monkeypatch, reader, 2.0)  # 10 stall periods
     try:
         assert reader.poll(1.0) == []
         txn.commit()
@@ -426,29 +433,8 @@ def test_a_gap_reader_skips_only_what_retention_deleted(
 
     c = cluster()
     topic = f"gapgone_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    txn = c.client.transaction(60)
-    producer.send("open", txn=txn)
-    for i in range(12):
-        producer.send(f"p{i}")
-    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_records=4, fetch_batch=3)
-    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
-    monkeypatch.setattr(buffer_reader, "_GAP_STALL_S", 0.2)
-    real_poll_batch = PartitionReader.poll_batch
-    stalled_until: list[float] = []
-
-    def poll_batch(
-        self: PartitionReader, max_records: int = 1000, timeout: float = 0.1
-    ) -> list[StoredRecord]:
-        if self is not reader._scanner:  # the gap reader waits until it has asked for the log start
-            if not stalled_until:
-                stalled_until.append(time.monotonic() + 1.0)
-            if time.monotonic() < stalled_until[0]:
-                time.sleep(timeout)
-                return []
-        return real_poll_batch(self, max_records, timeout)
-
+    txn, reader = _overflowing_reader(c, kafka, topic)
+    _stall_gap_readers(monkeypatch, reader, 1.0)  # until the gap reader has asked for the log start
     real_watermarks = PartitionReader.watermarks
     asked: list[int] = []
 
@@ -458,7 +444,6 @@ def test_a_gap_reader_skips_only_what_retention_deleted(
             asked.append(low)
         return low, high
 
-    monkeypatch.setattr(PartitionReader, "poll_batch", poll_batch)
     monkeypatch.setattr(PartitionReader, "watermarks", watermarks)
     try:
         assert reader.poll(1.0) == []  # the window overflowed: offsets 0-12 are left to a gap reader
