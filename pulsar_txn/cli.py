@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kafka_store import KafkaConfig, LocalBroker, StoreError
+from pulsar_txn import _loops
 from pulsar_txn._gc import tune_for_service
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.errors import PulsarTxnError
@@ -82,7 +83,12 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    info = {"url": node.url, "admin_url": node.admin_url, "bootstrap_servers": kafka.bootstrap_servers}
+    info = {
+        "url": node.url,
+        "admin_url": node.admin_url,
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "event_loop": _loops.loop_kind(loop),
+    }
     print(json.dumps(info), flush=True)
     if ready_file:
         # Written whole, then renamed: a watcher that sees the file can read it.
@@ -99,7 +105,7 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
 def cmd_coordinator(args: argparse.Namespace) -> int:
     kafka, config = build_configs(args)
     tune_for_service()
-    asyncio.run(_serve_forever(kafka, config, args.ready_file))
+    _loops.run(_serve_forever(kafka, config, args.ready_file))
     return 0
 
 
@@ -111,7 +117,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         kafka, config = build_configs(args, bootstrap)
         print(f"embedded Kafka broker: {bootstrap}  (data in {data_dir})", flush=True)
         tune_for_service()
-        asyncio.run(_serve_forever(kafka, config, args.ready_file))
+        _loops.run(_serve_forever(kafka, config, args.ready_file))
     finally:
         broker.stop()
         print("standalone stopped", flush=True)

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
+from pulsar_txn import _loops
 from pulsar_txn._future import LazyFuture, relay
 from pulsar_txn._tc_calls import (
     TcCall,
@@ -388,7 +389,7 @@ class SyncTcClient:
             max_retries_backoff=max_retries_backoff,
             num_tcs=num_tcs,
         )
-        self._loop = asyncio.new_event_loop()
+        self._loop = _loops.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="pulsar-txn-tc-client", daemon=True
         )

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kafka_store import KafkaConfig
+from pulsar_txn import _loops
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
 from pulsar_txn.coordinator.service import CoordinatorService
@@ -23,7 +24,7 @@ class LoopThread:
     """An asyncio loop in a daemon thread; ``run`` executes a coroutine there and waits for it."""
 
     def __init__(self, name: str = "pulsar-txn-loop") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _loops.new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 

@@ -90,6 +90,7 @@ def test_client_retries_while_the_coordinator_restarts_and_recovers(
     admin.ensure_topic(f"retry_{uid}", 1)
     cfg = coord_config(static_tc_ids=(0,), num_tcs=1, port=free_port())
     proc = coordinator_process(cfg).start()
+    assert proc.info["event_loop"] == "uvloop"  # the service runs on uvloop (a declared dependency)
     with SyncTcClient(proc.url, operation_timeout=60, num_tcs=1) as client:
         txn = client.new_txn(120_000)
         proc.kill()
