@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_store import Appender, GroupReader, KafkaConfig, TopicAdmin, read_range
+from kafka_store import Appender, GroupReader, KafkaConfig, StoreError, TopicAdmin, read_range
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -49,6 +49,8 @@ class _Owned:
     last_snapshot_offset: int = -1
     recovered_from: int | None = None
     first_seen: dict[TxnID, float] = field(default_factory=dict)
+    # Its snapshot could not be loaded: replayed from the partition's start until it reaches its end.
+    replaying: bool = False
 
 
 class TransactionBufferService:
@@ -65,6 +67,11 @@ class TransactionBufferService:
         self._store: SnapshotStore | None = None
         self.snapshots_written = 0
         self.hanging_resolved = 0
+        # Partitions whose snapshot failed to load, in all and per partition (kept across
+        # reassignments), and the last error of each.
+        self.recovery_failures = 0
+        self._recovery_failures: dict[TP, int] = {}
+        self._recovery_errors: dict[TP, str] = {}
         self._stats: dict[str, Any] = {"partitions": {}}  # refreshed by the service thread only
 
     # ------------------------------------------------------------------ lifecycle
@@ -116,8 +123,10 @@ class TransactionBufferService:
                         owned.state.apply(msg.offset(), msg.headers(), msg.value())
                 for tp, end in list(reader.eof.items()):
                     owned = self._owned.get(tp)
-                    if owned is not None and end > owned.state.scanned_to:
-                        owned.state.scanned_to = end
+                    if owned is not None:
+                        if end > owned.state.scanned_to:
+                            owned.state.scanned_to = end
+                        owned.replaying = False
                 if reader.caught_up():
                     # Snapshots may lag a little; an idle service must not keep fetching.
                     reader.pause_all()
@@ -130,6 +139,10 @@ class TransactionBufferService:
                 if time.monotonic() >= next_hanging:
                     self._check_hanging()
                     next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
+        except BaseException:
+            # Stderr alone (the thread's excepthook) is easy to miss in a service's logs.
+            log.exception("TB service stopped: it snapshots and resolves nothing any more")
+            raise
         finally:
             for tp in list(self._owned):
                 self._snapshot(tp, self._owned[tp])
@@ -138,18 +151,42 @@ class TransactionBufferService:
     def _on_assign(self, partitions: list[TP]) -> dict[TP, int]:
         starts: dict[TP, int] = {}
         assert self._store is not None
-        snapshots = self._store.load_many(
-            partitions, num_tcs=self._config.num_tcs, marker_secret=self._secret
-        )
+        try:
+            snapshots = self._store.load_many(
+                partitions, num_tcs=self._config.num_tcs, marker_secret=self._secret
+            )
+            failed = False
+        except Exception as exc:
+            # Raised out of this callback, the error would leave ``poll`` and end the service thread:
+            # no partition would be snapshotted or have its hanging transactions resolved any more.
+            # A snapshot is only a cache: the state at an offset is a function of the records below
+            # it, so replaying the partition from its start (as for one never snapshotted) is always
+            # correct, only slower; and it does not hold the rebalance up with retries.
+            log.error(
+                "TB service: loading the snapshots of %s failed (%s: %s); replaying them from their start",
+                ", ".join(f"{t}[{p}]" for t, p in partitions),
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, StoreError),  # a broker error needs no traceback; a bug does
+            )
+            snapshots = dict.fromkeys(partitions)
+            failed = True
+            self.recovery_failures += len(partitions)
+            for tp in partitions:
+                self._recovery_failures[tp] = self._recovery_failures.get(tp, 0) + 1
+                self._recovery_errors[tp] = f"{type(exc).__name__}: {exc}"
         for tp in partitions:
-            loaded = snapshots[tp]
+            loaded = snapshots.get(tp)
             state = (
                 loaded[0]
                 if loaded
                 else TxnBufferState(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret)
             )
             owned = _Owned(
-                state, snapshot_changes=state.changes, recovered_from=state.scanned_to if loaded else None
+                state,
+                snapshot_changes=state.changes,
+                recovered_from=state.scanned_to if loaded else None,
+                replaying=failed,
             )
             if loaded:
                 owned.last_snapshot_ms, owned.last_snapshot_offset = loaded[1], state.scanned_to
@@ -241,8 +278,10 @@ class TransactionBufferService:
         partitions = {
             f"{t}-partition-{p}": {
                 **o.state.stats(),
-                "recovery_state": "Ready",
+                "recovery_state": "Replaying" if o.replaying else "Ready",
                 "recovered_from_snapshot_offset": o.recovered_from,
+                "recovery_failures": self._recovery_failures.get((t, p), 0),
+                "last_recovery_error": self._recovery_errors.get((t, p)),
                 "last_snapshot_time": o.last_snapshot_ms,
                 "last_snapshot_offset": o.last_snapshot_offset,
             }
@@ -251,6 +290,7 @@ class TransactionBufferService:
         stats = {
             "snapshots_written": self.snapshots_written,
             "hanging_resolved": self.hanging_resolved,
+            "recovery_failures": self.recovery_failures,
             "partitions": partitions,
         }
         with self._lock:

@@ -1,0 +1,75 @@
+"""The TB service's partition assignment against the real broker: a failed recovery is not fatal."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin
+from pulsar_txn.buffer.marker import TXN_HEADER
+from pulsar_txn.buffer.service import TransactionBufferService
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.txnid import TxnID
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_partition_whose_snapshot_fails_to_load_is_still_served_and_the_failure_is_reported(
+    kafka: KafkaConfig,
+    coord_config: Callable[..., CoordinatorConfig],
+    uid: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = f"tbassign_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    open_txn = TxnID(1, 7)  # written but never ended: a state change the service must snapshot
+    app = Appender(kafka)
+    app.append(topic, 0, b"plain").result(10)
+    app.append(topic, 0, b"open", headers=[(TXN_HEADER, open_txn.to_bytes())]).result(10)
+    app.close()
+    load_many = SnapshotStore.load_many
+    failed: list[tuple[str, int]] = []
+
+    def fail_once(self: SnapshotStore, partitions: Any, **kwargs: Any) -> Any:
+        partitions = list(partitions)
+        if not failed:
+            failed.extend(partitions)
+            raise StoreError("injected: snapshot topic unavailable", retriable=True)
+        return load_many(self, partitions, **kwargs)
+
+    monkeypatch.setattr(SnapshotStore, "load_many", fail_once)
+    config = coord_config(tb_snapshot_interval_ms=100, tb_topic_refresh_ms=300)
+    service = TransactionBufferService(kafka, config)
+    caplog.set_level(logging.ERROR, logger="pulsar_txn.buffer.service")
+    service.start()
+    try:
+        key = f"{topic}-partition-0"
+
+        def recovered() -> dict[str, Any] | None:
+            stats = service.stats()["partitions"].get(key)
+            return stats if stats and stats["recovery_state"] == "Ready" else None
+
+        stats = wait_until(recovered, 10, what="the partition served after its failed recovery")
+        assert (topic, 0) in failed
+        assert stats["recovery_failures"] == 1 and "injected" in stats["last_recovery_error"]
+        assert stats["recovered_from_snapshot_offset"] is None  # replayed from the partition's start
+        assert stats["scanned_to"] == 2 and stats["max_read_position"] == 1
+        assert service.stats()["recovery_failures"] >= 1
+        assert any(r.levelno == logging.ERROR and f"{topic}[0]" in r.getMessage() for r in caplog.records)
+        store = SnapshotStore(kafka, topic=config.snapshot_topic)
+
+        def snapshot_written() -> bool:
+            loaded = load_many(store, [(topic, 0)], num_tcs=config.num_tcs)[(topic, 0)]
+            return loaded is not None and loaded[0].scanned_to == 2
+
+        wait_until(snapshot_written, 10, interval=0.2, what="a snapshot of the partition")
+        snapshot = load_many(store, [(topic, 0)], num_tcs=config.num_tcs)[(topic, 0)]
+        assert snapshot is not None and snapshot[0].ongoing == {open_txn: 1}
+    finally:
+        service.stop()
