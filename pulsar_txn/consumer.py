@@ -166,6 +166,10 @@ class Consumer(Generic[T]):
         # transactions and upkeep never wait behind a poll. Order: _read_lock, then _lock, then _pa_lock.
         self._read_lock = threading.RLock()  # the committed reader
         self._pa_lock = threading.RLock()  # the pending-ack tail
+        # Cursor commits from any thread but the group's (upkeep, seek, close): one at a time, each
+        # taking its snapshot under it, so they reach the group in the order of their snapshots.
+        # Taken before _lock, never while holding it.
+        self._commit_lock = threading.Lock()
         self._parts: dict[TP, _Part] = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
@@ -260,7 +264,7 @@ class Consumer(Generic[T]):
                 if retained.pa_topic in self._pa_topics_ready:
                     self._pa().add(retained.pa_topic, partition, retained.fold.next_offset)
             retained.dirty = True
-            self._flush_part(retained)
+            self._flush_part(retained, in_callback=True)
             return
         default_start = 0
         if committed is None and self._initial is InitialPosition.Latest:
@@ -276,7 +280,7 @@ class Consumer(Generic[T]):
             self._reader.add_partition(topic, partition, cursor.mark_delete)
             if pa_topic in self._pa_topics_ready:
                 self._pa().add(pa_topic, partition, fold.next_offset)
-        self._flush_part(part)
+        self._flush_part(part, in_callback=True)
         log.info(
             "%s: %s[%d] from %d (%d acked ranges, %d pending acks)",
             self.subscription,
@@ -312,7 +316,7 @@ class Consumer(Generic[T]):
                 part = self._parts.pop(tp, None)
                 if part is None:
                     continue
-                if not self._flush_part(part, force=True):
+                if not self._flush_part(part, force=True, in_callback=True):
                     self._retained[tp] = part  # reused if the partition comes back to us
                 self._reader.remove_partition(*tp)
                 if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
@@ -826,10 +830,29 @@ class Consumer(Generic[T]):
                 msg, _at = self._unacked.pop(key)
                 self._redeliver(msg, 0)
 
-    def _flush_part(self, part: _Part, *, force: bool = False) -> bool:
-        """Commit the partition's cursor if it changed (or ``force``); False if the commit failed."""
+    def _flush_part(self, part: _Part, *, force: bool = False, in_callback: bool = False) -> bool:
+        """Commit the partition's cursor if it changed (or ``force``); False if the commit failed.
+
+        The group commits what it is handed in the order it is handed over, so the snapshot is taken
+        and committed under ``_commit_lock``: an older cursor is never committed after a newer one
+        (before, the upkeep's flush could land after a seek's commit and undo the seek). A rebalance
+        callback (``in_callback``: on the group's thread, maybe under ``_lock``) commits at once
+        without it, as a commit handed over meanwhile waits for the callback to return: one of a
+        revoked partition is then dropped; one of a partition kept may land after this commit, so
+        the cursor is committed again after it. Outside callbacks, only a partition still held is
+        committed (the upkeep may hold one revoked meanwhile, whose cursor is no longer ours)."""
+        if in_callback:
+            ok = self._commit_part(part, force, held_only=False)
+            with self._lock:
+                if ok and self._commit_lock.locked() and self._parts.get(part.tp) is part:
+                    part.dirty = True
+            return ok
+        with self._commit_lock:
+            return self._commit_part(part, force, held_only=True)
+
+    def _commit_part(self, part: _Part, force: bool, *, held_only: bool) -> bool:
         with self._lock:
-            if not part.dirty and not force:
+            if (not part.dirty and not force) or (held_only and self._parts.get(part.tp) is not part):
                 return True
             ranges, dropped = part.cursor.encode_ranges()
             metadata = f"{part.fold.replay_start()};{ranges}"
