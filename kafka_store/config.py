@@ -8,7 +8,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
-_SECRET_WORDS = ("password", "secret", "token", "key.pem", "sasl.oauthbearer.config", "jaas")
+# "passphrase" / "private.key": librdkafka 2.10+ sasl.oauthbearer.assertion.private.key.{passphrase,pem}.
+_SECRET_WORDS = (
+    "password",
+    "passphrase",
+    "secret",
+    "token",
+    "credential",
+    "key.pem",
+    "private.key",
+    "sasl.oauthbearer.config",
+    "jaas",
+)
 
 
 def _is_secret_key(key: str) -> bool:
@@ -20,10 +31,11 @@ class KafkaConfig(BaseModel):
     """How to reach a Kafka cluster (any Kafka 3.x+ or the embedded broker).
 
     Secrets are ``SecretStr`` and passthrough keys that look secret are masked in ``repr``,
-    so logging a config never logs a password.
+    so logging a config never logs a password. Validation errors name the bad setting but never echo
+    input values (``hide_input_in_errors``): the input may hold a password.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     bootstrap_servers: str = Field(min_length=1)
     client_id: str = "pulsar-txn"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from email.message import Message
+from typing import IO, TYPE_CHECKING, Any
 
 from kafka_store import StoreError, TopicNotFoundError, read_range
 from pulsar_txn._boundary import public_errors
@@ -31,6 +32,28 @@ if TYPE_CHECKING:
     from pulsar_txn.coordinator.records import TxnMeta
 
 DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are errors: urllib would resend our ``Authorization`` header to wherever the
+    ``Location`` points, handing the token to another host. The admin endpoint never redirects."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        return None
+
+
+def open_admin_url(request: urllib.request.Request, timeout: float) -> Any:
+    """``urlopen`` for requests that may carry the bearer token: no redirects followed (a 3xx is an
+    ``HTTPError``)."""
+    return urllib.request.build_opener(_NoRedirect).open(request, timeout=timeout)
 
 
 @public_errors
@@ -70,7 +93,7 @@ class TransactionsAdmin:
         if self._token:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with open_admin_url(request, self._timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 401:

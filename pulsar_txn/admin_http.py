@@ -50,12 +50,14 @@ class AdminHttpServer:
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = str(writer.get_extra_info("peername"))
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as exc:
+            log.info("admin request from %s dropped: unreadable (%s)", peer, type(exc).__name__)
             writer.close()
             return
-        status, body = self._respond(head[:_MAX_REQUEST])
+        status, body = self._respond(head[:_MAX_REQUEST], peer)
         payload = json.dumps(body, indent=2, sort_keys=True).encode()
         writer.write(
             f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
@@ -68,18 +70,22 @@ class AdminHttpServer:
             pass
         writer.close()
 
-    def _respond(self, head: bytes) -> tuple[str, Any]:
+    def _respond(self, head: bytes, peer: str = "?") -> tuple[str, Any]:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
-        if len(parts) != 3 or parts[0] != "GET":
-            return "405 Method Not Allowed", {"error": "only GET is served"}
+        # Authentication comes first: an unauthenticated request learns nothing, not even which
+        # methods or paths exist.
         if self._token is not None:
             auth = next(
                 (ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")),
                 "",
             )
             if not hmac.compare_digest(auth.encode(), f"Bearer {self._token}".encode()):
+                log.warning("admin request from %s refused: missing or wrong bearer token", peer)
                 return "401 Unauthorized", {"error": "missing or wrong bearer token"}
+        if len(parts) != 3 or parts[0] != "GET":
+            log.info("admin request from %s refused: not a GET (%r)", peer, lines[0][:80])
+            return "405 Method Not Allowed", {"error": "only GET is served"}
         route = self._routes.get(parts[1].split("?", 1)[0])
         if route is None:
             return "404 Not Found", {"error": f"no such path; try one of {sorted(self._routes)}"}

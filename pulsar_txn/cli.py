@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from kafka_store import KafkaConfig, LocalBroker, StoreError
 from pulsar_txn import _loops
 from pulsar_txn._gc import tune_for_service
+from pulsar_txn.admin import open_admin_url
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
@@ -130,7 +131,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with open_admin_url(request, 10) as response:
             print(json.dumps(json.loads(response.read()), indent=2, sort_keys=True))
     except (urllib.error.URLError, TimeoutError) as exc:
         raise PulsarTxnError(f"cannot read stats from {args.admin_url}: {exc}") from None

@@ -12,7 +12,8 @@ from kafka_store import KafkaConfig
 class CoordinatorConfig(BaseModel):
     """Tunables of the transaction coordinator. Defaults follow Pulsar where Pulsar has one."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a validation error must not echo the input, which holds the secrets.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     # -- storage ---------------------------------------------------------------------------------
     log_topic: str = "__pulsar_txn_log"
@@ -84,6 +85,11 @@ class CoordinatorConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> CoordinatorConfig:
+        # An empty secret would silently turn token auth / marker authentication off: refuse it.
+        for name in ("auth_token", "marker_secret"):
+            secret = getattr(self, name)
+            if secret is not None and not secret.get_secret_value():
+                raise ValueError(f"{name} must not be empty (leave it unset to turn it off)")
         if self.default_txn_timeout_ms > self.max_txn_timeout_ms:
             raise ValueError("default_txn_timeout_ms exceeds max_txn_timeout_ms")
         if self.ownership == "static":

@@ -58,6 +58,9 @@ _READ_SIZE = 64 * 1024
 _WRITE_HIGH_WATER = 1 << 20  # bytes buffered for a client before a response waits for it to read
 _INT32_MAX = (1 << 31) - 1
 _INTERNAL_ERROR = "internal error in the transaction coordinator"
+_MAX_PRE_CONNECT_BYTES = 64 * 1024
+"""Bytes buffered from a peer that has not yet CONNECTed. A CONNECT (even with a large token) is far
+smaller; without this an unauthenticated peer could make us hold a whole max-size frame per connection."""
 
 T = TypeVar("T")
 _Handler = Callable[[BaseCommand], Awaitable[BaseCommand]]
@@ -208,6 +211,13 @@ class _Connection:
             for frame in frames:
                 if not await self._dispatch(frame):
                     return
+            if not self._connected and self._decoder.buffered > _MAX_PRE_CONNECT_BYTES:
+                log.warning(
+                    "closing connection from %s: over %d bytes before CONNECT",
+                    self.peer,
+                    _MAX_PRE_CONNECT_BYTES,
+                )
+                return
 
     async def _dispatch(self, frame: Frame) -> bool:
         """Handle one frame; False means close the connection."""

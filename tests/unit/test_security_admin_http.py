@@ -1,0 +1,195 @@
+"""The admin HTTP endpoint with a token: nothing is answered, revealed or run before authentication,
+refusals are logged without the credentials, and the clients never send the token to another host."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import logging
+import threading
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+import pytest
+
+from pulsar_txn import cli
+from pulsar_txn.admin import TransactionsAdmin
+from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.errors import PulsarTxnError
+
+T = TypeVar("T")
+TOKEN = "adm1n-s3cret-token"
+STATS = "/admin/v2/transactions/coordinatorStats"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(15):
+            return await coro
+
+    return asyncio.run(bounded())
+
+
+class Routes:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def table(self) -> dict[str, Any]:
+        def stats() -> dict[str, Any]:
+            self.calls.append(STATS)
+            return {"coordinators": {"0": {"committed_count": 7}}}
+
+        return {STATS: stats}
+
+
+async def request(server: AdminHttpServer, head: str) -> tuple[int, dict[str, Any]]:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head.encode("latin-1"))
+        await writer.drain()
+        raw = await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    status_line, _, rest = raw.partition(b"\r\n")
+    body = rest.split(b"\r\n\r\n", 1)[1]
+    return int(status_line.split()[1]), json.loads(body)
+
+
+async def ask(routes: Routes, head: str, token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
+    server = AdminHttpServer(routes.table(), auth_token=token)
+    await server.start()
+    try:
+        return await request(server, head)
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        f"POST {STATS} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        f"DELETE {STATS} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "BREW /pot\r\n\r\n",
+        f"POST {STATS} HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+    ],
+    ids=["post", "delete", "garbage-request-line", "post-wrong-token"],
+)
+def test_unauthenticated_requests_of_any_method_get_401_before_anything_else(head: str) -> None:
+    routes = Routes()
+    status, body = run(ask(routes, head))
+    assert status == 401, body
+    assert routes.calls == []
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        f"GET {STATS} HTTP/1.1\r\nHost: x\r\n\r\n",
+        f"GET {STATS} HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+        f"GET {STATS} HTTP/1.1\r\nAuthorization: {TOKEN}\r\n\r\n",  # no scheme
+        f"GET {STATS} HTTP/1.1\r\nAuthorization: Bearer {TOKEN}x\r\n\r\n",
+        "GET /no/such/path HTTP/1.1\r\n\r\n",  # a 404 would list the routes
+    ],
+    ids=["no-header", "wrong-token", "no-scheme", "token-prefix", "unknown-path"],
+)
+def test_unauthenticated_gets_reveal_no_stats_and_no_routes(head: str) -> None:
+    routes = Routes()
+    status, body = run(ask(routes, head))
+    assert status == 401
+    assert routes.calls == []
+    assert "coordinator" not in json.dumps(body).lower()
+
+
+def test_the_right_token_is_served_and_a_wrong_method_then_gets_405() -> None:
+    routes = Routes()
+    auth = f"Authorization: Bearer {TOKEN}\r\n"
+    assert run(ask(routes, f"GET {STATS}?x=1 HTTP/1.1\r\n{auth}\r\n")) == (
+        200,
+        {"coordinators": {"0": {"committed_count": 7}}},
+    )
+    assert run(ask(routes, f"POST {STATS} HTTP/1.1\r\n{auth}\r\n"))[0] == 405
+    assert run(ask(routes, f"GET /nope HTTP/1.1\r\n{auth}\r\n"))[0] == 404
+    assert routes.calls == [STATS]
+
+
+def test_refused_requests_are_logged_without_the_credentials(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="pulsar_txn.admin_http")
+    presented = "Bearer forged-" + TOKEN[::-1]
+    status, _ = run(ask(Routes(), f"GET {STATS} HTTP/1.1\r\nAuthorization: {presented}\r\n\r\n"))
+    assert status == 401
+    refusals = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert refusals and "bearer token" in refusals[0].getMessage()
+    assert TOKEN not in caplog.text and TOKEN[::-1] not in caplog.text
+
+
+# -- clients of the endpoint: the token goes only to admin_url ----------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET: the redirector with a 302 elsewhere, the elsewhere with stats."""
+
+    location: str | None = None
+    seen: list[dict[str, str]]
+
+    def do_GET(self) -> None:
+        self.seen.append(dict(self.headers.items()))
+        if self.location is not None:
+            self.send_response(302)
+            self.send_header("Location", self.location + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        payload = json.dumps({"coordinators": {"0": {"committed_count": 1}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def http_server(location: str | None = None) -> Iterator[tuple[str, list[dict[str, str]]]]:
+    seen: list[dict[str, str]] = []
+    handler = type("Handler", (_Recorder,), {"location": location, "seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@contextmanager
+def redirect_to_elsewhere() -> Iterator[tuple[str, list[dict[str, str]], list[dict[str, str]]]]:
+    with http_server() as (elsewhere, seen_elsewhere), http_server(elsewhere) as (admin_url, seen_admin):
+        yield admin_url, seen_admin, seen_elsewhere
+
+
+def test_transactions_admin_does_not_follow_a_redirect_with_the_token() -> None:
+    with redirect_to_elsewhere() as (admin_url, seen_admin, seen_elsewhere):
+        admin = TransactionsAdmin(cast(Any, None), admin_url=admin_url, auth_token=TOKEN)
+        with pytest.raises(PulsarTxnError, match="302"):
+            admin.coordinator_stats()
+    assert seen_admin and seen_admin[0].get("Authorization") == f"Bearer {TOKEN}"
+    assert all(TOKEN not in json.dumps(h) for h in seen_elsewhere)
+
+
+def test_cli_coordinator_stats_does_not_follow_a_redirect_with_the_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PULSAR_TXN_AUTH_TOKEN", TOKEN)
+    with redirect_to_elsewhere() as (admin_url, seen_admin, seen_elsewhere):
+        code = cli.main(["coordinator-stats", "--admin-url", admin_url])
+    assert seen_admin and seen_admin[0].get("Authorization") == f"Bearer {TOKEN}"
+    assert all(TOKEN not in json.dumps(h) for h in seen_elsewhere)
+    assert code == 2 and "302" in capsys.readouterr().err
