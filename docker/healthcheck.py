@@ -17,6 +17,13 @@ import urllib.request
 DEFAULT_URL = "http://127.0.0.1:8080/admin/v2/health"
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect would carry the bearer token to whatever host it names: treat it as unhealthy."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
 def main() -> int:
     url = os.environ.get("PULSAR_TXN_HEALTH_URL") or DEFAULT_URL
     request = urllib.request.Request(url)
@@ -24,7 +31,7 @@ def main() -> int:
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=5) as response:
             body = json.loads(response.read())
     except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
         print(f"unhealthy: {url}: {exc}", file=sys.stderr)

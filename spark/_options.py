@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kafka_store import KafkaConfig
@@ -26,7 +26,8 @@ OffsetSpec = str | dict[TopicPartition, int]
 class SourceOptions:
     """Parsed options; picklable, shipped to executors inside each input partition."""
 
-    kafka_conf: dict[str, str]  # bootstrap.servers + every kafka.* passthrough, without the prefix
+    # bootstrap.servers + every kafka.* passthrough, without the prefix (SASL passwords too: no repr)
+    kafka_conf: dict[str, str] = field(repr=False)
     subscription: tuple[Literal["subscribe", "subscribePattern", "assign"], str]
     starting: OffsetSpec = "earliest"
     ending: OffsetSpec = "latest"
@@ -34,7 +35,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     transaction_filter: bool = True
-    marker_secret: bytes | None = None
+    marker_secret: bytes | None = field(default=None, repr=False)
     snapshot_topic: str | None = DEFAULT_SNAPSHOT_TOPIC
     num_tcs: int = 1 << 16
     fetch_batch: int = 10_000

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_store import TopicAdmin
@@ -29,10 +29,11 @@ class ClientSettings:
 
     service_url: str
     bootstrap_servers: str
-    kafka: tuple[tuple[str, Any], ...] = ()
-    authentication: str | None = None
+    # Secrets (SASL passwords, the token, the marker secret) stay out of the repr.
+    kafka: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    authentication: str | None = field(default=None, repr=False)
     num_tcs: int | None = None
-    marker_secret: str | None = None
+    marker_secret: str | None = field(default=None, repr=False)
     operation_timeout_seconds: float = 30.0
 
 

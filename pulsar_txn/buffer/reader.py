@@ -33,7 +33,7 @@ _GAP_STALL_S = 10.0
 @dataclass
 class BufferOptions:
     num_tcs: int = 1 << 16
-    marker_secret: bytes | None = None
+    marker_secret: bytes | None = field(default=None, repr=False)
     window_max_records: int = 50_000
     fetch_batch: int = 5_000
     # With several partitions, delivery takes at most this many records from one before the next has

@@ -68,7 +68,7 @@ class TxnBufferState:
     topic: str
     partition: int
     num_tcs: int = 1 << 16
-    marker_secret: bytes | None = None
+    marker_secret: bytes | None = field(default=None, repr=False)
     scanned_to: int = 0
     ongoing: dict[TxnID, int] = field(default_factory=dict)
     aborted: dict[TxnID, int] = field(default_factory=dict)
