@@ -23,6 +23,7 @@ from kafka_store.group import (
     SubscriptionGroup,
     delete_group,
     describe_group,
+    group_admin,
     group_offsets,
 )
 from kafka_store.producer import Appender, Delivery
@@ -65,6 +66,7 @@ __all__ = [
     "describe_group",
     "end_offsets",
     "free_port",
+    "group_admin",
     "group_offsets",
     "read_range",
     "replay_compacted",

@@ -367,14 +367,21 @@ class GroupMember(NamedTuple):
     instance_id: str | None  # group.instance.id of a static member (KIP-345), else None
 
 
-def describe_group(config: KafkaConfig, group_id: str) -> list[GroupMember]:
-    """A group's current members (empty if the group has none)."""
-    admin = AdminClient(admin_conf(config))
+def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> list[GroupMember]:
+    """A group's current members (empty if the group has none). ``admin``: an admin client from
+    ``group_admin`` to reuse (for repeated look-ups); else one is made for this call."""
+    if admin is None:
+        admin = AdminClient(admin_conf(config))
     try:
         desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
         raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
     return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
+
+
+def group_admin(config: KafkaConfig) -> Any:
+    """An admin client for repeated ``describe_group`` calls (opaque outside ``kafka_store``)."""
+    return AdminClient(admin_conf(config))
 
 
 def delete_group(config: KafkaConfig, group_id: str) -> None:

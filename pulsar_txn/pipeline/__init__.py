@@ -8,6 +8,14 @@ exactly once, in per-partition order. ``verify_exactly_once`` checks exactly tha
 """
 
 from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings
+from pulsar_txn.pipeline.fencing import PipelineFenced
 from pulsar_txn.pipeline.verify import Verdict, verify_exactly_once
 
-__all__ = ["ExactlyOncePipeline", "PipelineProgress", "PipelineSettings", "Verdict", "verify_exactly_once"]
+__all__ = [
+    "ExactlyOncePipeline",
+    "PipelineFenced",
+    "PipelineProgress",
+    "PipelineSettings",
+    "Verdict",
+    "verify_exactly_once",
+]

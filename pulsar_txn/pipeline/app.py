@@ -16,7 +16,7 @@ from pulsar_txn._future import relay
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
-from pulsar_txn.pipeline.fencing import abort_leftovers, leftover_transactions
+from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
 from pulsar_txn.transaction import TransactionState
 
 if TYPE_CHECKING:
@@ -52,10 +52,15 @@ class PipelineSettings:
     # Process the next batch while the previous one commits. Commits stay in order per input
     # partition: a batch commits only after that partition's previous batch committed.
     overlap_commits: bool = True
+    # How often a running instance checks that no other instance with its instance_id took its
+    # subscription over (it then commits nothing more and stops with PipelineFenced); None: never.
+    fence_check_interval_s: float | None = 1.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.batch_timeout_ms < 1 or self.transaction_timeout_s <= 0:
             raise ConfigError("batch_size, batch_timeout_ms and transaction_timeout_s must be positive")
+        if self.fence_check_interval_s is not None and self.fence_check_interval_s <= 0:
+            raise ConfigError("fence_check_interval_s must be positive (or None)")
         if TopicName.parse(self.input_topic) == TopicName.parse(self.output_topic):
             raise ConfigError("the pipeline's input and output topics must differ")
 
@@ -64,7 +69,7 @@ class PipelineSettings:
 class PipelineProgress:
     processed: int = 0  # input messages whose transaction committed
     transactions: int = 0  # committed
-    failed_batches: int = 0  # transactions aborted (or lost) because something failed
+    failed_batches: int = 0  # batches whose transaction did not commit (aborted, or its end failed)
     sessions: int = 0  # subscribe + fence cycles (1 + restarts after failures)
     fenced: int = 0  # transactions of a previous run aborted at start-up
     started: float = field(default_factory=time.monotonic)
@@ -93,6 +98,8 @@ class ExactlyOncePipeline:
         self._output = TopicName.parse(settings.output_topic)
         self._producers: dict[int, Producer[bytes | str]] = {}
         self._ahead: deque[tuple[Future[Transaction], float]] = deque()  # next batches' txns, begun early
+        self._watch: TakeoverWatch | None = None  # the session's: has another instance taken over?
+        self._client_ids: set[str] = set()  # of this pipeline's consumers (sessions) so far
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -105,8 +112,9 @@ class ExactlyOncePipeline:
             try:
                 if self._session(stop):
                     break
+            except PipelineFenced:
+                raise  # a newer instance runs: a new session here would take its subscription back
             except PulsarTxnError as exc:
-                self.progress.failed_batches += 1
                 log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
                 stop.wait(self.settings.retry_backoff_s)
         return self.progress
@@ -122,13 +130,20 @@ class ExactlyOncePipeline:
         )
         chains: dict[int, deque[_Committing]] = {}  # per input partition: its batches being committed
         held: dict[int, list[Message[bytes]]] = {}  # per input partition: received, in no transaction yet
+        watch = self._watch = TakeoverWatch(
+            self._client, consumer, s.instance_id, s.fence_check_interval_s, ours=self._client_ids
+        )
+        self._client_ids.add(consumer._client_id)
         try:
+            watch.start()
             leftovers = leftover_transactions(self._client, consumer, self._output, self._producer_prefix)
             self.progress.fenced += abort_leftovers(
                 self._client, consumer, leftovers, self._client.operation_timeout_seconds
             )
             idle_since = time.monotonic()
             while not stop.is_set():
+                if watch.fenced.is_set():
+                    raise watch.error()
                 got = consumer.batch_receive(s.batch_size, s.batch_timeout_ms)
                 for msg in got:
                     held.setdefault(msg.message_id.partition, []).append(msg)
@@ -149,10 +164,16 @@ class ExactlyOncePipeline:
                     return True
             self._reap(chains, wait=True)
             return True
+        except PulsarTxnError as exc:
+            # Replaced by a newer instance (which may be what made this fail)? Then stop, not retry.
+            if not isinstance(exc, PipelineFenced) and watch.check():
+                raise watch.error() from exc
+            raise
         finally:
-            for chain in chains.values():  # failing: let them end (either way) first
+            watch.stop()
+            for chain in chains.values():  # failing: let them end (either way) first, and count them
                 for committing in chain:
-                    _quietly_wait(committing)
+                    self._settle_quietly(committing)
             self._discard_ahead()
             consumer.close()
 
@@ -199,8 +220,12 @@ class ExactlyOncePipeline:
                     event_timestamp=msg.event_timestamp,
                 )
             if not self.settings.overlap_commits:
+                refused = self._refused()
+                if refused is not None:
+                    raise refused
                 txn.commit()
         except BaseException:
+            self.progress.failed_batches += 1
             if txn.state is TransactionState.OPEN:
                 try:
                     txn.abort()
@@ -211,7 +236,8 @@ class ExactlyOncePipeline:
             self._committed(len(batch))
             return
         chain = chains.setdefault(partition, deque())
-        chain.append(_Committing(txn, _commit_after(txn, chain[-1].future if chain else None), len(batch)))
+        before = chain[-1].future if chain else None
+        chain.append(_Committing(txn, _commit_after(txn, before, self._refused), len(batch)))
         self._reap(chains)
         while len(chain) > _MAX_CHAIN:
             self._settle(chain.popleft())
@@ -246,10 +272,27 @@ class ExactlyOncePipeline:
             while chain and (wait or chain[0].future.done()):
                 self._settle(chain.popleft())
 
+    def _refused(self) -> BaseException | None:
+        """Why no commit may be issued now (another instance took over), or None."""
+        watch = self._watch
+        return watch.error() if watch is not None and watch.fenced.is_set() else None
+
     def _settle(self, committing: _Committing) -> None:
         """Wait for a chained commit; raise what it raised (the session then restarts)."""
-        committing.future.result()
+        try:
+            committing.future.result()
+        except BaseException:
+            self.progress.failed_batches += 1
+            raise
         self._committed(committing.size)
+
+    def _settle_quietly(self, committing: _Committing) -> None:
+        """``_settle`` for a session that is failing already: the other error is the one raised, but
+        a batch that committed meanwhile (e.g. of another partition) is counted as processed."""
+        try:
+            self._settle(committing)
+        except BaseException as exc:
+            log.warning("commit of %s failed too: %s", committing.txn.txn_id, exc)
 
     def _committed(self, size: int) -> None:
         progress = self.progress
@@ -271,13 +314,6 @@ class _Committing:
     size: int
 
 
-def _quietly_wait(committing: _Committing) -> None:
-    try:
-        committing.future.result()
-    except BaseException as exc:  # already failing; the other error is the one raised
-        log.warning("commit of %s failed too: %s", committing.txn.txn_id, exc)
-
-
 def _discard(begun: Future[Transaction]) -> None:
     """Abort a transaction begun ahead and not used (it holds nothing; this frees it at the TC now
     rather than at its timeout)."""
@@ -295,14 +331,21 @@ def _log_failure(f: Future[None]) -> None:
         log.info("aborting an unused transaction failed (its timeout ends it): %s", exc)
 
 
-def _commit_after(txn: Transaction, before: Future[None] | None) -> Future[None]:
+def _commit_after(
+    txn: Transaction,
+    before: Future[None] | None,
+    refused: Callable[[], BaseException | None] | None = None,
+) -> Future[None]:
     """Commit ``txn`` once ``before`` (the partition's previous batch) has committed; if it failed,
     abort ``txn`` instead and fail with the same error. So a committed batch always has every earlier
-    batch of its partition committed, and the order of the output holds."""
+    batch of its partition committed, and the order of the output holds. ``refused``, asked just
+    before the commit is issued, names a reason to abort instead (another instance took over)."""
     done: Future[None] = Future()
 
     def go(prev: Future[None] | None) -> None:
         exc = prev.exception() if prev is not None else None
+        if exc is None and refused is not None:
+            exc = refused()
         try:
             ending = txn.abort_async() if exc is not None else txn.commit_async()
         except BaseException as err:  # e.g. the transaction timed out meanwhile

@@ -13,6 +13,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings, upper
+from pulsar_txn.pipeline.fencing import PipelineFenced
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         pipeline = ExactlyOncePipeline(client, settings, transform, on_progress=show)
         try:
             progress = pipeline.run(stop)
+        except PipelineFenced as exc:
+            print(f"stopped: {exc}; " + _line(pipeline.progress), flush=True)
+            return 1
         finally:
             pipeline.close()
     print("done: " + _line(progress), flush=True)

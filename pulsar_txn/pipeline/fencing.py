@@ -5,17 +5,31 @@ pipeline does it from what Kafka already holds: transactions with pending acks o
 subscription, and transactions open in its output partitions whose first message carries its
 producer name. Left alone they would end only at their timeout, and the messages they hold back
 would then come back *after* later ones, breaking per-partition order.
+
+The other side of it: a predecessor that is not dead (a long pause, a partition) is never told that
+it lost its partitions (the broker fences the replaced static member, but its consumer keeps them),
+and would go on committing what the new instance processes too. ``TakeoverWatch`` lets a running
+instance find out from the group's member list: once another member has its instance id, it commits
+nothing more and stops with ``PipelineFenced`` instead of taking the subscription back.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from kafka_store import read_range
+from kafka_store import StoreError, describe_group, group_admin, read_range
 from pulsar_txn.buffer.reader import load_state
-from pulsar_txn.errors import InvalidTxnStatusError, Timeout, TransactionNotFound
+from pulsar_txn.errors import (
+    InvalidTxnStatusError,
+    ProducerFenced,
+    Timeout,
+    TransactionNotFound,
+    from_store_error,
+)
 from pulsar_txn.message import producer_name_of
 from pulsar_txn.naming import TopicName
 from pulsar_txn.txnid import TxnID
@@ -32,19 +46,23 @@ def leftover_transactions(
 ) -> set[TxnID]:
     """Open transactions that hold our input (pending acks) or our output (first message is ours)."""
     found = set(consumer.pending_transactions())
-    for partition in range(client._partition_count(output)):
-        state, _ = load_state(
-            client.kafka,
-            output.kafka_topic,
-            partition,
-            store=client._snapshots(),
-            options=client._buffer_options(),
-        )
-        for txn, first in state.ongoing.items():
-            rec = next(iter(read_range(client.kafka, output.kafka_topic, partition, first, first + 1)), None)
-            producer = producer_name_of(rec) if rec is not None else None
-            if producer is not None and producer.startswith(producer_prefix):
-                found.add(txn)
+    try:  # storage helpers, below the public API's error boundary: a Kafka hiccup restarts the session
+        for partition in range(client._partition_count(output)):
+            state, _ = load_state(
+                client.kafka,
+                output.kafka_topic,
+                partition,
+                store=client._snapshots(),
+                options=client._buffer_options(),
+            )
+            for txn, first in state.ongoing.items():
+                records = read_range(client.kafka, output.kafka_topic, partition, first, first + 1)
+                rec = next(iter(records), None)
+                producer = producer_name_of(rec) if rec is not None else None
+                if producer is not None and producer.startswith(producer_prefix):
+                    found.add(txn)
+    except StoreError as exc:
+        raise from_store_error(exc, f"fencing: reading {output}") from exc
     return found
 
 
@@ -66,3 +84,80 @@ def abort_leftovers(client: Client, consumer: Consumer[bytes], txns: set[TxnID],
             raise Timeout(f"pending acks of {sorted(map(str, txns))} not released within {timeout}s")
         time.sleep(0.05)
     return aborted
+
+
+class PipelineFenced(ProducerFenced):
+    """Another instance with this pipeline's ``instance_id`` took its subscription over: this one
+    commits nothing more and stops (``run`` does not retry it: a new session would take the
+    subscription back)."""
+
+
+class TakeoverWatch:
+    """Whether another consumer with our ``instance_id`` has replaced ``consumer`` in the
+    subscription's group, checked every ``interval_s`` on a daemon thread (``fenced`` is set then),
+    or on demand with ``check``. ``ours``: client ids of this pipeline's earlier consumers (a
+    static member that did not leave is listed until its successor's join replaces it)."""
+
+    def __init__(
+        self,
+        client: Client,
+        consumer: Consumer[bytes],
+        instance_id: str,
+        interval_s: float | None,
+        ours: Collection[str] = (),
+    ) -> None:
+        self._client = client
+        self._consumer = consumer
+        self._instance_id = instance_id
+        self._interval = interval_s
+        self._ours = frozenset(ours)
+        self.fenced = threading.Event()
+        self._stop = threading.Event()
+        self._admin: object | None = None  # one admin client for every look-up (made on first use)
+
+    def start(self) -> TakeoverWatch:
+        if self._interval is not None:
+            threading.Thread(target=self._run, name="pipeline-takeover-watch", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()  # not joined: a check in progress ends by itself (bounded by Kafka's timeout)
+
+    def check(self) -> bool:
+        """Ask the group now; True (and ``fenced`` set) if another member has our instance id. A
+        failed look-up says nothing (False)."""
+        if self.fenced.is_set():
+            return True
+        mine = self._consumer._client_id
+        try:
+            if self._admin is None:
+                self._admin = group_admin(self._client.kafka)
+            members = describe_group(self._client.kafka, self._consumer.subscription, admin=self._admin)
+        except Exception as exc:  # StoreError, or the admin call's own timeout
+            log.debug("takeover check of %s failed: %s", self._consumer.subscription, exc)
+            return False
+        listed = {m.client_id for m in members}
+        others = listed - self._ours - {mine}
+        if mine not in listed and any(
+            m.instance_id == self._instance_id and m.client_id in others for m in members
+        ):
+            if not self.fenced.is_set():
+                log.warning(
+                    "another instance with id %r took subscription %r over: this one stops",
+                    self._instance_id,
+                    self._consumer.subscription,
+                )
+            self.fenced.set()
+        return self.fenced.is_set()
+
+    def error(self) -> PipelineFenced:
+        return PipelineFenced(
+            f"another pipeline instance with id {self._instance_id!r} took subscription "
+            f"{self._consumer.subscription!r} over"
+        )
+
+    def _run(self) -> None:
+        assert self._interval is not None
+        while not self._stop.wait(self._interval):
+            if self.check():
+                return
