@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 
 from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
-from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
+from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TxnMarker, decode_marker, verify
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -118,7 +118,7 @@ class PendingAckFold:
                 self._skip(rec.offset, f"marker for {marker.txn_id} failed authentication")
                 return []
             released = self.apply_outcome(marker.txn_id, marker.action)
-            return [(marker.txn_id, marker.action, released)]
+            return [(marker.txn_id, marker.action, released), *self._ended_below(marker)]
         self._skip(rec.offset, "not a pending-ack record")
         return []
 
@@ -130,6 +130,32 @@ class PendingAckFold:
         if len(self._ended) > _ENDED_MAX:
             del self._ended[next(iter(self._ended))]
         return self.state.apply_outcome(txn, action)
+
+    def _ended_below(self, marker: TxnMarker) -> list[tuple[TxnID, TxnAction, Sequence[int]]]:
+        """Transactions of the marker's TC at or below its low watermark have ended, and their own
+        markers were written before this one. One still pending here had its marker before this
+        fold's start: the ack records seen were written after its end (late, e.g. a commit's write
+        after a timeout abort; a commit's records always precede its marker), so it aborted. Without
+        this, a replay starting between such a marker and the late record held the acks forever."""
+        tc, lwm = marker.txn_id.most_bits, marker.low_watermark
+        stale = [
+            t
+            for t in self.state.pending_txns()
+            if t.most_bits == tc and t.least_bits <= lwm and t != marker.txn_id
+        ]
+        out: list[tuple[TxnID, TxnAction, Sequence[int]]] = []
+        for txn in stale:
+            log.warning(
+                "%s[%d]: %s is pending but below the low watermark %d of TC %d: its outcome preceded "
+                "this log's replay, so its acks were written after it ended; released as aborted",
+                self.topic,
+                self.partition,
+                txn,
+                lwm,
+                tc,
+            )
+            out.append((txn, TxnAction.ABORT, self.apply_outcome(txn, TxnAction.ABORT)))
+        return out
 
     def note_written(self, txn: TxnID, offset: int) -> None:
         """The live consumer wrote an ack record of ``txn`` at ``offset``."""

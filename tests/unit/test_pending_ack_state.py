@@ -548,3 +548,45 @@ def test_fold_tells_whether_the_log_grew_by_its_own_writes_only() -> None:
     fold.note_written(t, 1)
     assert fold.read_all_but_own(1) and fold.read_all_but_own(2)
     assert not fold.read_all_but_own(3)  # offset 2: someone else's
+
+
+def _marker_lwm(offset: int, txn: TxnID, action: TxnAction, low_watermark: int) -> StoredRecord:
+    value, headers = encode_marker(TxnMarker(txn, action, low_watermark, 0))
+    return StoredRecord("pa", 0, offset, None, value, headers, 0)
+
+
+def test_a_late_ack_record_replayed_without_its_txns_marker_is_released_at_the_next_low_watermark() -> None:
+    """The log: t's abort marker (a timeout) at 10, t's ack record written late at 15, then u's
+    marker. A replay that starts at 12 (another transaction was pending there) sees t's record but
+    not its marker; u's marker says every txn of TC 0 up to 1 has ended, so t aborted."""
+    t, u = TxnID(0, 1), TxnID(0, 2)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(15, t, [5]))
+    assert fold.state.is_pending(5) and fold.replay_start() == 15
+    outcomes = fold.apply(_marker_lwm(20, u, TxnAction.COMMIT, low_watermark=1))
+    assert outcomes == [(u, TxnAction.COMMIT, []), (t, TxnAction.ABORT, [5])]
+    assert not fold.state.is_pending(5) and fold.state.pending_txns() == {}
+    assert fold.replay_start() == 21  # t pins nothing any more
+    fold.apply(_ack_rec(22, t, [6]))  # and a further late record of it is ignored
+    assert not fold.state.is_pending(6)
+
+
+def test_the_low_watermark_releases_only_its_own_tcs_ended_txns() -> None:
+    ended, open_, other_tc, u = TxnID(0, 3), TxnID(0, 4), TxnID(1, 3), TxnID(0, 5)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, ended, [1]))
+    fold.apply(_ack_rec(1, open_, [2]))  # open: its TC's low watermark stays below it
+    fold.apply(_ack_rec(2, other_tc, [3]))  # another TC's watermark says nothing about it
+    outcomes = fold.apply(_marker_lwm(3, u, TxnAction.ABORT, low_watermark=3))
+    assert outcomes == [(u, TxnAction.ABORT, []), (ended, TxnAction.ABORT, [1])]
+    assert fold.state.pending_txns() == {open_: 1, other_tc: 1}
+    assert fold.replay_start() == 1
+
+
+def test_a_marker_never_releases_the_txn_it_is_about_through_its_own_low_watermark() -> None:
+    t = TxnID(0, 7)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, t, [4]))
+    # A well-formed marker's watermark is below its own txn; a malformed one must not flip its outcome.
+    assert fold.apply(_marker_lwm(1, t, TxnAction.COMMIT, low_watermark=9)) == [(t, TxnAction.COMMIT, [])]
+    assert fold.state.cursor.is_acked(4)
