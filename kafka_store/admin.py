@@ -61,6 +61,8 @@ class TopicAdmin:
             futures[name].result(self._timeout)
         except KafkaException as exc:
             raise self._translate(exc, f"add partitions to {name}") from None
+        except TimeoutError:  # the admin future's own timeout: not a KafkaException
+            raise self._no_answer(f"add partitions to {name}") from None
 
     def partition_count(self, name: str) -> int:
         try:
@@ -97,6 +99,11 @@ class TopicAdmin:
                 err = kafka_error_of(exc)
                 if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise self._translate(exc, f"delete {name}") from None
+            except TimeoutError:
+                raise self._no_answer(f"delete {name}") from None
+
+    def _no_answer(self, what: str) -> BrokerUnavailableError:
+        return BrokerUnavailableError(f"{what}: no answer in {self._timeout:g} s")
 
     @staticmethod
     def _translate(exc: KafkaException, what: str) -> StoreError:

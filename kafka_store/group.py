@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kafka_store.config import KafkaConfig, admin_conf
-from kafka_store.errors import StoreError
+from kafka_store.errors import BrokerUnavailableError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,13 @@ def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> 
         desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
         raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
+    except TimeoutError:  # the admin future's own timeout: not a KafkaException
+        raise _no_answer(f"describe group {group_id}", config) from None
     return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
+
+
+def _no_answer(what: str, config: KafkaConfig) -> BrokerUnavailableError:
+    return BrokerUnavailableError(f"{what}: no answer in {config.request_timeout_ms} ms")
 
 
 def group_admin(config: KafkaConfig) -> Any:
@@ -390,6 +396,8 @@ def delete_group(config: KafkaConfig, group_id: str) -> None:
         admin.delete_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
     except KafkaException as exc:
         raise StoreError(f"delete group {group_id}: {exc}") from None
+    except TimeoutError:
+        raise _no_answer(f"delete group {group_id}", config) from None
 
 
 def group_offsets(
@@ -406,6 +414,8 @@ def group_offsets(
         )
     except KafkaException as exc:
         raise StoreError(f"offsets of group {group_id}: {exc}", retriable=True) from None
+    except TimeoutError:
+        raise _no_answer(f"offsets of group {group_id}", config) from None
     return {
         (tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in result.topic_partitions if tp.offset >= 0
     }
