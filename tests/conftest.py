@@ -233,12 +233,21 @@ def cluster(
 
 def read_all(reader: Any, timeout_ms: int = 1500) -> list[Any]:
     """Everything a Reader delivers until it has been quiet for ``timeout_ms``."""
+    return _until_quiet(reader.read_next, timeout_ms)
+
+
+def receive_all(consumer: Any, timeout_ms: int = 1500) -> list[Any]:
+    """Everything a Consumer delivers until it has been quiet for ``timeout_ms``."""
+    return _until_quiet(consumer.receive, timeout_ms)
+
+
+def _until_quiet(next_message: Callable[[int], Any], timeout_ms: int) -> list[Any]:
     from pulsar_txn.errors import Timeout
 
     out = []
     while True:
         try:
-            out.append(reader.read_next(timeout_ms))
+            out.append(next_message(timeout_ms))
         except Timeout:
             return out
 

@@ -9,23 +9,11 @@ from collections.abc import Callable
 import pytest
 
 from kafka_store import StoreError, group_offsets
-from pulsar_txn.consumer import Consumer
-from pulsar_txn.errors import Timeout
-from pulsar_txn.message import Message
-from tests.conftest import Cluster
+from tests.conftest import Cluster, receive_all
 
 pytestmark = pytest.mark.integration
 
 ClusterFactory = Callable[..., Cluster]
-
-
-def _drain(consumer: Consumer, timeout_ms: int = 1500) -> list[Message]:
-    out = []
-    while True:
-        try:
-            out.append(consumer.receive(timeout_ms))
-        except Timeout:
-            return out
 
 
 def test_a_seek_back_is_not_undone_by_a_concurrent_cursor_flush(
@@ -78,6 +66,6 @@ def test_a_seek_back_is_not_undone_by_a_concurrent_cursor_flush(
     monkeypatch.setattr(consumer._group, "commit", crashed)
     consumer.close()
     again = c.client.subscribe(topic, sub)
-    got = sorted(m.message_id.offset for m in _drain(again))
+    got = sorted(m.message_id.offset for m in receive_all(again))
     again.close()
     assert (committed, got) == (2, [2, 3, 4])  # before: (5, []), the sought-back messages lost

@@ -20,20 +20,11 @@ from pulsar_txn.errors import ConsumerBusy, NotAllowedError, Timeout, Transactio
 from pulsar_txn.message import Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
-from tests.conftest import REPO, Cluster, wait_until
+from tests.conftest import REPO, Cluster, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
 ClusterFactory = Callable[..., Cluster]
-
-
-def _drain(consumer: Consumer, timeout_ms: int = 1500) -> list[Message]:
-    out = []
-    while True:
-        try:
-            out.append(consumer.receive(timeout_ms))
-        except Timeout:
-            return out
 
 
 def _values(msgs: list[Message]) -> list[str]:
@@ -64,19 +55,19 @@ def test_a1_pending_acks_are_not_redelivered_abort_redelivers_all_then_commit_ho
     for m in msgs:
         consumer.acknowledge(m, txn=txn)
     consumer.redeliver_unacknowledged_messages()  # nothing unacked outside the txn
-    assert _drain(consumer, 800) == []
+    assert receive_all(consumer, 800) == []
     txn.abort()
-    again = _drain(consumer)
+    again = receive_all(consumer)
     assert len(again) == 1000 and _values(again) == _values(msgs)
     assert {m.redelivery_count for m in again} == {1}
     with c.client.transaction(120) as txn2:
         for m in again:
             consumer.acknowledge(m, txn=txn2)
     wait_until(lambda: _pending_total(consumer) == 0, 10)
-    assert _drain(consumer, 800) == []
+    assert receive_all(consumer, 800) == []
     consumer.close()
     restarted = c.client.subscribe(topic, sub)
-    assert _drain(restarted, 1000) == []
+    assert receive_all(restarted, 1000) == []
 
 
 def test_a2_pending_count_goes_to_zero_on_commit_without_redelivery_and_on_abort_with_it(
@@ -94,14 +85,14 @@ def test_a2_pending_count_goes_to_zero_on_commit_without_redelivery_and_on_abort
     assert _pending_total(consumer) == 10
     committed.commit()
     wait_until(lambda: _pending_total(consumer) == 0, 10)
-    assert _drain(consumer, 500) == []
+    assert receive_all(consumer, 500) == []
     for m in msgs[10:]:
         consumer.acknowledge(m, txn=aborted)
     aborted._wait_ops()
     assert _pending_total(consumer) == 10
     aborted.abort()
     wait_until(lambda: _pending_total(consumer) == 0, 10)
-    assert _values(_drain(consumer)) == _values(msgs[10:])
+    assert _values(receive_all(consumer)) == _values(msgs[10:])
 
 
 def test_a3_second_txn_acking_the_same_message_conflicts_until_the_first_aborts(
@@ -122,7 +113,7 @@ def test_a3_second_txn_acking_the_same_message_conflicts_until_the_first_aborts(
     c3 = c.client.transaction(60)
     consumer.acknowledge(again, txn=c3)
     c3.commit()
-    assert _drain(consumer, 500) == []
+    assert receive_all(consumer, 500) == []
 
 
 def test_a4_repeated_cumulative_ack_in_one_txn_conflicts_and_multiple_ids_are_not_allowed(
@@ -160,7 +151,7 @@ def test_a5_cumulative_ack_blocks_other_txns_and_abort_redelivers_all_five(
         consumer.acknowledge(msgs[2], txn=b)
     a.abort()
     consumer.redeliver_unacknowledged_messages()  # msgs[4] was never acked
-    assert _values(_drain(consumer)) == _values(msgs)
+    assert _values(receive_all(consumer)) == _values(msgs)
 
 
 def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackable_again(
@@ -209,7 +200,7 @@ def test_an_ack_on_one_partition_is_ended_in_that_partition_of_the_pending_ack_l
     assert grown == {p: (1 if p == target else 0) for p in range(3)}  # the commit marker, there only
     wait_until(lambda: _pending_total(consumer) == 0, 10)
     consumer.redeliver_unacknowledged_messages()
-    assert {m.message_id.partition for m in _drain(consumer, 800)} <= {0, 1, 2} - {target}
+    assert {m.message_id.partition for m in receive_all(consumer, 800)} <= {0, 1, 2} - {target}
 
 
 def test_a7_one_txn_acks_on_two_subscriptions_and_both_commit_together(
@@ -230,7 +221,7 @@ def test_a7_one_txn_acks_on_two_subscriptions_and_both_commit_together(
     assert sorted(tc.get(txn.txn_id).subscriptions) == [(full, f"s1_{uid}"), (full, f"s2_{uid}")]  # type: ignore[union-attr]
     txn.commit()
     wait_until(lambda: _pending_total(s1) == 0 and _pending_total(s2) == 0, 10)
-    assert _drain(s1, 500) == [] and _drain(s2, 500) == []
+    assert receive_all(s1, 500) == [] and receive_all(s2, 500) == []
 
 
 def test_a8_consume_process_produce_in_one_txn_survives_crashes_exactly_once(
@@ -244,7 +235,7 @@ def test_a8_consume_process_produce_in_one_txn_survives_crashes_exactly_once(
     attempt = 0
     while True:
         consumer = c.client.subscribe(src, "pipeline", initial_position="Earliest")
-        batch = _drain(consumer, 800)[:10]
+        batch = receive_all(consumer, 800)[:10]
         if not batch:
             consumer.close()
             break
@@ -303,12 +294,12 @@ def test_r3_pending_acks_survive_a_consumer_restart_with_conflicts_commits_and_a
     drop._wait_ops()
     consumer.close()
     restarted = c.client.subscribe(topic, f"sub_{uid}")
-    assert _drain(restarted, 800) == []  # all six are pending, not redelivered
+    assert receive_all(restarted, 800) == []  # all six are pending, not redelivered
     with pytest.raises(TransactionConflict):
         restarted.acknowledge(msgs[0].message_id, txn=c.client.transaction(60))
     keep.commit()
     drop.abort()
-    assert _values(_drain(restarted)) == _values(msgs[3:])
+    assert _values(receive_all(restarted)) == _values(msgs[3:])
 
 
 def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
@@ -333,9 +324,9 @@ def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
         what="split",
     )
     lost = f2.assigned_partitions()[0]
-    got = _drain(f2, 800)
+    got = receive_all(f2, 800)
     mine = next(m for m in got if (m.message_id.topic, m.message_id.partition) == lost)
-    f1_msgs = _drain(f1, 800)
+    f1_msgs = receive_all(f1, 800)
     for m in f1_msgs:
         f1.acknowledge(m)
     f2.close()
@@ -343,7 +334,7 @@ def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
     with pytest.raises(NotAllowedError, match="no longer assigned"):
         f2.acknowledge(mine)
     # f2 acked nothing: f1 now gets exactly f2's messages; together 40, none lost, none twice.
-    taken_over = _drain(f1)
+    taken_over = receive_all(f1)
     assert _values(taken_over) == _values(got)
     assert len({m.message_id for m in f1_msgs + taken_over}) == 40
 
@@ -360,10 +351,10 @@ def test_plain_acks_persist_across_restart_and_unacked_ones_come_back(
         consumer.acknowledge(m)
     consumer.close()
     again = c.client.subscribe(topic, f"sub_{uid}")
-    assert _values(_drain(again)) == _values(msgs[1::2])
+    assert _values(receive_all(again)) == _values(msgs[1::2])
     again.acknowledge_cumulative(msgs[-1])
     again.close()
-    assert _drain(c.client.subscribe(topic, f"sub_{uid}"), 800) == []
+    assert receive_all(c.client.subscribe(topic, f"sub_{uid}"), 800) == []
 
 
 def test_nack_ack_timeout_and_dead_letter_after_max_redeliveries(cluster: ClusterFactory, uid: str) -> None:
@@ -399,10 +390,10 @@ def test_seek_and_unsubscribe(cluster: ClusterFactory, uid: str) -> None:
     for m in msgs:
         consumer.acknowledge(m)
     consumer.seek(msgs[2].message_id)
-    assert _values(_drain(consumer)) == _values(msgs[2:])
+    assert _values(receive_all(consumer)) == _values(msgs[2:])
     consumer.unsubscribe()
     fresh = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
-    assert len(_drain(fresh)) == 5
+    assert len(receive_all(fresh)) == 5
 
 
 def test_shared_subscriptions_say_not_supported_yet(cluster: ClusterFactory, uid: str) -> None:
@@ -517,7 +508,7 @@ def test_a_failed_dead_letter_send_does_not_swallow_the_next_ready_message(
     consumer._dead_letter = failing  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="injected"):
         consumer.receive(1000)
-    got = _drain(consumer, 3000)
+    got = receive_all(consumer, 3000)
     consumer.close()
     assert _values(got) == ["m0001"]  # B; A went to the DLQ on the retry
     assert calls == [a.message_id, a.message_id]
@@ -553,7 +544,7 @@ def _after_a_restart(c: Cluster, topic: str, sub: str) -> tuple[list[int], list[
     restarted consumer receives."""
     pending = [p["pending_ack_count"] for p in pending_ack_stats(c.client, topic, sub).values()]
     restarted = c.client.subscribe(topic, sub)
-    got = [x.message_id for x in _drain(restarted, 3000)]
+    got = [x.message_id for x in receive_all(restarted, 3000)]
     restarted.close()
     return pending, got
 
@@ -578,7 +569,7 @@ def test_batched_txn_acks_move_with_their_partition_in_a_rebalance(cluster: Clus
     topic, sub = f"rbt_{uid}", f"sub_{uid}"
     _setup(c, topic, 20, partitions=2)
     c1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
-    msgs = _drain(c1)
+    msgs = receive_all(c1)
     assert len(msgs) == 20
     txn = c.client.transaction(60)
     in_txn: dict[tuple[str, int], Message] = {}
@@ -595,10 +586,10 @@ def test_batched_txn_acks_move_with_their_partition_in_a_rebalance(cluster: Clus
     _split_between(c1, c2, 2)
     time.sleep(1.0)
     assert _pending_total(c2) == 1  # the moved partition's txn ack came along
-    before = _drain(c1, 1000) + _drain(c2, 1000)
+    before = receive_all(c1, 1000) + receive_all(c2, 1000)
     txn.commit()
     wait_until(lambda: _pending_total(c1) + _pending_total(c2) == 0, 10, what="commit applied")
-    after = _drain(c1, 1500) + _drain(c2, 1500)
+    after = receive_all(c1, 1500) + receive_all(c2, 1500)
     c1.close()
     c2.close()
     assert before == [] and after == []
@@ -616,17 +607,17 @@ def test_a_retained_cursor_never_overwrites_newer_acks_of_another_owner(
     topic, sub = f"ret_{uid}", f"sub_{uid}"
     _setup(c, topic, 20, partitions=2)
     c1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
-    assert len(_drain(c1)) == 20  # nothing acked
+    assert len(receive_all(c1)) == 20  # nothing acked
     c2 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
     _split_between(c1, c2, 2)
     moved = c2.assigned_partitions()[0]
-    got2 = sorted(_drain(c2), key=lambda m: m.message_id.offset)
+    got2 = sorted(receive_all(c2), key=lambda m: m.message_id.offset)
     assert got2
     for m in got2[1:]:
         c2.acknowledge(m)
     c2.close()  # commits its cursor: the first offset, ranges for the rest
     wait_until(lambda: len(c1.assigned_partitions()) == 2, 30, what="C1 takes the partition back")
-    back = [m for m in _drain(c1, 2000) if (m.message_id.topic, m.message_id.partition) == moved]
+    back = [m for m in receive_all(c1, 2000) if (m.message_id.topic, m.message_id.partition) == moved]
     c1.close()
     assert sorted(m.message_id.offset for m in back) == [got2[0].message_id.offset]
 

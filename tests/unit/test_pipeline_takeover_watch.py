@@ -3,7 +3,6 @@ before each commit (pure logic, fake txns), and the takeover watch reads the gro
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -15,20 +14,7 @@ from pulsar_txn.pipeline import fencing
 from pulsar_txn.pipeline.app import _commit_after
 from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch
 from pulsar_txn.transaction import Transaction
-
-
-class FakeTxn:
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-        self.ending: Future[None] = Future()
-
-    def commit_async(self) -> Future[None]:
-        self.asked.append("commit")
-        return self.ending
-
-    def abort_async(self) -> Future[None]:
-        self.asked.append("abort")
-        return self.ending
+from tests.unit.test_pipeline_chain import FakeTxn
 
 
 def test_a_batch_is_aborted_instead_of_committed_once_another_instance_took_over() -> None:

@@ -3,12 +3,10 @@ little. After CONNECT the full frame size applies."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-from collections.abc import Coroutine
 from contextlib import suppress
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 
@@ -18,13 +16,11 @@ from pulsar_txn.protocol import (
     CommandLookupTopic,
     CommandNewTxn,
     CommandType,
-    FrameDecoder,
     encode_command,
     wrap,
 )
-from pulsar_txn.server import CoordinatorServer
+from tests.unit.test_protocol_server import RawClient, run, serving
 
-T = TypeVar("T")
 TOKEN = "tc-s3cret-token"
 
 
@@ -41,32 +37,8 @@ class NoApi:
         raise AssertionError(f"the api was called: {name}")
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(20):
-            return await coro
-
-    return asyncio.run(bounded())
-
-
-async def start(api: NoApi | None = None, **kwargs: Any) -> CoordinatorServer:
-    server = CoordinatorServer(cast(Any, api or NoApi()), **kwargs)
-    await server.start()
-    return server
-
-
-async def read_until_closed(reader: asyncio.StreamReader, timeout: float) -> list[BaseCommand]:
-    decoder = FrameDecoder()
-    received: list[BaseCommand] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            try:
-                data = await reader.read(65536)
-            except ConnectionResetError:
-                return received
-            if not data:
-                return received
-            received.extend(f.command for f in decoder.feed(data))
+def serving_nothing(api: NoApi | None = None, **kwargs: Any) -> Any:
+    return serving(cast(Any, api or NoApi()), **kwargs)
 
 
 def test_a_peer_that_never_connects_cannot_make_the_server_buffer_a_max_size_frame(
@@ -75,22 +47,16 @@ def test_a_peer_that_never_connects_cannot_make_the_server_buffer_a_max_size_fra
     caplog.set_level(logging.INFO, logger="pulsar_txn.server")
 
     async def scenario() -> None:
-        server = await start()  # default max frame size: 5 MiB
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        async with serving_nothing() as server:  # default max frame size: 5 MiB
+            client = await RawClient.open(server)
             # Announce a 4 MiB frame and start sending it, without ever saying CONNECT.
-            writer.write(struct.pack(">I", 4 * 1024 * 1024))
+            await client.send_raw(struct.pack(">I", 4 * 1024 * 1024))
             with suppress(ConnectionError):
                 for _ in range(4):
-                    writer.write(b"\x00" * (64 * 1024))
-                    await writer.drain()
+                    await client.send_raw(b"\x00" * (64 * 1024))
             # The server hangs up well before the frame is complete (not after the 60 s silence limit).
-            assert await read_until_closed(reader, timeout=5) == []
-            writer.close()
-            with suppress(ConnectionError):
-                await writer.wait_closed()
-        finally:
-            await server.stop()
+            assert await client.recv_until_closed(timeout=5) == []
+            await client.close()
 
     run(scenario())
     assert "before CONNECT" in caplog.text
@@ -100,9 +66,8 @@ def test_a_connect_with_a_large_token_and_large_frames_after_it_still_work() -> 
     big_token = "t" * (16 * 1024)  # a long JWT fits easily under the pre-CONNECT limit
 
     async def scenario() -> None:
-        server = await start(auth_token=big_token)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        async with serving_nothing(auth_token=big_token) as server:
+            client = await RawClient.open(server)
             connect = CommandConnect(
                 client_version="t",
                 protocol_version=20,
@@ -111,21 +76,10 @@ def test_a_connect_with_a_large_token_and_large_frames_after_it_still_work() -> 
             )
             # After CONNECT, a frame far above the pre-CONNECT limit is accepted (in the same write, too).
             lookup = CommandLookupTopic(topic="x" * (512 * 1024), request_id=7)
-            writer.write(encode_command(wrap(connect)) + encode_command(wrap(lookup)))
-            await writer.drain()
-            decoder = FrameDecoder()
-            got: list[BaseCommand] = []
-            async with asyncio.timeout(5):
-                while len(got) < 2:
-                    data = await reader.read(65536)
-                    assert data, "closed"
-                    got.extend(f.command for f in decoder.feed(data))
+            await client.send_raw(encode_command(wrap(connect)) + encode_command(wrap(lookup)))
+            got = [await client.recv(timeout=5), await client.recv(timeout=5)]
             assert [c.type for c in got] == [CommandType.CONNECTED, CommandType.LOOKUP_RESPONSE]
-            writer.close()
-            with suppress(ConnectionError):
-                await writer.wait_closed()
-        finally:
-            await server.stop()
+            await client.close()
 
     run(scenario())
 
@@ -145,19 +99,15 @@ def test_nothing_behind_an_unauthenticated_frame_reaches_the_coordinator(first: 
     api = NoApi()
 
     async def scenario() -> None:
-        server = await start(api, auth_token=TOKEN)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        async with serving_nothing(api, auth_token=TOKEN) as server:
+            client = await RawClient.open(server)
             # Requests pipelined behind the refused frame, in the same write.
-            writer.write(encode_command(first) + encode_command(wrap(CommandNewTxn(request_id=2))) * 3)
-            await writer.drain()
-            received = await read_until_closed(reader, timeout=5)
+            await client.send_raw(
+                encode_command(first) + encode_command(wrap(CommandNewTxn(request_id=2))) * 3
+            )
+            received = await client.recv_until_closed(timeout=5)
             assert [c.type for c in received] == [CommandType.ERROR]
-            writer.close()
-            with suppress(ConnectionError):
-                await writer.wait_closed()
-        finally:
-            await server.stop()
+            await client.close()
 
     run(scenario())
     assert api.calls == []
