@@ -62,7 +62,7 @@ class TopicAdmin:
         except KafkaException as exc:
             raise self._translate(exc, f"add partitions to {name}") from None
         except TimeoutError:  # the admin future's own timeout: not a KafkaException
-            raise self._no_answer(f"add partitions to {name}") from None
+            raise BrokerUnavailableError.no_answer(f"add partitions to {name}", self._timeout) from None
 
     def partition_count(self, name: str) -> int:
         try:
@@ -100,10 +100,7 @@ class TopicAdmin:
                 if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise self._translate(exc, f"delete {name}") from None
             except TimeoutError:
-                raise self._no_answer(f"delete {name}") from None
-
-    def _no_answer(self, what: str) -> BrokerUnavailableError:
-        return BrokerUnavailableError(f"{what}: no answer in {self._timeout:g} s")
+                raise BrokerUnavailableError.no_answer(f"delete {name}", self._timeout) from None
 
     @staticmethod
     def _translate(exc: KafkaException, what: str) -> StoreError:

@@ -19,6 +19,12 @@ class BrokerUnavailableError(StoreError):
 
     retriable = True
 
+    @classmethod
+    def no_answer(cls, what: str, timeout_s: float) -> BrokerUnavailableError:
+        """For a request that timed out without any error from the client (e.g. an admin future's
+        own ``TimeoutError``, which is not a ``KafkaException``)."""
+        return cls(f"{what}: no answer in {timeout_s:g} s")
+
 
 class TopicNotFoundError(StoreError):
     """A topic or partition that the operation needs does not exist."""

@@ -377,12 +377,10 @@ def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> 
     except KafkaException as exc:
         raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
     except TimeoutError:  # the admin future's own timeout: not a KafkaException
-        raise _no_answer(f"describe group {group_id}", config) from None
+        raise BrokerUnavailableError.no_answer(
+            f"describe group {group_id}", config.request_timeout_ms / 1000
+        ) from None
     return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
-
-
-def _no_answer(what: str, config: KafkaConfig) -> BrokerUnavailableError:
-    return BrokerUnavailableError(f"{what}: no answer in {config.request_timeout_ms} ms")
 
 
 def group_admin(config: KafkaConfig) -> Any:
@@ -397,7 +395,9 @@ def delete_group(config: KafkaConfig, group_id: str) -> None:
     except KafkaException as exc:
         raise StoreError(f"delete group {group_id}: {exc}") from None
     except TimeoutError:
-        raise _no_answer(f"delete group {group_id}", config) from None
+        raise BrokerUnavailableError.no_answer(
+            f"delete group {group_id}", config.request_timeout_ms / 1000
+        ) from None
 
 
 def group_offsets(
@@ -415,7 +415,9 @@ def group_offsets(
     except KafkaException as exc:
         raise StoreError(f"offsets of group {group_id}: {exc}", retriable=True) from None
     except TimeoutError:
-        raise _no_answer(f"offsets of group {group_id}", config) from None
+        raise BrokerUnavailableError.no_answer(
+            f"offsets of group {group_id}", config.request_timeout_ms / 1000
+        ) from None
     return {
         (tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in result.topic_partitions if tp.offset >= 0
     }
