@@ -238,6 +238,18 @@ class GroupReader:
             log.warning("closing group reader: %s", exc)
 
 
+# Commit refusals that mean this member no longer holds its assignment (fenced by a newer static
+# member, evicted after its session timed out, or a generation behind).
+_NOT_A_MEMBER = frozenset(
+    {
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError._ASSIGNMENT_LOST,
+    }
+)
+
+
 class SubscriptionGroup:
     """A subscription's consumer group: assignment (records are read elsewhere), committed offsets with
     metadata (the cursor), and the member list (for exclusivity checks). Callbacks run on its thread."""
@@ -253,6 +265,7 @@ class SubscriptionGroup:
         client_id: str,
         instance_id: str | None = None,
         session_timeout_ms: int = 6000,
+        on_lost: Callable[[list[tuple[str, int]]], None] | None = None,
     ) -> None:
         extra: dict[str, Any] = {
             "client.id": client_id,
@@ -269,14 +282,20 @@ class SubscriptionGroup:
         self._topics = topics
         self._on_assign = on_assign
         self._on_revoke = on_revoke
+        # Lost, not revoked: the group went on without this member (evicted, fenced), so the
+        # partitions may already be another member's. Default: handled like a revocation.
+        self._on_lost = on_lost or on_revoke
         self._consumer = Consumer(conf)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._timeout = config.request_timeout_ms / 1000
         self._commits: queue.SimpleQueue[tuple[list[TopicPartition], Future[None]]] = queue.SimpleQueue()
+        self._wake = threading.Event()
 
     def start(self) -> None:
-        self._consumer.subscribe(self._topics, on_assign=self._assigned, on_revoke=self._revoked)
+        self._consumer.subscribe(
+            self._topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
         self._thread = threading.Thread(target=self._run, name=f"sub-{self.group_id}", daemon=True)
         self._thread.start()
 
@@ -290,34 +309,80 @@ class SubscriptionGroup:
         self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
         consumer.unassign()
 
+    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._on_lost([(tp.topic, tp.partition) for tp in partitions])
+        consumer.unassign()
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._consumer.poll(0.05)
+                self._consumer.poll(0)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("subscription %s poll: %s", self.group_id, exc)
+            self._wake.clear()  # before taking the queue: a commit handed over after it wakes the wait
             self._run_commits()
+            # Not poll(0.05): a commit handed over must not wait for the poll to time out (a
+            # transaction's commit waits for one). Rebalance callbacks are served as often as before.
+            self._wake.wait(0.05)
         self._run_commits()
 
     def _run_commits(self) -> None:
+        """The commits handed over so far, as one request: they are cursors in the order handed over,
+        so a later one of a partition supersedes an earlier one."""
+        items: list[tuple[list[TopicPartition], Future[None]]] = []
         while True:
             try:
-                tps, done = self._commits.get_nowait()
+                items.append(self._commits.get_nowait())
             except queue.Empty:
-                return
-            # A commit queued before a revocation must not land after it (it could move the offset back).
-            held = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
-            tps = [tp for tp in tps if (tp.topic, tp.partition) in held]
-            if not tps:
+                break
+        if not items:
+            return
+        # A commit queued before a revocation must not land after it (it could move the offset back).
+        held = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        latest: dict[tuple[str, int], TopicPartition] = {}
+        waiting: list[tuple[set[tuple[str, int]], Future[None]]] = []
+        for tps, done in items:
+            keys = {(tp.topic, tp.partition) for tp in tps} & held
+            if not keys:
                 done.set_exception(
                     StoreError(f"{self.group_id}: partitions no longer assigned", retriable=False)
                 )
                 continue
-            try:
-                self._consumer.commit(offsets=tps, asynchronous=False)
+            latest.update({(tp.topic, tp.partition): tp for tp in tps if (tp.topic, tp.partition) in keys})
+            waiting.append((keys, done))
+        if not waiting:
+            return
+        try:
+            failed = self._commit_now(list(latest.values()))
+        except StoreError as exc:
+            for _keys, done in waiting:
+                done.set_exception(exc)
+            return
+        for keys, done in waiting:
+            errors = [failed[k] for k in keys if k in failed]
+            if errors:
+                done.set_exception(errors[0])
+            else:
                 done.set_result(None)
-            except KafkaException as exc:
-                done.set_exception(StoreError(f"commit of {self.group_id} failed: {exc}", retriable=True))
+
+    def _commit_now(self, tps: list[TopicPartition]) -> dict[tuple[str, int], StoreError]:
+        """A synchronous commit; the partitions the broker refused -> why (a request-level refusal,
+        e.g. a fenced or unknown member, raises)."""
+        try:
+            result = self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            lost = error is not None and error.code() in _NOT_A_MEMBER
+            # Not retriable when this member has been replaced: the partitions are someone else's.
+            raise StoreError(f"commit of {self.group_id} failed: {exc}", retriable=not lost) from None
+        return {
+            (tp.topic, tp.partition): StoreError(
+                f"commit of {self.group_id} failed: {tp.error}",
+                retriable=tp.error.code() not in _NOT_A_MEMBER,
+            )
+            for tp in result or ()
+            if tp.error is not None
+        }
 
     def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         """Synchronously commit (offset, metadata) per partition; raises StoreError on failure.
@@ -325,21 +390,35 @@ class SubscriptionGroup:
         Commits run on the group's own thread: a blocking commit from another thread while that
         thread polls never completes with librdkafka here.
         """
-        if not offsets:
-            return
-        tps = [TopicPartition(t, p, o, metadata=m) for (t, p), (o, m) in offsets.items()]
-        if threading.current_thread() is self._thread or self._thread is None or not self._thread.is_alive():
-            try:
-                self._consumer.commit(offsets=tps, asynchronous=False)
-            except KafkaException as exc:
-                raise StoreError(f"commit of {self.group_id} failed: {exc}", retriable=True) from None
-            return
-        done: Future[None] = Future()
-        self._commits.put((tps, done))
+        done = self.commit_async(offsets)
         try:
             done.result(self._timeout)
         except TimeoutError:
             raise StoreError(f"commit of {self.group_id} timed out", retriable=True) from None
+
+    def commit_async(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> Future[None]:
+        """Hand a commit to the group's thread; the future fails with StoreError if the broker refuses
+        it, e.g. because this member was fenced or evicted and another now owns the partitions.
+        Commits are made in the order they are handed over."""
+        done: Future[None] = Future()
+        if not offsets:
+            done.set_result(None)
+            return done
+        tps = [TopicPartition(t, p, o, metadata=m) for (t, p), (o, m) in offsets.items()]
+        if threading.current_thread() is self._thread or self._thread is None or not self._thread.is_alive():
+            try:
+                failed = self._commit_now(tps)
+            except StoreError as exc:
+                done.set_exception(exc)
+                return done
+            if failed:
+                done.set_exception(next(iter(failed.values())))
+            else:
+                done.set_result(None)
+            return done
+        self._commits.put((tps, done))
+        self._wake.set()
+        return done
 
     def committed(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed (offset, metadata) per partition; partitions with nothing committed are left out."""
@@ -353,6 +432,7 @@ class SubscriptionGroup:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
         try:

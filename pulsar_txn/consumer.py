@@ -33,6 +33,7 @@ from kafka_store import (
     read_range,
 )
 from pulsar_txn._boundary import public_errors
+from pulsar_txn._future import LazyFuture
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import (
     ConsumerBusy,
@@ -40,6 +41,7 @@ from pulsar_txn.errors import (
     PersistenceError,
     PulsarTxnError,
     Timeout,
+    TransactionConflict,
 )
 from pulsar_txn.message import Message, MessageId
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -95,6 +97,10 @@ class _Part:
     pa_topic: str
     dirty: bool = True
     committed: tuple[int, str | None] | None = None  # what Kafka holds, as far as we know
+    writes_in_flight: int = 0  # pending-ack records handed to the producer, not yet stored or failed
+    # Revoked (not lost) with every ack record stored: the next owner recovers our open
+    # transactions' acks as pending, so they may still commit.
+    handed_over: bool = False
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
@@ -170,6 +176,7 @@ class Consumer(Generic[T]):
         # taking its snapshot under it, so they reach the group in the order of their snapshots.
         # Taken before _lock, never while holding it.
         self._commit_lock = threading.Lock()
+        self._txn_parts: dict[TxnID, dict[TP, _Part]] = {}  # open txns we acked in -> where
         self._parts: dict[TP, _Part] = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
@@ -207,6 +214,7 @@ class Consumer(Generic[T]):
             self._on_revoke,
             client_id=client_id,
             instance_id=instance_id,
+            on_lost=self._on_lost,
         )
         self._group.start()
         if not self._assigned_once.wait(subscribe_timeout):
@@ -305,24 +313,34 @@ class Consumer(Generic[T]):
         except (PulsarTxnError, StoreError):
             return False  # recovering is safe
 
-    def _on_revoke(self, partitions: list[TP]) -> None:
+    def _on_lost(self, partitions: list[TP]) -> None:
+        self._on_revoke(partitions, lost=True)
+
+    def _on_revoke(self, partitions: list[TP], *, lost: bool = False) -> None:
         # Acks of open transactions still batched here go to the pending-ack log first, so that the
         # partitions' next owner recovers them as pending. Outside the locks: the writes' callbacks
-        # take _lock.
+        # take _lock. A revocation (not a loss) holds the group's rebalance until this returns, so
+        # the next owner's recovery comes after these writes: their transactions may still commit.
         revoked = set(partitions)
+        gone: list[_Part] = []
         self._write_ack_batches(revoked)
         with self._read_lock, self._lock, self._pa_lock:
             for tp in partitions:
                 part = self._parts.pop(tp, None)
                 if part is None:
                     continue
-                if not self._flush_part(part, force=True, in_callback=True):
+                gone.append(part)
+                committed = self._flush_part(part, force=True, in_callback=True)
+                if not committed:
                     self._retained[tp] = part  # reused if the partition comes back to us
                 self._reader.remove_partition(*tp)
                 if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
                     self._pa_reader.remove(part.pa_topic, tp[1])
                 self._forget_partition(tp)
         self._write_ack_batches(revoked)  # acks made meanwhile, before their partition was dropped
+        with self._lock:
+            for part in gone:
+                part.handed_over = not lost and part.writes_in_flight == 0
 
     def _forget_partition(self, tp: TP) -> None:
         """Drop everything queued or tracked for a partition (revoked, or sought)."""
@@ -587,6 +605,7 @@ class Consumer(Generic[T]):
                 txn.record_failure(exc)
                 raise
             part.pending.apply_ack(txn.txn_id, kind, offsets)
+            self._txn_parts.setdefault(txn.txn_id, {})[part.tp] = part
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
             topic, partition = first.topic, first.partition
             take, in_txn = self._unacked.pop, self._in_txn
@@ -617,6 +636,7 @@ class Consumer(Generic[T]):
             batch.flush = flush = lambda: self._flush_batch(key, txn, part)
             txn.track(batch.written)
             txn.add_end_listener(self._txn_ended)
+            txn.add_commit_check(self._ownership_check)
             txn.add_flush_hook(flush)
         # A cumulative ack is one per partition and transaction: nothing to wait for.
         return kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
@@ -624,29 +644,36 @@ class Consumer(Generic[T]):
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
         with self._lock:
             batch = self._ack_batches.pop(key, None)
-        if batch is None or not batch.offsets:
-            return
+            if batch is None or not batch.offsets:
+                return
+            part.writes_in_flight += 1
         kind = key[2]
         value, headers = encode_pending_ack(txn.txn_id, kind, batch.offsets)
         written = batch.written
 
+        def failed(exc: BaseException) -> None:
+            with self._lock:  # counted down before anyone waiting on ``written`` wakes
+                part.writes_in_flight -= 1
+            written.set_exception(exc)
+
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
             if exc is not None:
-                written.set_exception(exc)
+                failed(exc)
                 return
             try:
                 self._ensure_pa_topic(part)
             except PulsarTxnError as err:
-                written.set_exception(err)
+                failed(err)
                 return
 
             def stored(offset: int | None, error: StoreError | None) -> None:
                 if error is not None or offset is None:
-                    written.set_exception(PersistenceError(f"pending ack write failed: {error}"))
+                    failed(PersistenceError(f"pending ack write failed: {error}"))
                     return
                 with self._lock:
                     part.fold.note_written(txn.txn_id, offset)
+                    part.writes_in_flight -= 1
                 written.set_result(None)
 
             self._client._appender().append_cb(
@@ -774,6 +801,7 @@ class Consumer(Generic[T]):
         never delivered here, e.g. after a restart) is queued for the upkeep thread to read again: a
         Kafka read does not belong under ``_lock``, nor on the thread that got END_TXN's answer."""
         held = self._take_held(txn_id, part.tp)
+        self._txn_parts.pop(txn_id, None)
         # Acks of the ended txn still batched here are never written: after its marker they would
         # hold the messages pending (and pin the replay start) for good. Whoever waits is done, once
         # the caller has released ``_lock`` (a waiting end goes on from that callback).
@@ -834,7 +862,7 @@ class Consumer(Generic[T]):
         """Commit the partition's cursor if it changed (or ``force``); False if the commit failed.
 
         The group commits what it is handed in the order it is handed over, so the snapshot is taken
-        and committed under ``_commit_lock``: an older cursor is never committed after a newer one
+        and handed over under ``_commit_lock``: an older cursor is never committed after a newer one
         (before, the upkeep's flush could land after a seek's commit and undo the seek). A rebalance
         callback (``in_callback``: on the group's thread, maybe under ``_lock``) commits at once
         without it, as a commit handed over meanwhile waits for the callback to return: one of a
@@ -842,37 +870,108 @@ class Consumer(Generic[T]):
         the cursor is committed again after it. Outside callbacks, only a partition still held is
         committed (the upkeep may hold one revoked meanwhile, whose cursor is no longer ours)."""
         if in_callback:
-            ok = self._commit_part(part, force, held_only=False)
+            done = self._hand_over([part], force, held_only=False)
+            ok = self._committed_in_time(done)
             with self._lock:
-                if ok and self._commit_lock.locked() and self._parts.get(part.tp) is part:
+                if ok and self._parts.get(part.tp) is part:
                     part.dirty = True
             return ok
         with self._commit_lock:
-            return self._commit_part(part, force, held_only=True)
+            done = self._hand_over([part], force, held_only=True)
+        return self._committed_in_time(done)
 
-    def _commit_part(self, part: _Part, force: bool, *, held_only: bool) -> bool:
+    def _hand_over(self, parts: Sequence[_Part], force: bool, *, held_only: bool) -> Future[None] | None:
+        """Snapshot the cursors and hand them to the group (None: nothing to commit). The returned
+        future fails with StoreError if the group refused them."""
+        offsets: dict[TP, tuple[int, str]] = {}
         with self._lock:
-            if (not part.dirty and not force) or (held_only and self._parts.get(part.tp) is not part):
-                return True
-            ranges, dropped = part.cursor.encode_ranges()
-            metadata = f"{part.fold.replay_start()};{ranges}"
-            offsets = {part.tp: (part.cursor.mark_delete, metadata)}
-            part.dirty = False
-        if dropped:
-            log.warning(
-                "%s %s: %d acked ranges too many to persist; they may be redelivered after a restart",
-                self.subscription,
-                part.tp,
-                dropped,
-            )
+            for part in parts:
+                if (not part.dirty and not force) or (held_only and self._parts.get(part.tp) is not part):
+                    continue
+                ranges, dropped = part.cursor.encode_ranges()
+                if dropped:
+                    log.warning(
+                        "%s %s: %d acked ranges too many to persist; they may be redelivered after a restart",
+                        self.subscription,
+                        part.tp,
+                        dropped,
+                    )
+                offsets[part.tp] = (part.cursor.mark_delete, f"{part.fold.replay_start()};{ranges}")
+                part.dirty = False
+        if not offsets:
+            return None
+        done = self._group.commit_async(offsets)
+        by_tp = {p.tp: p for p in parts if p.tp in offsets}
+
+        def landed(fut: Future[None]) -> None:
+            failed = fut.exception() is not None
+            with self._lock:
+                for tp, part in by_tp.items():
+                    if failed:
+                        part.dirty = True
+                    else:
+                        part.committed = offsets[tp]
+
+        done.add_done_callback(landed)
+        return done
+
+    def _committed_in_time(self, done: Future[None] | None) -> bool:
+        if done is None:
+            return True
         try:
-            self._group.commit(offsets)
+            done.result(self._client.kafka.request_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("%s: cursor commit timed out (will retry)", self.subscription)
+            return False
         except StoreError as exc:
-            part.dirty = True
             log.warning("%s: cursor commit failed (will retry): %s", self.subscription, exc)
             return False
-        part.committed = offsets[part.tp]
         return True
+
+    def _ownership_check(self, txn_id: TxnID) -> Future[None]:
+        """A transaction's commit check: this consumer still owns every partition it acked on in
+        ``txn_id``, shown by committing their cursors as a member of the group, now that the ack
+        records are stored. A consumer paused past its session (or fenced by a newer static member)
+        has lost them without noticing; its successor may be processing the same messages, so the
+        group refuses the commit and the transaction aborts. Once the commit has landed, a successor
+        can only be assigned the partitions later, and then recovers these acks as pending."""
+        result: Future[None] = LazyFuture()
+        with self._lock:
+            parts = list(self._txn_parts.get(txn_id, {}).values())
+            held = [p for p in parts if self._parts.get(p.tp) is p]
+            lost = [p.tp for p in parts if self._parts.get(p.tp) is not p and not p.handed_over]
+        if lost:
+            result.set_exception(
+                TransactionConflict(
+                    f"transaction {txn_id}: subscription {self.subscription!r} lost {lost} before its "
+                    "acks there were handed over; another consumer may have processed those messages"
+                )
+            )
+            return result
+        with self._commit_lock:
+            done = self._hand_over(held, True, held_only=True)
+        if done is None:
+            result.set_result(None)
+            return result
+
+        def answered(fut: Future[None]) -> None:
+            exc = fut.exception()
+            if exc is None:
+                result.set_result(None)
+            elif isinstance(exc, StoreError) and not exc.retriable:
+                result.set_exception(
+                    TransactionConflict(
+                        f"transaction {txn_id}: subscription {self.subscription!r} is no longer this "
+                        f"consumer's ({exc}); another consumer may have processed the acked messages"
+                    )
+                )
+            else:
+                result.set_exception(
+                    PersistenceError(f"transaction {txn_id}: ownership check failed: {exc}", retriable=True)
+                )
+
+        done.add_done_callback(answered)
+        return result
 
     # ------------------------------------------------------------------ position and lifecycle
     def seek(self, message_id: MessageId) -> None:

@@ -74,6 +74,7 @@ class Transaction:
         self._inflight_error: BaseException | None = None
         self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
         self._flush_hooks: list[Callable[[], None]] = []
+        self._commit_checks: list[Callable[[TxnID], Future[None]]] = []
         # The countdown of the end in progress (commit/abort began): operations tracked, and hooks
         # added, by an operation counted before the end began still become part of it.
         self._ending: _Countdown | None = None
@@ -136,6 +137,14 @@ class Transaction:
         with self._lock:
             if listener not in self._end_listeners:
                 self._end_listeners.append(listener)
+
+    def add_commit_check(self, check: Callable[[TxnID], Future[None]]) -> None:
+        """Run once every operation has ended, before END_TXN(COMMIT): a check whose future fails
+        turns the commit into an abort (a consumer checks that it still owns the partitions it acked
+        on: otherwise their new owner may have processed the same messages)."""
+        with self._lock:
+            if check not in self._commit_checks:
+                self._commit_checks.append(check)
 
     def add_flush_hook(self, hook: Callable[[], None]) -> None:
         """Called before the transaction waits for its operations (batched writes go out then); at
@@ -295,7 +304,12 @@ class Transaction:
 
     def _commit_or_abort(self, failed: BaseException | None, result: Future[None]) -> None:
         if failed is None:
-            self._end(TxnAction.COMMIT, result)
+            with self._lock:
+                checks = list(self._commit_checks)
+            if checks:
+                self._run_checks(checks, result)
+            else:
+                self._end(TxnAction.COMMIT, result)
             return
         log.warning(
             "transaction %s: an operation failed (%s); aborting instead of committing", self.txn_id, failed
@@ -305,6 +319,45 @@ class Transaction:
         )
         error.__cause__ = failed
         self._end(TxnAction.ABORT, result, instead=error)
+
+    def _run_checks(self, checks: list[Callable[[TxnID], Future[None]]], result: Future[None]) -> None:
+        """The commit checks, then END_TXN(COMMIT), or an abort if one failed or did not answer within
+        the operation timeout. No thread waits: this goes on from the last check's callback."""
+        timeout = self._client.operation_timeout_seconds
+        futures: list[Future[None]] = []
+        for check in checks:
+            try:
+                futures.append(check(self.txn_id))
+            except Exception as exc:  # a check that cannot even start fails the commit
+                failed: Future[None] = Future()
+                failed.set_exception(exc)
+                futures.append(failed)
+        countdown = _Countdown(len(futures))
+        watch = self._client._deadline_watch()
+
+        def finish(expired: bool) -> None:
+            if not countdown.fire():
+                return
+            if not expired:
+                watch.cancel(key)
+            first: BaseException | None = None
+            for fut in futures:
+                if not fut.done():
+                    first = Timeout(f"the commit checks of {self.txn_id} did not finish in {timeout}s")
+                    break
+                first = fut.exception(0)
+                if first is not None:
+                    break
+            if first is None:
+                self._end(TxnAction.COMMIT, result)
+            else:
+                self._commit_or_abort(first, result)
+
+        countdown.then = finish
+        key = watch.add(time.monotonic() + timeout, lambda: finish(True))
+        for fut in futures:
+            fut.add_done_callback(countdown.one_done)
+        countdown.one_done()
 
     def _end(self, action: TxnAction, result: Future[None], instead: BaseException | None = None) -> None:
         """END_TXN, then the state, the end listeners and ``result`` (with ``instead`` as its error

@@ -5,6 +5,12 @@ It is a pure fold of the pending-ack log: ``apply_ack`` for each ack record, ``a
 each COMMIT/ABORT. ``check`` enforces Pulsar's conflict rules before an ack is written; replay skips
 it (the log is the truth). A message is delivered only if it is neither ``cursor.is_acked`` nor
 ``is_pending``.
+
+Should the log hold acks ``check`` would refuse (two owners of a partition at once: a paused
+consumer that has not yet noticed its successor), every claim counts: an offset stays pending while
+any transaction that acked it is open, is acked once one of them commits, and comes back only once
+all of them aborted. Which of them may commit is not the fold's call: the consumer's ownership check
+(a group commit before END_TXN) lets only the partition's current owner commit.
 """
 
 from __future__ import annotations
@@ -23,27 +29,35 @@ class AckKind(StrEnum):
 
 
 class PendingAckState:
-    __slots__ = ("_by_txn", "_cum_pos", "_cum_txn", "_individual", "cursor")
+    __slots__ = ("_by_txn", "_cum", "_cum_pos", "_individual", "_more", "cursor")
 
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
-        self._individual: dict[int, TxnID] = {}  # offset -> txn holding it pending
+        self._individual: dict[int, TxnID] = {}  # offset -> the first txn holding it pending
+        self._more: dict[int, list[TxnID]] = {}  # offset -> later txns acking it too (rare, see above)
         self._by_txn: dict[TxnID, set[int]] = {}  # txn -> its pending individual offsets (never empty)
-        self._cum_txn: TxnID | None = None  # the one txn holding the pending cumulative ack
-        self._cum_pos = -1  # its position; -1 when none
+        self._cum: dict[TxnID, int] = {}  # txn -> its pending cumulative ack (one txn, unless as above)
+        self._cum_pos = -1  # the highest of them; -1 when none
 
     # ------------------------------------------------------------------ hot path
     def is_pending(self, offset: int) -> bool:
-        """Acked individually in an open txn, or covered by the pending cumulative ack (and not acked)."""
+        """Acked individually in an open txn, or covered by a pending cumulative ack (and not acked)."""
         if offset in self._individual:
             return True
         return offset <= self._cum_pos and not self.cursor.is_acked(offset)
 
+    def _cum_holder(self, txn: TxnID) -> tuple[TxnID | None, int]:
+        """Another txn holding a pending cumulative ack, and the highest position of such acks."""
+        others = [(t, p) for t, p in self._cum.items() if t != txn]
+        if not others:
+            return None, -1
+        return others[0][0], max(p for _t, p in others)
+
     # ------------------------------------------------------------------ rules
     def check(self, txn: TxnID, kind: AckKind, offsets: Sequence[int]) -> None:
         """Raise ``TransactionConflict`` / ``NotAllowedError`` if Pulsar would refuse this ack."""
-        holder, cum_pos = self._cum_txn, self._cum_pos
         if kind == AckKind.CUMULATIVE:
+            holder = self._cum_holder(txn)[0]
             if len(offsets) != 1:
                 raise NotAllowedError(
                     f"transaction {txn}: cumulative ack in a transaction takes exactly one message id, "
@@ -56,21 +70,26 @@ class PendingAckState:
                     f"transaction {txn} cannot cumulatively ack offset {pos}: already acked "
                     f"(every offset below {md} is acked)"
                 )
-            if holder is not None and holder != txn:
+            if holder is not None:
                 raise TransactionConflict(
                     f"transaction {txn} cannot cumulatively ack offset {pos}: transaction {holder} holds "
-                    f"a pending cumulative ack at offset {cum_pos} on this subscription"
+                    f"a pending cumulative ack at offset {self._cum[holder]} on this subscription"
                 )
-            if holder == txn and pos <= cum_pos:
+            own = self._cum.get(txn)
+            if own is not None and pos <= own:
                 raise TransactionConflict(
                     f"transaction {txn} cannot cumulatively ack offset {pos}: it already has a pending "
-                    f"cumulative ack at offset {cum_pos} (a repeat must move forward)"
+                    f"cumulative ack at offset {own} (a repeat must move forward)"
                 )
-            clash = min((o for o, t in self._individual.items() if o <= pos and t != txn), default=None)
+            clash = min(
+                (o for o, t in self._individual.items() if o <= pos and (t != txn or o in self._more)),
+                default=None,
+            )
             if clash is not None:
+                who = [t for t in (self._individual[clash], *self._more.get(clash, ())) if t != txn]
                 raise TransactionConflict(
                     f"transaction {txn} cannot cumulatively ack offset {pos}: offset {clash} is pending "
-                    f"in transaction {self._individual[clash]}"
+                    f"in transaction {who[0]}"
                 )
             return
         if kind != AckKind.INDIVIDUAL:
@@ -83,7 +102,7 @@ class PendingAckState:
 
     def _first_conflict(self, txn: TxnID, offsets: Sequence[int]) -> str | None:
         """Why the first refused offset of an individual ack is refused (None: none is), one by one."""
-        holder, cum_pos = self._cum_txn, self._cum_pos
+        holder, cum_pos = self._cum_holder(txn)
         seen: set[int] = set()
         for o in offsets:
             if self.cursor.is_acked(o):
@@ -94,7 +113,7 @@ class PendingAckState:
             if owner is not None:
                 who = "this transaction" if owner == txn else f"transaction {owner}"
                 return f"transaction {txn} cannot ack offset {o}: already pending in {who}"
-            if holder is not None and holder != txn and o <= cum_pos:
+            if holder is not None and o <= cum_pos:
                 return (
                     f"transaction {txn} cannot ack offset {o}: transaction {holder} holds a pending "
                     f"cumulative ack at offset {cum_pos}"
@@ -112,55 +131,52 @@ class PendingAckState:
         distinct = set(offsets)
         lowest = min(distinct)
         cursor = self.cursor
-        holder = self._cum_txn
         return (
             len(distinct) == len(offsets)
             and lowest >= cursor.mark_delete
             and (not cursor.acked or not any(o in cursor.acked for o in distinct))
             and distinct.isdisjoint(self._individual)
-            and (holder is None or holder == txn or lowest > self._cum_pos)
+            and (not self._cum or lowest > self._cum_holder(txn)[1])
         )
 
     # ------------------------------------------------------------------ fold
     def apply_ack(self, txn: TxnID, kind: AckKind, offsets: Sequence[int]) -> None:
-        """Record an ack as pending, without checks. Should the log hold acks ``check`` would refuse,
-        the last one wins: an offset or the cumulative slot moves to the later transaction."""
+        """Record an ack as pending, without checks. An offset (or the cumulative slot) pending in
+        another transaction already stays pending in both (see the module's docstring)."""
         if not offsets:
             return
         if kind == AckKind.CUMULATIVE:
             pos = max(offsets)  # one offset unless the log is malformed
-            if self._cum_txn == txn:
-                self._cum_pos = max(self._cum_pos, pos)
-            else:
-                self._cum_txn, self._cum_pos = txn, pos
+            self._cum[txn] = max(self._cum.get(txn, -1), pos)
+            self._cum_pos = max(self._cum_pos, pos)
             return
         if kind != AckKind.INDIVIDUAL:
             raise ValueError(f"unknown ack kind {kind!r}")
         mine = self._by_txn.setdefault(txn, set())
         individual = self._individual
-        if individual.keys().isdisjoint(offsets):  # nothing moves from another transaction
+        if individual.keys().isdisjoint(offsets):  # nobody else holds any of them
             individual.update(dict.fromkeys(offsets, txn))
             mine.update(offsets)
             return
         for o in offsets:
-            prev = self._individual.get(o)
-            if prev is not None and prev != txn:
-                self._drop(prev, o)
-            self._individual[o] = txn
+            first = individual.setdefault(o, txn)
+            if first != txn:
+                more = self._more.setdefault(o, [])
+                if txn not in more:
+                    more.append(txn)
             mine.add(o)
 
     def apply_outcome(self, txn: TxnID, action: TxnAction) -> list[int]:
         """End ``txn`` here. COMMIT acks its offsets in the cursor and returns []; ABORT returns the
         offsets that become deliverable again, sorted. A txn with nothing pending here is a no-op."""
         mine = self._by_txn.pop(txn, None)
-        cum: int | None = None
-        if self._cum_txn == txn:
-            cum, self._cum_txn, self._cum_pos = self._cum_pos, None, -1
+        cum = self._cum.pop(txn, None)
+        if cum is not None:
+            self._cum_pos = max(self._cum.values(), default=-1)
         if mine is None and cum is None:
             return []
-        individual = self._individual
         for o in mine or ():
-            del individual[o]
+            self._release(txn, o)
         cursor = self.cursor
         if action == TxnAction.COMMIT:
             if cum is not None:
@@ -175,28 +191,37 @@ class PendingAckState:
             candidates.update(range(cursor.mark_delete, cum + 1))
         return sorted(o for o in candidates if not cursor.is_acked(o) and not self.is_pending(o))
 
-    def _drop(self, txn: TxnID, offset: int) -> None:
-        offsets = self._by_txn[txn]
-        offsets.discard(offset)
-        if not offsets:
-            del self._by_txn[txn]
+    def _release(self, txn: TxnID, offset: int) -> None:
+        """Drop ``txn``'s claim on ``offset``; a later claimer, if any, holds it from now on."""
+        more = self._more.get(offset)
+        if more is None:
+            del self._individual[offset]
+            return
+        if self._individual[offset] == txn:
+            self._individual[offset] = more.pop(0)
+        elif txn in more:
+            more.remove(txn)
+        if not more:
+            del self._more[offset]
 
     # ------------------------------------------------------------------ introspection
     def pending_txns(self) -> dict[TxnID, int]:
         """txn -> pending message ids (its individual acks; a cumulative ack counts as one)."""
         counts = {t: len(offsets) for t, offsets in self._by_txn.items()}
-        if self._cum_txn is not None:
-            counts[self._cum_txn] = counts.get(self._cum_txn, 0) + 1
+        for t in self._cum:
+            counts[t] = counts.get(t, 0) + 1
         return counts
 
     def pending_count(self) -> int:
-        return len(self._individual) + (self._cum_txn is not None)
+        """Pending message ids, each counted once however many transactions hold it."""
+        return len(self._individual) + bool(self._cum)
 
     def stats(self) -> dict[str, object]:
+        cum = ", ".join(f"{t}@{p}" for t, p in self._cum.items())
         return {
             "pending_ack_count": self.pending_count(),
             "txns": {str(t): n for t, n in sorted(self.pending_txns().items())},
-            "cumulative": None if self._cum_txn is None else f"{self._cum_txn}@{self._cum_pos}",
+            "cumulative": cum or None,
             "mark_delete": self.cursor.mark_delete,
         }
 
@@ -206,10 +231,10 @@ class PendingAckState:
         return (
             self.cursor == other.cursor
             and self._individual == other._individual
-            and self._cum_txn == other._cum_txn
-            and self._cum_pos == other._cum_pos
+            and self._more == other._more
+            and self._cum == other._cum
         )
 
     def __repr__(self) -> str:
-        cum = None if self._cum_txn is None else f"{self._cum_txn}@{self._cum_pos}"
+        cum = ", ".join(f"{t}@{p}" for t, p in self._cum.items()) or None
         return f"PendingAckState({self.cursor!r}, pending={self.pending_txns()}, cumulative={cum})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
@@ -36,22 +37,23 @@ def test_a_seek_back_is_not_undone_by_a_concurrent_cursor_flush(
     tp = (msgs[0].message_id.topic, msgs[0].message_id.partition)
 
     upkeep_commits, upkeep_committed, seek_committed = threading.Event(), threading.Event(), threading.Event()
-    real = consumer._group.commit
+    real = consumer._group.commit_async
     upkeep = f"consumer-{sub}"
 
-    def slow_upkeep(offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+    def slow_upkeep(offsets: dict[tuple[str, int], tuple[int, str]]) -> Future[None]:
         paused = False
         if threading.current_thread().name == upkeep and offsets[tp][0] == 5 and not upkeep_commits.is_set():
             paused = True
             upkeep_commits.set()
             seek_committed.wait(1.5)  # fixed: the seek's commit waits for this one
-        real(offsets)
+        done = real(offsets)
         if paused:
-            upkeep_committed.set()
+            done.add_done_callback(lambda _f: upkeep_committed.set())
         elif offsets[tp][0] == 2:
-            seek_committed.set()
+            done.add_done_callback(lambda _f: seek_committed.set())
+        return done
 
-    monkeypatch.setattr(consumer._group, "commit", slow_upkeep)
+    monkeypatch.setattr(consumer._group, "commit_async", slow_upkeep)
     for m in msgs:
         consumer.acknowledge(m)
     assert upkeep_commits.wait(5), "the upkeep flush never committed the acks"
@@ -59,11 +61,13 @@ def test_a_seek_back_is_not_undone_by_a_concurrent_cursor_flush(
     assert seek_committed.wait(5) and upkeep_committed.wait(5)
     committed = group_offsets(c.client.kafka, sub, [tp])[tp][0]
 
-    def crashed(offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
-        raise StoreError("the process died", retriable=True)
+    def crashed(offsets: dict[tuple[str, int], tuple[int, str]]) -> Future[None]:
+        done: Future[None] = Future()
+        done.set_exception(StoreError("the process died", retriable=True))
+        return done
 
     # The consumer dies here: nothing of it is committed any more (a clean close would re-commit).
-    monkeypatch.setattr(consumer._group, "commit", crashed)
+    monkeypatch.setattr(consumer._group, "commit_async", crashed)
     consumer.close()
     again = c.client.subscribe(topic, sub)
     got = sorted(m.message_id.offset for m in receive_all(again))

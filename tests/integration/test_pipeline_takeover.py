@@ -74,3 +74,55 @@ def test_zombie_instance_cannot_commit_after_a_successor_took_over(cluster, uid:
     assert verdict.ok, str(verdict)
     # The old run learnt that it was replaced, and stopped instead of taking the subscription back.
     assert len(outcome) == 1 and isinstance(outcome[0], PipelineFenced), outcome
+
+
+def test_without_the_takeover_watch_the_zombies_commit_is_refused_by_the_group(cluster, uid: str) -> None:
+    """The watch only notices a takeover within its interval; what closes the window is each
+    commit's ownership check (a group commit as a member, after the acks are stored): the group
+    refuses the replaced member, so its transaction aborts instead of committing duplicates."""
+    c = cluster()
+    _fill(c, f"in_{uid}", 200)
+    c.client.create_topic(f"out_{uid}", 1)
+    settings = PipelineSettings(
+        f"in_{uid}",
+        f"out_{uid}",
+        subscription=f"pipe_{uid}",
+        instance_id=f"p-{uid}",
+        batch_size=50,
+        idle_exit_s=1.5,
+        fence_check_interval_s=None,
+    )
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall_once(msg: Message[bytes]) -> bytes:
+        if msg.data == b"msg-00100" and not stalled.is_set():
+            stalled.set()
+            resume.wait(60)
+        return upper(msg)
+
+    old = ExactlyOncePipeline(c.client, settings, stall_once)
+    outcome: list[BaseException | None] = []
+
+    def run_old() -> None:
+        try:
+            old.run()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_old, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(30), "the old run never reached the stall"
+        new = ExactlyOncePipeline(c.client, settings)
+        assert new.run().processed > 0
+        new.close()
+    finally:
+        resume.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    old.close()
+    verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
+    assert verdict.ok, str(verdict)
+    assert old.progress.failed_batches >= 1, old.progress  # the zombie's batch did not commit
+    print(outcome, old.progress)

@@ -16,7 +16,14 @@ import pytest
 
 from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
-from pulsar_txn.errors import ConsumerBusy, NotAllowedError, Timeout, TransactionConflict
+from pulsar_txn.errors import (
+    ConsumerBusy,
+    NotAllowedError,
+    PulsarTxnError,
+    Timeout,
+    TransactionConflict,
+    TransactionHasOperationFailed,
+)
 from pulsar_txn.message import Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
@@ -655,3 +662,38 @@ def test_an_ack_racing_with_commit_is_part_of_the_commit_not_left_out(
     pending, redelivered = _after_a_restart(c, topic, sub)
     assert pending == [0]
     assert m.message_id not in redelivered
+
+
+def test_a_replaced_consumer_cannot_commit_its_txn_acks_and_its_successor_owns_the_messages(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A consumer replaced while it held acks in an open transaction (a long pause; here a newer
+    consumer with its instance id) must not commit them: its successor did not see them and has
+    delivered the same messages. The commit's ownership check is refused by the group, so the
+    transaction aborts, and the successor's own acks of those messages are what counts."""
+    c = cluster()
+    topic, sub = f"repl_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    old = c.client.subscribe(topic, sub, instance_id="a", initial_position="Earliest")
+    msgs = receive_all(old)
+    assert len(msgs) == 5
+    txn = c.client.transaction(60)
+    for m in msgs:
+        old.acknowledge(m, txn=txn)  # batched: not in the pending-ack log yet
+    new = c.client.subscribe(topic, sub, instance_id="a", initial_position="Earliest")
+    again = receive_all(new)
+    assert _values(again) == _values(msgs)
+    with pytest.raises(TransactionHasOperationFailed) as refused:
+        txn.commit()
+    assert isinstance(refused.value.__cause__, TransactionConflict), repr(refused.value.__cause__)
+    assert txn.state is TransactionState.ABORTED
+    with c.client.transaction(60) as txn2:
+        for m in again:
+            new.acknowledge(m, txn=txn2)
+    wait_until(lambda: _pending_total(new) == 0, 10, what="the old txn's late acks released")
+    assert receive_all(new, 1000) == []
+    with contextlib.suppress(PulsarTxnError):
+        old.close()
+    new.close()
+    with c.client.subscribe(topic, sub, instance_id="a", initial_position="Earliest") as restarted:
+        assert receive_all(restarted, 1000) == []

@@ -267,14 +267,49 @@ def test_outcome_applied_twice_is_a_no_op_the_second_time(action: TxnAction) -> 
     assert sub.state == after
 
 
-def test_apply_ack_moves_a_conflicting_offset_to_the_later_txn() -> None:
+def test_an_offset_acked_in_two_txns_stays_pending_until_both_ended() -> None:
+    """Two owners at once (a paused consumer and its successor) can both log an ack of one offset.
+    Neither claim is dropped: whichever aborts, the offset stays pending in the other."""
     s = PendingAckState(Cursor())
     s.apply_ack(A, IND, [1, 2])
     s.apply_ack(B, IND, [2])
+    assert s.pending_txns() == {A: 2, B: 1} and s.pending_count() == 2
+    assert s.apply_outcome(A, ABORT) == [1]
+    assert s.is_pending(2) and not s.is_pending(1)
+    assert s.apply_outcome(B, COMMIT) == [] and s.cursor.acked.ranges() == [(2, 2)]
+    assert not s.is_pending(2) and s.pending_count() == 0
+
+
+def test_an_offset_acked_in_two_txns_is_acked_when_either_commits_and_not_released_by_the_other() -> None:
+    s = PendingAckState(Cursor())
+    s.apply_ack(A, IND, [2])
+    s.apply_ack(B, IND, [2, 3])
+    assert s.apply_outcome(A, COMMIT) == [] and s.cursor.acked.ranges() == [(2, 2)]
+    assert s.apply_outcome(B, ABORT) == [3]
+    assert s.pending_txns() == {} and s.pending_count() == 0
+
+
+def test_two_pending_cumulative_acks_both_hold_until_ended() -> None:
+    s = PendingAckState(Cursor())
     s.apply_ack(B, CUM, [0])
     s.apply_ack(C, CUM, [5])
-    assert s.pending_txns() == {A: 1, B: 1, C: 1}
-    assert s.apply_outcome(A, COMMIT) == [] and s.cursor.acked.ranges() == [(1, 1)]
+    assert s.pending_txns() == {B: 1, C: 1} and s.is_pending(5)
+    assert s.apply_outcome(C, ABORT) == [1, 2, 3, 4, 5]  # 0 stays pending in B
+    assert s.is_pending(0) and not s.is_pending(1)
+    with pytest.raises(TransactionConflict):
+        s.check(A, CUM, [3])  # B still holds the cumulative ack
+    assert s.apply_outcome(B, COMMIT) == [] and s.cursor.mark_delete == 1
+
+
+def test_the_fold_of_two_claims_does_not_depend_on_which_outcome_comes_first() -> None:
+    for first, second in ((A, B), (B, A)):
+        s = PendingAckState(Cursor())
+        s.apply_ack(A, IND, [1, 2])
+        s.apply_ack(B, IND, [2, 3])
+        released = [*s.apply_outcome(first, ABORT), *s.apply_outcome(second, COMMIT)]
+        committed = {A: {1, 2}, B: {2, 3}}[second]
+        assert {o for o in range(5) if s.cursor.is_acked(o)} == committed
+        assert sorted(released) == sorted({1, 2, 3} - committed)
 
 
 def test_stats_report_counts_cumulative_and_mark_delete() -> None:
