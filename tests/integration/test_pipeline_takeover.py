@@ -125,4 +125,5 @@ def test_without_the_takeover_watch_the_zombies_commit_is_refused_by_the_group(c
     verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
     assert verdict.ok, str(verdict)
     assert old.progress.failed_batches >= 1, old.progress  # the zombie's batch did not commit
-    print(outcome, old.progress)
+    # After the refused commit, the session's end asked the group once (no periodic watch): replaced.
+    assert len(outcome) == 1 and isinstance(outcome[0], PipelineFenced), outcome
