@@ -75,6 +75,8 @@ class Transaction:
         self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
         self._flush_hooks: list[Callable[[], None]] = []
         self._commit_checks: list[Callable[[TxnID], Future[None]]] = []
+        self._acks_begun = 0  # acks counted by begin_ack so far: a prepare covers those it saw
+        self._prepared: tuple[int, Future[None]] | None = None  # the last prepare: (acks it covers, result)
         # The countdown of the end in progress (commit/abort began): operations tracked, and hooks
         # added, by an operation counted before the end began still become part of it.
         self._ending: _Countdown | None = None
@@ -129,6 +131,7 @@ class Transaction:
                 fut = self._client._tc().add_subscriptions_async(self.txn_id, [key])
                 self._subscriptions[key] = fut
             self._inflight += 1
+            self._acks_begun += 1
             return fut
 
     def add_end_listener(self, listener: Callable[[TxnID, TxnAction], None]) -> None:
@@ -201,6 +204,29 @@ class Transaction:
         self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
         result = self._watched_end()
         self._after_ops(lambda failed: self._commit_or_abort(failed, result), ending=True)
+        return result
+
+    def prepare_async(self) -> Future[None]:
+        """Do now what a commit waits for, without ending the transaction: batched acks are written,
+        and once every operation so far has ended, the commit checks run (the acking consumers'
+        ownership checks). A ``commit`` with no ack added since waits for this instead of checking
+        again, so the checks can overlap with other work, e.g. the previous transaction's commit in
+        the exactly-once pipeline. The future fails with what would make the commit abort; the
+        transaction stays open either way."""
+        result: Future[None] = LazyFuture()
+        with self._lock:
+            self._require_open("prepare")
+            self._prepared = (self._acks_begun, result)
+
+        def ops_ended(failed: BaseException | None) -> None:
+            if failed is not None:
+                result.set_exception(failed)
+                return
+            with self._lock:
+                checks = list(self._commit_checks)
+            self._run_checks(checks, lambda err: _settle(result, err))
+
+        self._after_ops(ops_ended)
         return result
 
     def abort(self) -> None:
@@ -306,8 +332,13 @@ class Transaction:
         if failed is None:
             with self._lock:
                 checks = list(self._commit_checks)
-            if checks:
-                self._run_checks(checks, result)
+                prepared = self._prepared
+                if prepared is not None and prepared[0] != self._acks_begun:
+                    prepared = None  # acks came after the prepare: check again
+            if prepared is not None:  # checked (or being checked) already, with every ack in
+                prepared[1].add_done_callback(lambda f: self._commit_checked(f.exception(), result))
+            elif checks:
+                self._run_checks(checks, lambda err: self._commit_checked(err, result))
             else:
                 self._end(TxnAction.COMMIT, result)
             return
@@ -320,9 +351,18 @@ class Transaction:
         error.__cause__ = failed
         self._end(TxnAction.ABORT, result, instead=error)
 
-    def _run_checks(self, checks: list[Callable[[TxnID], Future[None]]], result: Future[None]) -> None:
-        """The commit checks, then END_TXN(COMMIT), or an abort if one failed or did not answer within
-        the operation timeout. No thread waits: this goes on from the last check's callback."""
+    def _commit_checked(self, failed: BaseException | None, result: Future[None]) -> None:
+        if failed is None:
+            self._end(TxnAction.COMMIT, result)
+        else:
+            self._commit_or_abort(failed, result)
+
+    def _run_checks(
+        self, checks: list[Callable[[TxnID], Future[None]]], then: Callable[[BaseException | None], None]
+    ) -> None:
+        """Run the commit checks, then ``then`` with the first failure (None if all passed; a check
+        that did not answer within the operation timeout fails). No thread waits: this goes on from
+        the last check's callback."""
         timeout = self._client.operation_timeout_seconds
         futures: list[Future[None]] = []
         for check in checks:
@@ -348,10 +388,7 @@ class Transaction:
                 first = fut.exception(0)
                 if first is not None:
                     break
-            if first is None:
-                self._end(TxnAction.COMMIT, result)
-            else:
-                self._commit_or_abort(first, result)
+            then(first)
 
         countdown.then = finish
         key = watch.add(time.monotonic() + timeout, lambda: finish(True))
@@ -471,6 +508,13 @@ class _Countdown:
                 return False
             self._fired = True
             return True
+
+
+def _settle(result: Future[None], error: BaseException | None) -> None:
+    if error is None:
+        result.set_result(None)
+    else:
+        result.set_exception(error)
 
 
 def _nothing() -> None:

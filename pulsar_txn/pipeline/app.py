@@ -224,6 +224,10 @@ class ExactlyOncePipeline:
                 if refused is not None:
                     raise refused
                 txn.commit()
+            else:
+                # The ack record and the ownership check go out now, while the previous batch of the
+                # partition commits; the chained commit then only sends END_TXN.
+                txn.prepare_async()
         except BaseException:
             self.progress.failed_batches += 1
             if txn.state is TransactionState.OPEN:

@@ -697,3 +697,41 @@ def test_a_replaced_consumer_cannot_commit_its_txn_acks_and_its_successor_owns_t
     new.close()
     with c.client.subscribe(topic, sub, instance_id="a", initial_position="Earliest") as restarted:
         assert receive_all(restarted, 1000) == []
+
+
+def test_a_prepared_commit_checks_ownership_once_unless_an_ack_came_after_the_prepare(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prepare_async`` writes the acks and runs the ownership check ahead of the commit (the
+    pipeline overlaps it with the previous batch's commit); the commit then does not check again,
+    unless an ack was added after the prepare."""
+    c = cluster()
+    topic, sub = f"prep_{uid}", f"sub_{uid}"
+    _setup(c, topic, 3)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = receive_all(consumer)
+    assert len(msgs) == 3
+    checks: list[object] = []
+    real = consumer._ownership_check
+
+    def counted(txn_id: Any) -> Any:
+        checks.append(txn_id)
+        return real(txn_id)
+
+    monkeypatch.setattr(consumer, "_ownership_check", counted)
+    txn = c.client.transaction(60)
+    consumer.acknowledge(msgs[0], txn=txn)
+    txn.prepare_async().result(10)
+    consumer.acknowledge(msgs[1], txn=txn)
+    txn.commit()
+    assert len(checks) == 2  # the ack after the prepare was checked too
+    txn2 = c.client.transaction(60)
+    consumer.acknowledge(msgs[2], txn=txn2)
+    txn2.prepare_async().result(10)
+    txn2.commit()
+    assert len(checks) == 3
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    assert receive_all(consumer, 800) == []
+    consumer.close()
+    with c.client.subscribe(topic, sub) as restarted:
+        assert receive_all(restarted, 1000) == []
