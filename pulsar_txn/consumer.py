@@ -949,7 +949,10 @@ class Consumer(Generic[T]):
             )
             return result
         with self._commit_lock:
-            done = self._hand_over(held, True, held_only=True)
+            # Not held_only: a partition revoked or lost since ``held`` was taken must still be
+            # committed, so that the group (which refuses partitions it no longer assigns us) decides,
+            # instead of being left out of the check.
+            done = self._hand_over(held, True, held_only=False)
         if done is None:
             result.set_result(None)
             return result

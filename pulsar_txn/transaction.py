@@ -287,6 +287,13 @@ class Transaction:
                 self._ending = countdown
         for hook in hooks:
             hook()
+        self._when_done(countdown, ops, timeout, lambda: then(self._first_failure(timeout)))
+
+    def _when_done(
+        self, countdown: _Countdown, futures: list[Future[Any]], timeout: float, then: Callable[[], None]
+    ) -> None:
+        """Call ``then`` once: when ``countdown`` (counting ``futures``, maybe more) reaches zero, or
+        after ``timeout``, whichever comes first; ``then`` tells which from the futures' states."""
         watch = self._client._deadline_watch()
 
         def finish(expired: bool) -> None:
@@ -294,12 +301,12 @@ class Transaction:
                 return  # the other of "all ended" and "expired" came first
             if not expired:
                 watch.cancel(key)
-            then(self._first_failure(timeout))
+            then()
 
         countdown.then = finish
         key = watch.add(time.monotonic() + timeout, lambda: finish(True))
-        for op in ops:
-            op.add_done_callback(countdown.one_done)
+        for fut in futures:
+            fut.add_done_callback(countdown.one_done)
         countdown.one_done()  # the count started one higher, so it cannot fire before this point
 
     def _wait_ops(self) -> BaseException | None:
@@ -372,14 +379,8 @@ class Transaction:
                 failed: Future[None] = Future()
                 failed.set_exception(exc)
                 futures.append(failed)
-        countdown = _Countdown(len(futures))
-        watch = self._client._deadline_watch()
 
-        def finish(expired: bool) -> None:
-            if not countdown.fire():
-                return
-            if not expired:
-                watch.cancel(key)
+        def checked() -> None:
             first: BaseException | None = None
             for fut in futures:
                 if not fut.done():
@@ -390,11 +391,7 @@ class Transaction:
                     break
             then(first)
 
-        countdown.then = finish
-        key = watch.add(time.monotonic() + timeout, lambda: finish(True))
-        for fut in futures:
-            fut.add_done_callback(countdown.one_done)
-        countdown.one_done()
+        self._when_done(_Countdown(len(futures)), futures, timeout, checked)
 
     def _end(self, action: TxnAction, result: Future[None], instead: BaseException | None = None) -> None:
         """END_TXN, then the state, the end listeners and ``result`` (with ``instead`` as its error

@@ -26,8 +26,12 @@ def _fill(c: Cluster, topic: str, n: int) -> None:
     producer.flush()
 
 
-def test_zombie_instance_cannot_commit_after_a_successor_took_over(cluster, uid: str) -> None:
-    c = cluster()
+def _stall_then_take_over(
+    c: Cluster, uid: str, fence_check_interval_s: float | None, join_s: float
+) -> tuple[ExactlyOncePipeline, list[BaseException | None]]:
+    """200 inputs; the old run stalls at the first message of its third batch (acked in memory,
+    nothing sent), a successor with its instance id processes the input, then the old run resumes.
+    Returns the old pipeline (closed) and how its ``run()`` ended."""
     _fill(c, f"in_{uid}", 200)
     c.client.create_topic(f"out_{uid}", 1)
     settings = PipelineSettings(
@@ -37,7 +41,7 @@ def test_zombie_instance_cannot_commit_after_a_successor_took_over(cluster, uid:
         instance_id=f"p-{uid}",
         batch_size=50,
         idle_exit_s=1.5,
-        fence_check_interval_s=0.3,
+        fence_check_interval_s=fence_check_interval_s,
     )
     stalled, resume = threading.Event(), threading.Event()
 
@@ -67,9 +71,15 @@ def test_zombie_instance_cannot_commit_after_a_successor_took_over(cluster, uid:
         assert progress.processed > 0
     finally:
         resume.set()
-    thread.join(30)
+    thread.join(join_s)
     assert not thread.is_alive()
     old.close()
+    return old, outcome
+
+
+def test_zombie_instance_cannot_commit_after_a_successor_took_over(cluster, uid: str) -> None:
+    c = cluster()
+    _old, outcome = _stall_then_take_over(c, uid, 0.3, join_s=30)
     verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
     assert verdict.ok, str(verdict)
     # The old run learnt that it was replaced, and stopped instead of taking the subscription back.
@@ -81,47 +91,7 @@ def test_without_the_takeover_watch_the_zombies_commit_is_refused_by_the_group(c
     commit's ownership check (a group commit as a member, after the acks are stored): the group
     refuses the replaced member, so its transaction aborts instead of committing duplicates."""
     c = cluster()
-    _fill(c, f"in_{uid}", 200)
-    c.client.create_topic(f"out_{uid}", 1)
-    settings = PipelineSettings(
-        f"in_{uid}",
-        f"out_{uid}",
-        subscription=f"pipe_{uid}",
-        instance_id=f"p-{uid}",
-        batch_size=50,
-        idle_exit_s=1.5,
-        fence_check_interval_s=None,
-    )
-    stalled, resume = threading.Event(), threading.Event()
-
-    def stall_once(msg: Message[bytes]) -> bytes:
-        if msg.data == b"msg-00100" and not stalled.is_set():
-            stalled.set()
-            resume.wait(60)
-        return upper(msg)
-
-    old = ExactlyOncePipeline(c.client, settings, stall_once)
-    outcome: list[BaseException | None] = []
-
-    def run_old() -> None:
-        try:
-            old.run()
-            outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run_old, daemon=True)
-    thread.start()
-    try:
-        assert stalled.wait(30), "the old run never reached the stall"
-        new = ExactlyOncePipeline(c.client, settings)
-        assert new.run().processed > 0
-        new.close()
-    finally:
-        resume.set()
-    thread.join(60)
-    assert not thread.is_alive()
-    old.close()
+    old, outcome = _stall_then_take_over(c, uid, None, join_s=60)
     verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
     assert verdict.ok, str(verdict)
     assert old.progress.failed_batches >= 1, old.progress  # the zombie's batch did not commit
