@@ -16,15 +16,15 @@ from kafka_store.errors import (
     UnknownRecordKindError,
     UnsupportedRecordVersionError,
 )
-from kafka_store.group import (
+from kafka_store.group import GroupMembership, GroupReader, SubscriptionGroup
+from kafka_store.group_admin import (
+    GroupInfo,
     GroupMember,
-    GroupMembership,
-    GroupReader,
-    SubscriptionGroup,
     delete_group,
     describe_group,
     group_admin,
     group_offsets,
+    list_groups,
 )
 from kafka_store.producer import Appender, Delivery
 from kafka_store.reader import (
@@ -46,6 +46,7 @@ __all__ = [
     "CodecRegistry",
     "CorruptRecordError",
     "Delivery",
+    "GroupInfo",
     "GroupMember",
     "GroupMembership",
     "GroupReader",
@@ -68,6 +69,7 @@ __all__ = [
     "free_port",
     "group_admin",
     "group_offsets",
+    "list_groups",
     "read_range",
     "replay_compacted",
 ]

@@ -12,13 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from kafka_store.config import KafkaConfig, admin_conf
-from kafka_store.errors import BrokerUnavailableError, StoreError
+from kafka_store.config import KafkaConfig
+from kafka_store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -439,65 +438,3 @@ class SubscriptionGroup:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("leaving %s: %s", self.group_id, exc)
-
-
-class GroupMember(NamedTuple):
-    member_id: str
-    client_id: str
-    instance_id: str | None  # group.instance.id of a static member (KIP-345), else None
-
-
-def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> list[GroupMember]:
-    """A group's current members (empty if the group has none). ``admin``: an admin client from
-    ``group_admin`` to reuse (for repeated look-ups); else one is made for this call."""
-    if admin is None:
-        admin = AdminClient(admin_conf(config))
-    try:
-        desc = admin.describe_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
-    except KafkaException as exc:
-        raise StoreError(f"describe group {group_id}: {exc}", retriable=True) from None
-    except TimeoutError:  # the admin future's own timeout: not a KafkaException
-        raise BrokerUnavailableError.no_answer(
-            f"describe group {group_id}", config.request_timeout_ms / 1000
-        ) from None
-    return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
-
-
-def group_admin(config: KafkaConfig) -> Any:
-    """An admin client for repeated ``describe_group`` calls (opaque outside ``kafka_store``)."""
-    return AdminClient(admin_conf(config))
-
-
-def delete_group(config: KafkaConfig, group_id: str) -> None:
-    admin = AdminClient(admin_conf(config))
-    try:
-        admin.delete_consumer_groups([group_id])[group_id].result(config.request_timeout_ms / 1000)
-    except KafkaException as exc:
-        raise StoreError(f"delete group {group_id}: {exc}") from None
-    except TimeoutError:
-        raise BrokerUnavailableError.no_answer(
-            f"delete group {group_id}", config.request_timeout_ms / 1000
-        ) from None
-
-
-def group_offsets(
-    config: KafkaConfig, group_id: str, partitions: list[tuple[str, int]]
-) -> dict[tuple[str, int], tuple[int, str | None]]:
-    """A group's committed (offset, metadata) per partition, read without joining the group."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    admin = AdminClient(admin_conf(config))
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])
-    try:
-        result = admin.list_consumer_group_offsets([request])[group_id].result(
-            config.request_timeout_ms / 1000
-        )
-    except KafkaException as exc:
-        raise StoreError(f"offsets of group {group_id}: {exc}", retriable=True) from None
-    except TimeoutError:
-        raise BrokerUnavailableError.no_answer(
-            f"offsets of group {group_id}", config.request_timeout_ms / 1000
-        ) from None
-    return {
-        (tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in result.topic_partitions if tp.offset >= 0
-    }

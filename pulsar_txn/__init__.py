@@ -3,6 +3,7 @@
 The public API follows Pulsar's client: ``Client`` → transactions, producers, consumers, readers.
 """
 
+from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.client import AuthenticationToken, Client
 from pulsar_txn.config import CoordinatorConfig
@@ -78,6 +79,7 @@ __all__ = [
     "ServiceNotReady",
     "StringSchema",
     "Timeout",
+    "TopicDeleted",
     "TopicNotFound",
     "Transaction",
     "TransactionBuilder",

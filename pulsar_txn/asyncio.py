@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
@@ -516,6 +517,10 @@ class AsyncClient:
     async def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create a (partitioned) topic; a no-op if it exists."""
         await self._pool.run(self.sync.create_topic, topic, partitions)
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> TopicDeleted:
+        """See ``Client.delete_topic``."""
+        return await self._pool.run(functools.partial(self.sync.delete_topic, topic, force=force))
 
     async def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed message."""

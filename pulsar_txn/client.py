@@ -17,6 +17,7 @@ from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNot
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
+from pulsar_txn._topic_delete import TopicDeleted, delete_topic
 from pulsar_txn.buffer.reader import BufferOptions, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -346,6 +347,17 @@ class Client:
         here it is a Kafka topic with that many partitions.)"""
         name = TopicName.parse(topic)
         self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
+
+    def delete_topic(self, topic: str, *, force: bool = False) -> TopicDeleted:
+        """Delete a topic with its subscriptions, as ``pulsar-admin topics delete`` does: the
+        subscriptions' consumer groups (cursors) and pending-ack logs, and the topic's
+        transaction-buffer snapshots. A subscription with connected consumers makes it fail with
+        ``NotAllowedError`` unless ``force``; a group that also reads other topics is kept. Raises
+        ``TopicNotFound`` if there is no such topic. Transactions that produced to it still end: the
+        coordinator gives up their markers there once the topic has been missing for a grace period."""
+        result = delete_topic(self.kafka, self._admin, self._snapshots(), topic, force=force)
+        self._counts.pop(TopicName.parse(topic).kafka_topic, None)
+        return result
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -58,6 +58,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A subscription's group members are this library's consumers: their Kafka client ids start so (the
+# join time after it orders racing subscribers; topic deletion tells them from other groups' members).
+CONSUMER_CLIENT_ID_PREFIX = "ptxn-"
+
 TP = tuple[str, int]
 T = TypeVar("T")
 
@@ -201,7 +205,7 @@ class Consumer(Generic[T]):
         self._refetch_due: list[tuple[TP, list[int]]] = []  # see _after_outcome; read by the upkeep thread
         self._closed = False
         self._assigned_once = threading.Event()
-        client_id = f"ptxn-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        client_id = f"{CONSUMER_CLIENT_ID_PREFIX}{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         self._client_id = client_id
         self._instance_id = instance_id
         if consumer_type is ConsumerType.Exclusive and self._other_members():

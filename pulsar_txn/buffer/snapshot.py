@@ -229,6 +229,27 @@ class SnapshotStore:
         )
         return app.append(self.topic, snap_partition, head, key=base.encode())
 
+    def forget(self, topic: str, partitions: int) -> int:
+        """Tombstone every snapshot record (heads and aborted segments) of ``topic``'s partitions,
+        for a deleted topic; returns how many were written. Compaction then drops them."""
+        self.ensure_topic()
+        bases = {f"{topic}/{p}": (topic, p) for p in range(partitions)}
+        by_snap: dict[int, list[str]] = {}
+        for base, tp in bases.items():
+            by_snap.setdefault(self._partition_for(*tp), []).append(base)
+        app = self._app()
+        written: list[Future[int]] = []
+        for snap_partition, wanted in by_snap.items():
+            for key in replay_compacted(self._kafka, self.topic, snap_partition):
+                name = key.decode(errors="replace")
+                if any(name == b or name.startswith(f"{b}/seg/") for b in wanted):
+                    written.append(app.append(self.topic, snap_partition, None, key=key))
+        for fut in written:
+            fut.result(self._kafka.request_timeout_ms / 1000)
+        for tp in bases.values():
+            self._segments_written.pop(tp, None)
+        return len(written)
+
     def load(
         self, topic: str, partition: int, *, num_tcs: int = 1 << 16, marker_secret: bytes | None = None
     ) -> tuple[TxnBufferState, int] | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn import AvroSchema, Timeout, TransactionState
+from pulsar_txn import AvroSchema, Timeout, TopicDeleted, TopicNotFound, TransactionState
 from pulsar_txn.asyncio import AsyncClient
 from tests.conftest import Cluster, read_all
 
@@ -96,6 +96,14 @@ def test_async_consume_process_produce_acks_in_the_transaction_and_abort_redeliv
 
     asyncio.run(main())
     assert sorted(m.data() for m in read_all(c.client.create_reader(dst))) == [b"M0", b"M1", b"M2"]
+
+    async def delete() -> TopicDeleted:
+        async with AsyncClient(c.client) as client:
+            return await client.delete_topic(src)
+
+    assert asyncio.run(delete()).subscriptions == (f"sub_{uid}",)
+    with pytest.raises(TopicNotFound):
+        c.client.delete_topic(src)
 
 
 def test_the_event_loop_keeps_running_while_receive_waits_and_a_cancelled_receive_loses_nothing(

@@ -1,0 +1,110 @@
+"""What the broker knows about consumer groups: which topics each one reads (committed offsets and
+current members' assignments) and who is in it. For admin operations, not hot paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kafka_store.config import KafkaConfig, admin_conf
+from kafka_store.errors import BrokerUnavailableError, StoreError
+
+
+class GroupMember(NamedTuple):
+    member_id: str
+    client_id: str
+    instance_id: str | None  # group.instance.id of a static member (KIP-345), else None
+    topics: frozenset[str] = frozenset()  # of its current assignment (filled by ``list_groups``)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group_id: str
+    members: tuple[GroupMember, ...]
+    committed_topics: frozenset[str]  # topics with an offset committed by the group
+
+
+def _result(future: Any, what: str, timeout: float, *, retriable: bool = True) -> Any:
+    try:
+        return future.result(timeout)
+    except KafkaException as exc:
+        raise StoreError(f"{what}: {exc}", retriable=retriable) from None
+    except TimeoutError:  # the admin future's own timeout: not a KafkaException
+        raise BrokerUnavailableError.no_answer(what, timeout) from None
+
+
+def list_groups(config: KafkaConfig) -> list[GroupInfo]:
+    """Every consumer group with its members and topics (one describe and one offsets request per
+    group: an admin look-up, not for hot paths)."""
+    admin = group_admin(config)
+    timeout = config.request_timeout_ms / 1000
+    listing = _result(admin.list_consumer_groups(request_timeout=timeout), "list groups", timeout)
+    ids = sorted({g.group_id for g in listing.valid})
+    if not ids:
+        return []
+    described = {
+        g: _result(f, f"describe group {g}", timeout)
+        for g, f in admin.describe_consumer_groups(ids, request_timeout=timeout).items()
+    }
+    out: list[GroupInfo] = []
+    for group_id in ids:
+        request = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
+        )
+        offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
+        members = tuple(
+            GroupMember(
+                m.member_id,
+                m.client_id,
+                m.group_instance_id,
+                frozenset(tp.topic for tp in (m.assignment.topic_partitions if m.assignment else [])),
+            )
+            for m in described[group_id].members
+        )
+        committed = frozenset(tp.topic for tp in offsets.topic_partitions if tp.offset >= 0)
+        out.append(GroupInfo(group_id, members, committed))
+    return out
+
+
+def group_admin(config: KafkaConfig) -> Any:
+    """An admin client for repeated ``describe_group`` calls (opaque outside ``kafka_store``)."""
+    return AdminClient(admin_conf(config))
+
+
+def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> list[GroupMember]:
+    """A group's current members (empty if the group has none). ``admin``: an admin client from
+    ``group_admin`` to reuse (for repeated look-ups); else one is made for this call."""
+    if admin is None:
+        admin = group_admin(config)
+    desc = _result(
+        admin.describe_consumer_groups([group_id])[group_id],
+        f"describe group {group_id}",
+        config.request_timeout_ms / 1000,
+    )
+    return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
+
+
+def delete_group(config: KafkaConfig, group_id: str) -> None:
+    """Delete a group (its committed offsets too); refused while it has members."""
+    admin = group_admin(config)  # kept referenced: a destroyed client never completes its futures
+    future = admin.delete_consumer_groups([group_id])[group_id]
+    _result(future, f"delete group {group_id}", config.request_timeout_ms / 1000, retriable=False)
+
+
+def group_offsets(
+    config: KafkaConfig, group_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """A group's committed (offset, metadata) per partition, read without joining the group."""
+    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])
+    admin = group_admin(config)
+    result = _result(
+        admin.list_consumer_group_offsets([request])[group_id],
+        f"offsets of group {group_id}",
+        config.request_timeout_ms / 1000,
+    )
+    return {
+        (tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in result.topic_partitions if tp.offset >= 0
+    }

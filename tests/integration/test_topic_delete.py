@@ -1,0 +1,140 @@
+"""Client.delete_topic against the real broker: a topic goes with its subscriptions (consumer groups),
+their pending-ack logs and its transaction-buffer snapshots, as with ``pulsar-admin topics delete``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kafka_store import TopicAdmin, group_offsets, list_groups
+from pulsar_txn import Client, NotAllowedError, TopicNotFound
+from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.consumer import Consumer
+from pulsar_txn.naming import TopicName, pending_ack_topic
+from tests.conftest import Cluster, receive_all, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _fill(c: Cluster, topic: str, n: int, partitions: int) -> None:
+    c.client.create_topic(topic, partitions)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as txn:
+        for i in range(n):
+            producer.send(f"t{i}", txn=txn, partition_key=f"k{i}")
+    for i in range(n):
+        producer.send(f"p{i}", partition_key=f"k{i}")
+    producer.close()
+
+
+def _ack_all(consumer: Consumer[bytes], c: Cluster, *, in_txn: bool) -> int:
+    msgs = receive_all(consumer)
+    if in_txn:
+        with c.client.transaction(60) as txn:
+            consumer.acknowledge(msgs, txn=txn)
+    else:
+        for m in msgs:
+            consumer.acknowledge(m)
+    consumer.close()  # writes the cursor to the group
+    return len(msgs)
+
+
+def _groups(c: Cluster) -> set[str]:
+    return {g.group_id for g in list_groups(c.client.kafka)}
+
+
+def test_deleting_a_topic_removes_its_subscriptions_pending_ack_logs_and_snapshots(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic, sub_txn, sub_plain = f"del_{uid}", f"st_{uid}", f"sp_{uid}"
+    _fill(c, topic, 10, 2)
+    assert _ack_all(c.client.subscribe(topic, sub_txn, initial_position="Earliest"), c, in_txn=True) == 20
+    assert _ack_all(c.client.subscribe(topic, sub_plain, initial_position="Earliest"), c, in_txn=False) == 20
+    # A topic named "<topic>-b" whose subscription "c" has the log "<topic>-b-c__...": not ours.
+    rival = f"{topic}-b"
+    _fill(c, rival, 2, 1)
+    assert _ack_all(c.client.subscribe(rival, "c", initial_position="Earliest"), c, in_txn=True) == 4
+    rival_log = pending_ack_topic(TopicName.parse(rival), "c")
+    snapshots = SnapshotStore(c.client.kafka, topic=c.config.snapshot_topic)
+    try:
+        wait_until(lambda: snapshots.load(topic, 0) is not None, 15, what="a TB snapshot")
+        own_log = pending_ack_topic(TopicName.parse(topic), sub_txn)
+        admin = TopicAdmin(c.client.kafka)
+        assert own_log in admin.list_topics() and {sub_txn, sub_plain} <= _groups(c)
+
+        deleted = c.client.delete_topic(topic)
+
+        assert deleted.subscriptions == tuple(sorted([sub_plain, sub_txn]))
+        assert deleted.pending_ack_topics == (own_log,) and deleted.kept_subscriptions == ()
+        assert deleted.snapshot_records >= 1
+        remaining = admin.list_topics()
+        assert topic not in remaining and own_log not in remaining
+        assert rival in remaining and rival_log in remaining and "c" in _groups(c)
+        assert not {sub_txn, sub_plain} & _groups(c)
+        assert snapshots.load(topic, 0) is None and snapshots.load(topic, 1) is None
+    finally:
+        snapshots.close()
+
+    # Created again under the name: the old cursors (past 10 of the 20 records per partition) are
+    # gone, so a subscription of the old name starts from the new topic's first record.
+    assert c.coordinator.url is not None
+    fresh = Client(c.coordinator.url, kafka=c.client.kafka, num_tcs=c.config.num_tcs)
+    try:
+        fresh.create_topic(topic, 2)
+        producer = fresh.create_producer(topic)
+        for i in range(30):
+            producer.send(f"new{i}", partition_key=f"k{i}")
+        again = fresh.subscribe(topic, sub_txn, initial_position="Earliest")
+        assert sorted(m.data.decode() for m in receive_all(again)) == sorted(f"new{i}" for i in range(30))
+        again.close()
+    finally:
+        fresh.close()
+
+
+def test_deleting_a_topic_with_a_connected_consumer_is_refused_unless_forced(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic, sub = f"delc_{uid}", f"s_{uid}"
+    _fill(c, topic, 3, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    try:
+        assert len(receive_all(consumer)) == 6
+        with pytest.raises(NotAllowedError, match="connected consumers"):
+            c.client.delete_topic(topic)
+        assert TopicAdmin(c.client.kafka).topic_exists(topic)
+        deleted = c.client.delete_topic(topic, force=True)
+        assert deleted.kept_subscriptions == (sub,) and deleted.subscriptions == ()
+        assert not TopicAdmin(c.client.kafka).topic_exists(topic)
+    finally:
+        consumer.close()
+
+
+def test_a_subscription_that_also_reads_another_topic_is_kept_with_its_other_cursor(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    one, other, sub = f"delm1_{uid}", f"delm2_{uid}", f"s_{uid}"
+    _fill(c, one, 2, 1)
+    _fill(c, other, 2, 1)
+    assert _ack_all(c.client.subscribe([one, other], sub, initial_position="Earliest"), c, in_txn=False) == 8
+    cursor = group_offsets(c.client.kafka, sub, [(other, 0)])
+    deleted = c.client.delete_topic(one)
+    assert deleted.kept_subscriptions == (sub,) and deleted.subscriptions == ()
+    assert sub in _groups(c)
+    assert group_offsets(c.client.kafka, sub, [(other, 0)]) == cursor
+
+
+def test_deleting_a_missing_topic_or_one_partition_is_a_clear_error(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    with pytest.raises(TopicNotFound):
+        c.client.delete_topic(f"nosuch_{uid}")
+    c.client.create_topic(f"delp_{uid}", 2)
+    with pytest.raises(NotAllowedError, match="not one of its partitions"):
+        c.client.delete_topic(f"delp_{uid}-partition-1")
