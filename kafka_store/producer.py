@@ -129,13 +129,25 @@ class Appender:
         a new one. Its records in flight fail (their callers get the error); later appends go to a new
         producer with a new producer id. Seen on a topic deleted and created again under its name:
         the old sequence numbers are out of order there (docs/broker-quirks.md)."""
+        if self._set_aside(producer):
+            log.error("producer fatal error: %s; later appends use a new producer", why)
+
+    def renew(self, why: str) -> None:
+        """Send later appends through a new producer (a new producer id, fresh sequence numbers);
+        records in flight on the current one still complete. After a topic was deleted: the current
+        producer's sequence numbers would be out of order on a topic created again under its name."""
+        producer = self._producer
+        if producer is not None and self._set_aside(producer):
+            log.info("later appends use a new producer: %s", why)
+
+    def _set_aside(self, producer: Producer) -> bool:
         with self._lock:
             if self._is_retired(producer):
-                return
+                return False
             self._retired.append(producer)
             if self._producer is producer:
                 self._producer = None
-        log.error("producer fatal error: %s; later appends use a new producer", why)
+        return True
 
     def _poll_loop(self, producer: Producer) -> None:
         while not self._stop.is_set():

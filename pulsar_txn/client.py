@@ -357,6 +357,10 @@ class Client:
         coordinator gives up their markers there once the topic has been missing for a grace period."""
         result = delete_topic(self.kafka, self._admin, self._snapshots(), topic, force=force)
         self._counts.pop(TopicName.parse(topic).kafka_topic, None)
+        with self._lock:
+            appender = self._appender_
+        if appender is not None:  # a topic created again under the name starts a new sequence
+            appender.renew(f"topic {topic} was deleted")
         return result
 
     # ------------------------------------------------------------------ lifecycle
