@@ -1,9 +1,10 @@
-"""``pulsar-txn``: standalone, coordinator, coordinator-stats and demo commands."""
+"""``pulsar-txn``: standalone, coordinator, stats, delete-topic, pipeline and demo commands."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -185,6 +186,23 @@ def cmd_pending_ack_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_delete_topic(args: argparse.Namespace) -> int:
+    """``pulsar-admin topics delete``: the topic, its subscriptions, their pending-ack logs and its
+    TB snapshots; prints what was deleted and kept as JSON."""
+    from pulsar_txn.client import Client
+
+    kafka, config = build_configs(args)
+    client = Client(
+        "pulsar://unused:6650", kafka=kafka, num_tcs=config.num_tcs, snapshot_topic=config.snapshot_topic
+    )
+    try:
+        deleted = client.delete_topic(args.topic, force=args.force)
+    finally:
+        client.close()
+    print(json.dumps(dataclasses.asdict(deleted), indent=2, sort_keys=True))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.demo import run_pipeline_demo
 
@@ -250,6 +268,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True)
     p.add_argument("--subscription", required=True)
     p.set_defaults(func=cmd_pending_ack_stats)
+
+    p = sub.add_parser("delete-topic", help="delete a topic with its subscriptions and pending-ack logs")
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
+    p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
+    p.add_argument("--force", action="store_true", help="even if a subscription has connected consumers")
+    p.add_argument("topic")
+    p.set_defaults(func=cmd_delete_topic)
 
     p = sub.add_parser("pipeline", help="the exactly-once pipeline: consume, transform, produce, ack")
     pipeline_args(p)

@@ -3,7 +3,11 @@ their pending-ack logs and its transaction-buffer snapshots, as with ``pulsar-ad
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +16,7 @@ from pulsar_txn import NotAllowedError, TopicNotFound
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.consumer import Consumer
 from pulsar_txn.naming import TopicName, pending_ack_topic
-from tests.conftest import Cluster, receive_all, wait_until
+from tests.conftest import REPO, Cluster, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +112,31 @@ def test_deleting_a_topic_with_a_connected_consumer_is_refused_unless_forced(
         assert not TopicAdmin(c.client.kafka).topic_exists(topic)
     finally:
         consumer.close()
+
+
+def test_the_delete_topic_command_refuses_a_connected_subscription_then_deletes_it(
+    cluster: ClusterFactory, uid: str, tmp_path: Path
+) -> None:
+    c = cluster()
+    topic, sub = f"delcli_{uid}", f"s_{uid}"
+    _fill(c, topic, 2, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    assert len(receive_all(consumer)) == 4
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"coordinator": {"snapshot_topic": c.config.snapshot_topic}}))
+    cmd = [sys.executable, "-m", "pulsar_txn.cli", "delete-topic", "--config", str(cfg)]
+    cmd += ["--bootstrap-servers", c.client.kafka.bootstrap_servers, topic]
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
+
+    refused = run()
+    assert refused.returncode == 2 and "connected consumers" in refused.stderr
+    consumer.close()
+    done = run()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["subscriptions"] == [sub]
+    assert not TopicAdmin(c.client.kafka).topic_exists(topic)
 
 
 def test_a_subscription_that_also_reads_another_topic_is_kept_with_its_other_cursor(
