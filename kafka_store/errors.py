@@ -30,6 +30,12 @@ class TopicNotFoundError(StoreError):
     """A topic or partition that the operation needs does not exist."""
 
 
+class GroupNotEmptyError(StoreError):
+    """A consumer group cannot be deleted while it has members."""
+
+    retriable = True
+
+
 class RecordTooLargeError(StoreError):
     """A record is larger than the broker or producer accepts."""
 

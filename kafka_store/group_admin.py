@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kafka_store.config import KafkaConfig, admin_conf
-from kafka_store.errors import BrokerUnavailableError, StoreError
+from kafka_store.errors import BrokerUnavailableError, GroupNotEmptyError, StoreError
+from kafka_store.producer import kafka_error_of
 
 
 class GroupMember(NamedTuple):
@@ -36,10 +37,11 @@ def _result(future: Any, what: str, timeout: float, *, retriable: bool = True) -
         raise BrokerUnavailableError.no_answer(what, timeout) from None
 
 
-def list_groups(config: KafkaConfig) -> list[GroupInfo]:
+def list_groups(config: KafkaConfig, *, admin: Any = None) -> list[GroupInfo]:
     """Every consumer group with its members and topics (one describe and one offsets request per
-    group: an admin look-up, not for hot paths)."""
-    admin = group_admin(config)
+    group: an admin look-up, not for hot paths). ``admin``: a client from ``group_admin`` to reuse."""
+    if admin is None:
+        admin = group_admin(config)
     timeout = config.request_timeout_ms / 1000
     listing = _result(admin.list_consumer_groups(request_timeout=timeout), "list groups", timeout)
     ids = sorted({g.group_id for g in listing.valid})
@@ -87,11 +89,25 @@ def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> 
     return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
 
 
-def delete_group(config: KafkaConfig, group_id: str) -> None:
-    """Delete a group (its committed offsets too); refused while it has members."""
-    admin = group_admin(config)  # kept referenced: a destroyed client never completes its futures
+def delete_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> None:
+    """Delete a group (its committed offsets too); a group that is gone already is no error.
+    ``GroupNotEmptyError`` while it has members."""
+    if admin is None:
+        admin = group_admin(config)  # kept referenced: a destroyed client never completes its futures
     future = admin.delete_consumer_groups([group_id])[group_id]
-    _result(future, f"delete group {group_id}", config.request_timeout_ms / 1000, retriable=False)
+    what, timeout = f"delete group {group_id}", config.request_timeout_ms / 1000
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        err = kafka_error_of(exc)
+        code = err.code() if err is not None else None
+        if code == KafkaError.GROUP_ID_NOT_FOUND:
+            return
+        if code == KafkaError.NON_EMPTY_GROUP:
+            raise GroupNotEmptyError(f"{what}: it has members") from None
+        raise StoreError(f"{what}: {exc}") from None
+    except TimeoutError:
+        raise BrokerUnavailableError.no_answer(what, timeout) from None
 
 
 def group_offsets(

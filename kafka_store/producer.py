@@ -160,7 +160,9 @@ class Appender:
                 else:
                     log.debug("producer poll: %s", exc)
             if len(producer) == 0 and self._is_retired(producer):
-                return  # a retired producer's last delivery reports are out
+                with self._lock:  # its last delivery reports are out: let it go
+                    self._retired = [p for p in self._retired if p is not producer]
+                return
 
     def _is_retired(self, producer: Producer) -> bool:
         return any(p is producer for p in self._retired)
@@ -273,16 +275,17 @@ class Appender:
             log.debug("metadata refresh for %s failed: %s", topic, exc)
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait for outstanding appends; returns how many are still in flight."""
-        if self._producer is None:
-            return 0
-        return int(self._producer.flush(timeout))
+        """Wait for outstanding appends, also those on producers set aside (``renew``, fatal errors);
+        returns how many are still in flight."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            producers = [p for p in [*self._retired, self._producer] if p is not None]
+        return sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in producers)
 
     def close(self, timeout: float = 10.0) -> None:
-        if self._producer is not None:
-            remaining = self.flush(timeout)
-            if remaining:
-                log.warning("appender closed with %d records undelivered", remaining)
+        remaining = self.flush(timeout)
+        if remaining:
+            log.warning("appender closed with %d records undelivered", remaining)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout)

@@ -4,10 +4,19 @@ subscriptions (Kafka consumer groups), their pending-ack logs and its transactio
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kafka_store import GroupInfo, KafkaConfig, StoreError, TopicAdmin, delete_group, list_groups
+from kafka_store import (
+    GroupInfo,
+    GroupNotEmptyError,
+    KafkaConfig,
+    StoreError,
+    TopicAdmin,
+    delete_group,
+    group_admin,
+    list_groups,
+)
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.consumer import CONSUMER_CLIENT_ID_PREFIX
 from pulsar_txn.errors import NotAllowedError, TopicNotFound, from_store_error
@@ -34,27 +43,33 @@ class TopicDeleted:
     """Transaction-buffer snapshot records tombstoned."""
 
 
-def pending_ack_logs(base: str, topics: Iterable[str], subscriptions: set[str]) -> dict[str, str]:
+def pending_ack_logs(base: str, topics: Iterable[str], reads: Callable[[str, str], bool]) -> dict[str, str]:
     """The pending-ack logs of topic ``base`` among ``topics``: {log topic: subscription}.
-    ``<base>-<sub>__transaction_pending_ack`` can also be the log of topic ``<base>-<x>`` for a
-    subscription named by the rest: such a name counts only if ``subscriptions`` (the groups known to
-    read ``base``) has its subscription, or no topic ``<base>-<x>`` exists."""
+    ``reads(subscription, topic)`` says whether a group is known to read a topic. A log name
+    ``<base>-<sub>__transaction_pending_ack`` is also ``<t>-<rest>__...`` for any other topic ``t``
+    that is a prefix of it (``a-b-c__...``: topic ``a``, subscription ``b-c``, or topic ``a-b``,
+    subscription ``c``). If such a topic exists, the log counts only if its subscription reads
+    ``base`` and none of the other readings' subscriptions reads its topic: never guess."""
     names = set(topics)
-    prefix = f"{base}-"
     out: dict[str, str] = {}
     for name in sorted(names):
-        if not (name.startswith(prefix) and name.endswith(_PENDING_ACK_SUFFIX)):
+        sub = _sub_of(name, base)
+        if sub is None:
             continue
-        sub = name[len(prefix) : -len(_PENDING_ACK_SUFFIX)]
-        if not sub:
+        rivals = [(t, s) for t in names if t != base and (s := _sub_of(name, t)) is not None]
+        if rivals and not (reads(sub, base) and not any(reads(s, t) for t, s in rivals)):
+            log.info("%s: could also be the pending-ack log of %s; left in place", name, rivals)
             continue
-        if sub not in subscriptions:
-            rivals = [t for t in names if t != base and t.startswith(prefix) and name.startswith(f"{t}-")]
-            if rivals:
-                log.info("%s: could also be a pending-ack log of %s; left in place", name, rivals)
-                continue
         out[name] = sub
     return out
+
+
+def _sub_of(log_topic: str, topic: str) -> str | None:
+    """The subscription if ``log_topic`` is named as a pending-ack log of ``topic``."""
+    prefix = f"{topic}-"
+    if not (log_topic.startswith(prefix) and log_topic.endswith(_PENDING_ACK_SUFFIX)):
+        return None
+    return log_topic[len(prefix) : -len(_PENDING_ACK_SUFFIX)] or None
 
 
 def reads_topic(group: GroupInfo, topic: str) -> bool:
@@ -72,6 +87,11 @@ def _other_topics(group: GroupInfo, topic: str) -> bool:
     )
 
 
+def _connected(group: GroupInfo | None, topic: str) -> bool:
+    """A member reads ``topic``, or has no assignment yet (joining: it may be about to)."""
+    return group is not None and any(topic in m.topics or not m.topics for m in group.members)
+
+
 def delete_topic(
     kafka: KafkaConfig, admin: TopicAdmin, snapshots: SnapshotStore, topic: str, *, force: bool
 ) -> TopicDeleted:
@@ -84,30 +104,35 @@ def delete_topic(
         if base not in topics:
             raise TopicNotFound(f"topic {name} (Kafka topic {base}) does not exist")
         partitions = admin.partition_count(base)
-        groups = {g.group_id: g for g in list_groups(kafka)}
-        reading = {g for g, info in groups.items() if reads_topic(info, base)}
-        logs = pending_ack_logs(base, topics, reading)
-        subs = sorted(reading | set(logs.values()))
-        active = [s for s in subs if s in groups and groups[s].members]
+        group_admin_client = group_admin(kafka)
+        groups = {g.group_id: g for g in list_groups(kafka, admin=group_admin_client)}
+
+        def reads(sub: str, t: str) -> bool:
+            return sub in groups and reads_topic(groups[sub], t)
+
+        logs = pending_ack_logs(base, topics, reads)
+        subs = sorted({g for g in groups if reads(g, base)} | set(logs.values()))
+        active = [s for s in subs if _connected(groups.get(s), base)]
         if active and not force:
-            raise NotAllowedError(
-                f"topic {name} has subscriptions with connected consumers: {active}; close them first,"
-                " or delete with force=True"
-            )
+            raise NotAllowedError(_busy(name, active))
         deleted: list[str] = []
         kept: list[str] = []
         # Groups first: if this stops half-way, the topic is still there to delete again.
         for sub in subs:
             info = groups.get(sub)
-            if info is None:  # a pending-ack log whose group is gone already
-                deleted.append(sub)
-            elif info.members or _other_topics(info, base):
+            if info is not None and (info.members or _other_topics(info, base)):
                 kept.append(sub)
-            else:
-                delete_group(kafka, sub)
-                deleted.append(sub)
+                continue
+            try:
+                delete_group(kafka, sub, admin=group_admin_client)  # one already gone is no error
+            except GroupNotEmptyError:  # a consumer joined since the look-up
+                if not force:
+                    raise NotAllowedError(_busy(name, [sub])) from None
+                kept.append(sub)
+                continue
+            deleted.append(sub)
         admin.delete_topics([base, *logs])
-        tombstones = snapshots.forget(base, partitions)
+        tombstones = snapshots.forget(base, range(partitions))
     except StoreError as exc:
         raise from_store_error(exc, f"delete topic {name}") from exc
     if kept:
@@ -115,3 +140,10 @@ def delete_topic(
             "deleted topic %s; subscriptions kept (other topics or connected consumers): %s", name, kept
         )
     return TopicDeleted(str(name), tuple(deleted), tuple(logs), tuple(kept), tombstones)
+
+
+def _busy(name: TopicName, subs: list[str]) -> str:
+    return (
+        f"topic {name} has subscriptions with connected consumers: {subs}; close them first, or"
+        " delete with force=True"
+    )

@@ -73,6 +73,9 @@ class TransactionBufferService:
         self._recovery_failures: dict[TP, int] = {}
         self._recovery_errors: dict[TP, str] = {}
         self._stats: dict[str, Any] = {"partitions": {}}  # refreshed by the service thread only
+        # The topics at the last refresh (None before the first): a partition of a topic missing
+        # there is never snapshotted again, or a deleted topic's snapshot records would come back.
+        self._topics: set[str] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -113,7 +116,10 @@ class TransactionBufferService:
                 now = time.monotonic()
                 if now >= next_refresh:
                     try:
-                        reader.subscribe([t for t in admin.list_topics() if is_data_topic(t)])
+                        topics = admin.list_topics()
+                        self._topics = set(topics)
+                        self._drop_deleted()
+                        reader.subscribe([t for t in topics if is_data_topic(t)])
                     except Exception as exc:  # broker hiccup: keep serving what we have
                         log.warning("TB service: listing topics failed: %s", exc)
                     next_refresh = now + cfg.tb_topic_refresh_ms / 1000
@@ -145,7 +151,8 @@ class TransactionBufferService:
             raise
         finally:
             for tp in list(self._owned):
-                self._snapshot(tp, self._owned[tp])
+                if self._exists(tp[0]):
+                    self._snapshot(tp, self._owned[tp])
             reader.close()
 
     def _on_assign(self, partitions: list[TP]) -> dict[TP, int]:
@@ -199,16 +206,40 @@ class TransactionBufferService:
     def _on_revoke(self, partitions: list[TP]) -> None:
         for tp in partitions:
             owned = self._owned.get(tp)
-            if owned is not None:
+            if owned is not None and self._exists(tp[0]):
                 self._snapshot(tp, owned)
             with self._lock:
                 self._owned.pop(tp, None)
+
+    def _exists(self, topic: str) -> bool:
+        return self._topics is None or topic in self._topics
+
+    def _drop_deleted(self) -> None:
+        """Forget the partitions of topics deleted since they were assigned, and tombstone their
+        snapshot records: ``Client.delete_topic`` does so too, but a snapshot of ours may have
+        landed after its tombstones."""
+        gone: dict[str, list[int]] = {}
+        for topic, partition in list(self._owned):
+            if not self._exists(topic):
+                gone.setdefault(topic, []).append(partition)
+        for topic, partitions in gone.items():
+            with self._lock:
+                for p in partitions:
+                    self._owned.pop((topic, p), None)
+            assert self._store is not None
+            try:
+                self._store.forget(topic, partitions)
+            except Exception as exc:  # the records only cost space; the anchor check ignores them
+                log.warning("TB service: removing the snapshots of deleted %s failed: %s", topic, exc)
+            log.info("TB service: %s was deleted; its partitions %s are dropped", topic, partitions)
 
     # ------------------------------------------------------------------ snapshots
     def _maybe_snapshot(self) -> None:
         cfg = self._config
         now = time.monotonic()
         for tp, owned in list(self._owned.items()):
+            if not self._exists(tp[0]):
+                continue  # dropped at the next refresh
             pending = owned.state.changes - owned.snapshot_changes
             if pending >= cfg.tb_snapshot_max_changes or (
                 pending > 0 and now - owned.snapshot_at >= cfg.tb_snapshot_interval_ms / 1000

@@ -229,25 +229,29 @@ class SnapshotStore:
         )
         return app.append(self.topic, snap_partition, head, key=base.encode())
 
-    def forget(self, topic: str, partitions: int) -> int:
-        """Tombstone every snapshot record (heads and aborted segments) of ``topic``'s partitions,
-        for a deleted topic; returns how many were written. Compaction then drops them."""
+    def forget(self, topic: str, partitions: Iterable[int]) -> int:
+        """Tombstone every snapshot record (heads and aborted segments) of these partitions of
+        ``topic``, for a deleted topic; returns how many were written. Compaction then drops them."""
         self.ensure_topic()
-        bases = {f"{topic}/{p}": (topic, p) for p in range(partitions)}
+        parts = list(partitions)
         by_snap: dict[int, list[str]] = {}
-        for base, tp in bases.items():
-            by_snap.setdefault(self._partition_for(*tp), []).append(base)
+        for p in parts:
+            by_snap.setdefault(self._partition_for(topic, p), []).append(f"{topic}/{p}")
         app = self._app()
         written: list[Future[int]] = []
-        for snap_partition, wanted in by_snap.items():
+        for snap_partition, bases in by_snap.items():
             for key in replay_compacted(self._kafka, self.topic, snap_partition):
                 name = key.decode(errors="replace")
-                if any(name == b or name.startswith(f"{b}/seg/") for b in wanted):
+                if any(name == b or name.startswith(f"{b}/seg/") for b in bases):
                     written.append(app.append(self.topic, snap_partition, None, key=key))
+        timeout = self._kafka.request_timeout_ms / 1000 + 30  # the appender's own delivery deadline
         for fut in written:
-            fut.result(self._kafka.request_timeout_ms / 1000)
-        for tp in bases.values():
-            self._segments_written.pop(tp, None)
+            try:
+                fut.result(timeout)
+            except TimeoutError:
+                raise BrokerUnavailableError.no_answer(f"tombstones in {self.topic}", timeout) from None
+        for p in parts:
+            self._segments_written.pop((topic, p), None)
         return len(written)
 
     def load(

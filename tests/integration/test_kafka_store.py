@@ -64,6 +64,26 @@ def test_appender_keeps_appending_to_a_topic_deleted_and_created_again(
         appender.close()
 
 
+def test_records_in_flight_across_a_renew_are_all_delivered_and_flush_waits_for_them(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"renew_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    try:
+        first = [appender.append(topic, 0, b"old %d" % i) for i in range(300)]
+        appender.renew("test")
+        second = [appender.append(topic, 0, b"new %d" % i) for i in range(300)]
+        assert appender.flush(30) == 0
+        assert all(f.done() for f in first + second)  # flush covered the producer set aside too
+        assert sorted(f.result(0) for f in first + second) == list(range(600))
+        wait_until(lambda: not appender._retired, 5, what="the drained producer to be let go")
+    finally:
+        appender.close()
+    stored = sorted(r.value or b"" for r in read_range(kafka, topic, 0, 0, 600))
+    assert stored == sorted([b"old %d" % i for i in range(300)] + [b"new %d" % i for i in range(300)])
+
+
 def test_idle_gated_reader_loses_and_repeats_nothing_across_idle_pauses(
     kafka: KafkaConfig, admin: TopicAdmin, uid: str
 ) -> None:

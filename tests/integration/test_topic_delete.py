@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from kafka_store import TopicAdmin, group_offsets, list_groups
+from kafka_store import TopicAdmin, group_offsets, list_groups, replay_compacted
 from pulsar_txn import NotAllowedError, TopicNotFound
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.consumer import Consumer
@@ -46,6 +47,17 @@ def _ack_all(consumer: Consumer[bytes], c: Cluster, *, in_txn: bool) -> int:
     return len(msgs)
 
 
+def _snapshot_keys(c: Cluster, topic: str) -> list[str]:
+    """The live keys of ``topic``'s records in the TB snapshot topic (all of its partitions)."""
+    snap = c.config.snapshot_topic
+    keys = (
+        key.decode()
+        for p in range(TopicAdmin(c.client.kafka).partition_count(snap))
+        for key in replay_compacted(c.client.kafka, snap, p)
+    )
+    return sorted(k for k in keys if k.startswith(f"{topic}/"))
+
+
 def _groups(c: Cluster) -> set[str]:
     return {g.group_id for g in list_groups(c.client.kafka)}
 
@@ -53,7 +65,7 @@ def _groups(c: Cluster) -> set[str]:
 def test_deleting_a_topic_removes_its_subscriptions_pending_ack_logs_and_snapshots(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    c = cluster()
+    c = cluster(tb_topic_refresh_ms=2000)
     topic, sub_txn, sub_plain = f"del_{uid}", f"st_{uid}", f"sp_{uid}"
     _fill(c, topic, 10, 2)
     assert _ack_all(c.client.subscribe(topic, sub_txn, initial_position="Earliest"), c, in_txn=True) == 20
@@ -66,6 +78,7 @@ def test_deleting_a_topic_removes_its_subscriptions_pending_ack_logs_and_snapsho
     snapshots = SnapshotStore(c.client.kafka, topic=c.config.snapshot_topic)
     try:
         wait_until(lambda: snapshots.load(topic, 0) is not None, 15, what="a TB snapshot")
+        assert _snapshot_keys(c, topic)
         own_log = pending_ack_topic(TopicName.parse(topic), sub_txn)
         admin = TopicAdmin(c.client.kafka)
         assert own_log in admin.list_topics() and {sub_txn, sub_plain} <= _groups(c)
@@ -79,7 +92,12 @@ def test_deleting_a_topic_removes_its_subscriptions_pending_ack_logs_and_snapsho
         assert topic not in remaining and own_log not in remaining
         assert rival in remaining and rival_log in remaining and "c" in _groups(c)
         assert not {sub_txn, sub_plain} & _groups(c)
-        assert snapshots.load(topic, 0) is None and snapshots.load(topic, 1) is None
+        assert c.config.tb_group in _groups(c)  # the TB service reads the topic but is no subscription
+        # The TB service notices at its next topic refresh (every 2 s here: after our tombstones).
+        # Before, its revocation wrote a last snapshot of each partition, and the records came back;
+        # now it drops the partitions without one and tombstones any snapshot of its own.
+        time.sleep(2 * 2.0 + 1.0)
+        assert _snapshot_keys(c, topic) == []
     finally:
         snapshots.close()
 
