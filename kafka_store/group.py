@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import StoreError
+from kafka_store.producer import kafka_error_of
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +371,7 @@ class SubscriptionGroup:
         try:
             result = self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            error = kafka_error_of(exc)
             lost = error is not None and error.code() in _NOT_A_MEMBER
             # Not retriable when this member has been replaced: the partitions are someone else's.
             raise StoreError(f"commit of {self.group_id} failed: {exc}", retriable=not lost) from None

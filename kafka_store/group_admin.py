@@ -57,17 +57,8 @@ def list_groups(config: KafkaConfig, *, admin: Any = None) -> list[GroupInfo]:
             [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
         )
         offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
-        members = tuple(
-            GroupMember(
-                m.member_id,
-                m.client_id,
-                m.group_instance_id,
-                frozenset(tp.topic for tp in (m.assignment.topic_partitions if m.assignment else [])),
-            )
-            for m in described[group_id].members
-        )
         committed = frozenset(tp.topic for tp in offsets.topic_partitions if tp.offset >= 0)
-        out.append(GroupInfo(group_id, members, committed))
+        out.append(GroupInfo(group_id, tuple(_members(described[group_id])), committed))
     return out
 
 
@@ -86,7 +77,20 @@ def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> 
         f"describe group {group_id}",
         config.request_timeout_ms / 1000,
     )
-    return [GroupMember(m.member_id, m.client_id, m.group_instance_id) for m in desc.members]
+    return _members(desc)
+
+
+def _members(desc: Any) -> list[GroupMember]:
+    """The members of a group description, with the topics of their assignments."""
+    return [
+        GroupMember(
+            m.member_id,
+            m.client_id,
+            m.group_instance_id,
+            frozenset(tp.topic for tp in (m.assignment.topic_partitions if m.assignment else [])),
+        )
+        for m in desc.members
+    ]
 
 
 def delete_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> None:

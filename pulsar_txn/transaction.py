@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from enum import StrEnum
 from types import TracebackType
@@ -323,17 +323,11 @@ class Transaction:
             first: BaseException | None = self._inflight_error
             if first is None and self._inflight > 0:
                 first = Timeout(f"sends of {self.txn_id} did not finish in {timeout}s")
-        for op in ops:
-            if first is not None:
-                break
-            if not op.done():
-                first = Timeout(f"an operation of {self.txn_id} did not finish in {timeout}s")
-                break
-            try:
-                first = op.exception(0)
-            except BaseException as exc:  # cancelled: any failure of an op means no commit
-                first = exc
-        return first
+        if first is not None:
+            return first
+        return _first_failure_of(
+            ops, lambda: Timeout(f"an operation of {self.txn_id} did not finish in {timeout}s")
+        )
 
     def _commit_or_abort(self, failed: BaseException | None, result: Future[None]) -> None:
         if failed is None:
@@ -381,15 +375,8 @@ class Transaction:
                 futures.append(failed)
 
         def checked() -> None:
-            first: BaseException | None = None
-            for fut in futures:
-                if not fut.done():
-                    first = Timeout(f"the commit checks of {self.txn_id} did not finish in {timeout}s")
-                    break
-                first = fut.exception(0)
-                if first is not None:
-                    break
-            then(first)
+            late = f"the commit checks of {self.txn_id} did not finish in {timeout}s"
+            then(_first_failure_of(futures, lambda: Timeout(late)))
 
         self._when_done(_Countdown(len(futures)), futures, timeout, checked)
 
@@ -505,6 +492,23 @@ class _Countdown:
                 return False
             self._fired = True
             return True
+
+
+def _first_failure_of(
+    futures: Iterable[Future[Any]], late: Callable[[], BaseException]
+) -> BaseException | None:
+    """The first failure among ``futures``, in order: an exception, a cancellation, or ``late()``
+    for one not ended yet; None if all succeeded."""
+    for fut in futures:
+        if not fut.done():
+            return late()
+        try:
+            failure = fut.exception(0)
+        except BaseException as exc:  # cancelled: any failure means no commit
+            return exc
+        if failure is not None:
+            return failure
+    return None
 
 
 def _settle(result: Future[None], error: BaseException | None) -> None:
