@@ -245,6 +245,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--compat-results", None)
-    if path:
+    # Under pytest-xdist the controller sees every worker's reports; a worker writes nothing.
+    if path and not hasattr(session.config, "workerinput"):
         mode = "embedded" if session.config.getoption("--service-url") is None else "external"
         _report.write(Path(path), mode)
