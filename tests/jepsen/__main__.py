@@ -1,0 +1,41 @@
+"""``python -m tests.jepsen [--seconds S] [--seed N] [--workdir DIR] [--bootstrap-servers H:P]``: one
+Jepsen-style run (``tests/jepsen/run.py``) on an embedded broker started here (or on the given Kafka);
+prints the report; exit status 1 if the checker found an anomaly or a client died of an untyped error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from kafka_store import KafkaConfig, LocalBroker
+from tests.jepsen.run import run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.jepsen")
+    ap.add_argument("--seconds", type=float, default=60.0, help="length of the fault phase")
+    ap.add_argument("--seed", type=int, default=1, help="the nemesis's and the clients' random seed")
+    ap.add_argument("--workdir", type=Path, help="histories, logs and the report (default: a temp dir)")
+    ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: an embedded broker)")
+    args = ap.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pulsar-txn-jepsen-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker = None
+    if args.bootstrap_servers is None:
+        broker = LocalBroker(workdir / "broker")
+        bootstrap = broker.start()
+    else:
+        bootstrap = args.bootstrap_servers
+    try:
+        result = run(KafkaConfig(bootstrap_servers=bootstrap), workdir, seconds=args.seconds, seed=args.seed)
+    finally:
+        if broker is not None:
+            broker.stop()
+    print(result.summary())
+    return 0 if result.report.valid and not result.crashes else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

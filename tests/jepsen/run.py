@@ -1,0 +1,293 @@
+"""One Jepsen-style run: client processes under a nemesis, then a quiet phase, a final read and the
+checker (``tests/jepsen/checker.py``).
+
+1. Topics: two data topics (3 and 2 partitions), an input topic filled with ``prefill`` plain
+   messages, an output topic. A coordinator in its own process (4 TCs, TB service on).
+2. Two writers, two transfer consumers (one Failover subscription) and a reader run for ``seconds``
+   while the nemesis, every 0.7-2.5 s, SIGKILLs the coordinator (restarted after a moment), SIGSTOPs
+   it for up to 2.5 s (clients time out, transactions time out), or SIGKILLs a client process
+   (restarted at once as a new incarnation); each kind of fault comes once before any repeats.
+3. Quiet phase: the coordinator runs undisturbed until no partition holds an open transaction (the
+   abandoned and interrupted ones are aborted by its timeouts); then the transfers drain the input.
+4. Final state: every topic read from the beginning with a fresh read-committed Reader; the
+   coordinator's word on every TxnID from its log (``TransactionsAdmin``); the checker.
+
+Bounded: the fault phase is ``seconds`` long, each wait below has a limit. All on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka_store import KafkaConfig, free_port
+from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin
+from pulsar_txn.config import CoordinatorConfig
+from tests.conftest import REPO, CoordinatorProcess
+from tests.jepsen.checker import Report, check
+from tests.jepsen.history import load_observations, load_ops
+
+NUM_TCS = 4
+TXN_TIMEOUT_S = 4.0
+UNTYPED_CRASH = 1
+# The random faults after the first round, by weight: coordinator kills and pauses are a quarter and
+# a sixth of them, client kills the rest.
+FAULT_WEIGHTS = [
+    *["kill-coordinator"] * 6,
+    *["pause-coordinator"] * 4,
+    *["kill-writer"] * 5,
+    *["kill-xfer"] * 5,
+    *["kill-reader"] * 4,
+]  # exit status of a worker that died of an exception that is not a PulsarTxnError
+
+
+@dataclass
+class Result:
+    report: Report
+    events: list[tuple[float, str]] = field(default_factory=list)  # (seconds into the run, what)
+    crashes: list[str] = field(default_factory=list)  # workers that died of an untyped exception
+    torn_lines: int = 0
+    drained: bool = False
+    workdir: Path = Path()
+
+    def summary(self) -> str:
+        kinds: dict[str, int] = {}
+        for _t, what in self.events:
+            kinds[what.split()[0]] = kinds.get(what.split()[0], 0) + 1
+        lines = [
+            self.report.summary(),
+            f"nemesis: {kinds}; torn history lines: {self.torn_lines}; drained: {self.drained}",
+        ]
+        lines += [f"untyped crash: {c}" for c in self.crashes]
+        lines.append(f"files: {self.workdir}")
+        return "\n".join(lines)
+
+
+class _Worker:
+    """One client role; each start is a new incarnation with a settings file of its own."""
+
+    def __init__(self, role: str, name: str, base: dict[str, Any], workdir: Path) -> None:
+        self.role, self.name, self.base, self.workdir = role, name, base, workdir
+        self.inc = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"{name}.log"
+
+    def start(self, **overrides: Any) -> None:
+        self.inc += 1
+        settings = {**self.base, **overrides, "proc": self.name, "inc": self.inc}
+        path = self.workdir / f"{self.name}-{self.inc}.json"
+        path.write_text(json.dumps(settings))
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.jepsen.workload", self.role, str(path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def wait(self, timeout: float) -> int | None:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+
+def _coordinator_config(uid: str) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        log_topic=f"__jlog_{uid}",
+        owners_topic=f"__jowners_{uid}",
+        coordinator_group=f"jcoord_{uid}",
+        num_tcs=NUM_TCS,
+        ownership="static",
+        static_tc_ids=tuple(range(NUM_TCS)),
+        port=free_port(),
+        log_write_timeout_ms=2000,
+        end_retry_max_backoff_ms=200,
+        end_txn_retention_ms=3_600_000,  # the final check asks the log about every transaction
+        tb_service_enabled=True,
+        tb_group=f"jtb_{uid}",
+        snapshot_topic=f"__jtbsnap_{uid}",
+        tb_snapshot_interval_ms=500,
+    )
+
+
+def _open_txns(admin: TransactionsAdmin, topics: list[str]) -> int:
+    return sum(s["ongoing_txn_size"] for t in topics for s in admin.transaction_buffer_stats(t).values())
+
+
+def _wait_no_open_txns(admin: TransactionsAdmin, topics: list[str], limit_s: float) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if _open_txns(admin, topics) == 0:
+                return True
+        except PulsarTxnError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def _read_everything(client: Client, topics: list[str]) -> dict[tuple[str, int], list[tuple[int, str]]]:
+    """Each topic from its first message to the last readable one, through a fresh Reader."""
+    final: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    for topic in topics:
+        last = {p: mid.offset for p, mid in client.get_last_message_ids(topic).items() if mid is not None}
+        for p in client.get_last_message_ids(topic):
+            final[(topic, p)] = []
+        reader = client.create_reader(topic)
+        reached: dict[int, int] = {}
+        deadline = time.monotonic() + 60
+        while any(reached.get(p, -1) < off for p, off in last.items()) and time.monotonic() < deadline:
+            try:
+                msg = reader.read_next(1000)
+            except Timeout:
+                continue
+            mid = msg.message_id
+            final[(topic, mid.partition)].append((mid.offset, msg.data().decode()))
+            reached[mid.partition] = mid.offset
+        reader.close()
+    return final
+
+
+def run(
+    kafka: KafkaConfig, workdir: Path, *, seconds: float = 25.0, seed: int = 1, prefill: int = 200
+) -> Result:
+    uid = uuid.uuid4().hex[:8]
+    rng = random.Random(seed)
+    history = workdir / "history"
+    history.mkdir(parents=True, exist_ok=True)
+    config = _coordinator_config(uid)
+    data_topics = {f"jd-{uid}": 3, f"je-{uid}": 2}
+    input_topic, output_topic, in_parts = f"ji-{uid}", f"jo-{uid}", 2
+    coordinator = CoordinatorProcess(kafka, config, workdir).start()
+    client = Client(
+        coordinator.url,
+        kafka=kafka,
+        num_tcs=NUM_TCS,
+        snapshot_topic=config.snapshot_topic,
+        operation_timeout_seconds=30,
+    )
+    result = Result(Report(), workdir=workdir)
+    workers: list[_Worker] = []
+    try:
+        for topic, count in [*data_topics.items(), (input_topic, in_parts), (output_topic, in_parts)]:
+            client.create_topic(topic, count)
+        producer = client.create_producer(input_topic)
+        inputs = [f"in.{i}" for i in range(prefill)]
+        for fut in [producer.send_async(v, partition_key=v) for v in inputs]:
+            fut.result(30)
+        t0 = time.monotonic()
+        base = {
+            "service_url": coordinator.url,
+            "bootstrap": kafka.bootstrap_servers,
+            "num_tcs": NUM_TCS,
+            "snapshot_topic": config.snapshot_topic,
+            "seed": seed,
+            "history_dir": str(history),
+            "data_topics": data_topics,
+            "input_topic": input_topic,
+            "input_partitions": in_parts,
+            "output_topic": output_topic,
+            "subscription": f"jx-{uid}",
+            "txn_timeout_s": TXN_TIMEOUT_S,
+            "deadline": time.time() + seconds,
+        }
+        writers = [_Worker("writer", f"w{i}", base, workdir) for i in (1, 2)]
+        xfers = [_Worker("xfer", f"x{i}", {**base, "instance_id": f"x{i}-{uid}"}, workdir) for i in (1, 2)]
+        readers = [_Worker("reader", "r1", base, workdir)]
+        workers = [*writers, *xfers, *readers]
+        for w in workers:
+            w.start()
+
+        def event(what: str) -> None:
+            result.events.append((round(time.monotonic() - t0, 2), what))
+
+        def reap() -> None:
+            for w in workers:
+                if w.proc is not None and w.proc.poll() is not None and time.monotonic() - t0 < seconds:
+                    if w.proc.returncode == UNTYPED_CRASH:
+                        result.crashes.append(f"{w.name}#{w.inc}: {w.log.read_text()[-1500:]}")
+                    event(f"restart-exited {w.name} (status {w.proc.returncode})")
+                    w.start()
+
+        # ---------------------------------------------------------------- the fault phase
+        # Every kind of fault once (in a random order), then random ones.
+        faults = ["kill-coordinator", "pause-coordinator", "kill-writer", "kill-xfer", "kill-reader"]
+        rng.shuffle(faults)
+        while time.monotonic() - t0 < seconds - 1.0:
+            time.sleep(rng.uniform(0.7, 2.5))
+            reap()
+            fault = faults.pop(0) if faults else rng.choice(FAULT_WEIGHTS)
+            if fault == "kill-coordinator":
+                event(fault)
+                coordinator.kill()
+                time.sleep(rng.uniform(0.2, 1.5))
+                coordinator.start()
+            elif fault == "pause-coordinator":
+                pause = rng.uniform(0.5, 2.5)
+                event(f"{fault} {pause:.1f}s")
+                assert coordinator.proc is not None
+                coordinator.proc.send_signal(signal.SIGSTOP)
+                time.sleep(pause)
+                coordinator.proc.send_signal(signal.SIGCONT)
+            else:
+                role = fault.removeprefix("kill-")
+                victim = rng.choice([w for w in workers if w.role == role])
+                event(f"{fault} {victim.name}")
+                victim.kill()
+                victim.start()
+        # ---------------------------------------------------------------- quiet: let it all end
+        for w in workers:
+            status = w.wait(max(5.0, seconds - (time.monotonic() - t0)) + 30)
+            if status == UNTYPED_CRASH:
+                result.crashes.append(f"{w.name}#{w.inc}: {w.log.read_text()[-1500:]}")
+        admin = TransactionsAdmin(client, log_topic=config.log_topic)
+        txn_topics = [*data_topics, output_topic]
+        _wait_no_open_txns(admin, txn_topics, TXN_TIMEOUT_S + 60)
+        drain_deadline = time.time() + 90
+        for x in xfers:
+            x.start(drain=True, deadline=drain_deadline, idle_exit_s=4.0)
+        statuses = [x.wait(100) for x in xfers]
+        result.drained = all(s == 0 for s in statuses)
+        _wait_no_open_txns(admin, txn_topics, TXN_TIMEOUT_S + 60)
+        # ---------------------------------------------------------------- the final state
+        final = _read_everything(client, [*data_topics, input_topic, output_topic])
+        ops, torn_ops = load_ops(history.glob("ops-*.jsonl"))
+        observations, torn_obs = load_observations(history.glob("obs-*.jsonl"))
+        result.torn_lines = torn_ops + torn_obs
+        logged: dict[str, str] = {}
+        for tc in range(NUM_TCS):
+            for txn_id, meta in admin.list_transactions(tc).items():
+                logged[str(txn_id)] = meta["status"]
+        for op in ops:
+            if op.txn is not None:
+                op.tc_status = logged.get(op.txn)
+        result.report = check(
+            ops, observations, final, inputs=inputs, input_topic=input_topic, drained=result.drained
+        )
+        (workdir / "report.txt").write_text(result.summary())
+        return result
+    finally:
+        for w in workers:
+            w.kill()
+        client.close()
+        coordinator.kill()
