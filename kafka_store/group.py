@@ -23,8 +23,11 @@ from kafka_store.producer import kafka_error_of
 log = logging.getLogger(__name__)
 
 
-def _group_conf(config: KafkaConfig, group_id: str, session_timeout_ms: int, **extra: Any) -> dict[str, Any]:
-    """Consumer-group settings shared by every group member we run; ``extra`` overrides."""
+def _group_conf(
+    config: KafkaConfig, group_id: str, session_timeout_ms: int, instance_id: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """Consumer-group settings shared by every group member we run; ``extra`` overrides.
+    ``instance_id``: static membership (``group.instance.id``, KIP-345)."""
     conf: dict[str, Any] = config.client_conf()
     conf.update(
         {
@@ -34,6 +37,8 @@ def _group_conf(config: KafkaConfig, group_id: str, session_timeout_ms: int, **e
             "heartbeat.interval.ms": max(100, session_timeout_ms // 6),
         }
     )
+    if instance_id:
+        conf["group.instance.id"] = instance_id
     conf.update(extra)
     return conf
 
@@ -48,11 +53,13 @@ class GroupMembership:
         on_revoke: Callable[[list[int]], None],
         *,
         session_timeout_ms: int = 6000,
+        instance_id: str | None = None,
     ) -> None:
         self._conf = _group_conf(
             config,
             group_id,
             session_timeout_ms,
+            instance_id,
             **{"auto.offset.reset": "latest", "partition.assignment.strategy": "range"},
         )
         self._topic = topic
@@ -122,11 +129,13 @@ class GroupReader:
         on_revoke: Callable[[list[tuple[str, int]]], None],
         *,
         session_timeout_ms: int = 6000,
+        instance_id: str | None = None,
     ) -> None:
         conf = _group_conf(
             config,
             group_id,
             session_timeout_ms,
+            instance_id,
             **{
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": True,
@@ -272,11 +281,9 @@ class SubscriptionGroup:
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
         }
-        if instance_id:
-            # Static membership: a restarted member with the same id takes its predecessor's place
-            # at once instead of waiting out the session timeout.
-            extra["group.instance.id"] = instance_id
-        conf = _group_conf(config, group_id, session_timeout_ms, **extra)
+        # Static membership: a restarted member with the same id takes its predecessor's place at
+        # once instead of waiting out the session timeout.
+        conf = _group_conf(config, group_id, session_timeout_ms, instance_id, **extra)
         self._config = config
         self.group_id = group_id
         self._topics = topics

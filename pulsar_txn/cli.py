@@ -59,7 +59,7 @@ def build_configs(
     for field, env in _SECRET_ENV.items():
         if os.environ.get(env):
             coord[field] = os.environ[env]
-    for flag in ("host", "port", "advertised_url", "num_tcs", "admin_port", "ownership"):
+    for flag in ("host", "port", "advertised_url", "num_tcs", "admin_port", "ownership", "group_instance_id"):
         value = getattr(args, flag, None)
         if value is not None:
             coord[flag] = value
@@ -233,6 +233,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-tcs", type=int, help="number of TCs (log partitions) when initialising a cluster")
     p.add_argument("--ownership", choices=["group", "static"], help="how TC ids are shared among instances")
     p.add_argument("--tc-ids", help="comma-separated TC ids to own (implies --ownership static)")
+    p.add_argument(
+        "--group-instance-id",
+        help="static group membership: a restart with the same id takes its TCs and TB partitions back"
+        " at once (unique per instance)",
+    )
     p.add_argument("--ready-file", help="write the listening URLs here as JSON once ready")
 
 

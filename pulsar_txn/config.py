@@ -25,6 +25,17 @@ class CoordinatorConfig(BaseModel):
     static_tc_ids: tuple[int, ...] = ()
     coordinator_group: str = "pulsar-txn-coordinators"
     group_session_timeout_ms: int = Field(default=6_000, ge=1_000)
+    group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Kafka static membership (KIP-345) of this instance in the coordinator group and the"
+        " TB service's group: restarted with the same id, it gets its partitions back at once instead"
+        " of after the dead member's session timeout. A static member does not leave the group when"
+        " it stops, so its partitions move to other instances only after the session timeout. Unique"
+        " per instance; unset = dynamic members",
+    )
 
     # -- transactions ----------------------------------------------------------------------------
     default_txn_timeout_ms: int = Field(default=60_000, gt=0)

@@ -107,6 +107,7 @@ class TransactionBufferService:
             self._on_assign,
             self._on_revoke,
             session_timeout_ms=cfg.group_session_timeout_ms,
+            instance_id=cfg.group_instance_id,
         )
         admin = TopicAdmin(self._kafka)
         next_refresh = next_stats = 0.0

@@ -269,6 +269,7 @@ class CoordinatorService:
                 on_assign=self._threadsafe(self._on_assign),
                 on_revoke=self._threadsafe(self._on_revoke),
                 session_timeout_ms=cfg.group_session_timeout_ms,
+                instance_id=cfg.group_instance_id,
             )
             await asyncio.to_thread(self._group.start)
         log.info(

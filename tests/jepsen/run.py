@@ -127,6 +127,7 @@ def _coordinator_config(uid: str) -> CoordinatorConfig:
         tb_group=f"jtb_{uid}",
         snapshot_topic=f"__jtbsnap_{uid}",
         tb_snapshot_interval_ms=500,
+        group_instance_id=f"jc-{uid}",  # the restarted TB service takes its partitions back at once
     )
 
 
