@@ -6,7 +6,8 @@ checker (``tests/jepsen/checker.py``).
 2. Two writers, two transfer consumers (one Failover subscription) and a reader run for ``seconds``
    while the nemesis, every 0.7-2.5 s, SIGKILLs the coordinator (restarted after a moment), SIGSTOPs
    it for up to 2.5 s (clients time out, transactions time out), or SIGKILLs a client process
-   (restarted at once as a new incarnation); each kind of fault comes once before any repeats.
+   (restarted at once as a new incarnation), or has a third transfer consumer join or leave the
+   group (a rebalance); each kind of fault comes once before any repeats.
 3. Quiet phase: the coordinator runs undisturbed until no partition holds an open transaction (the
    abandoned and interrupted ones are aborted by its timeouts); then the transfers drain the input.
 4. Final state: every topic read from the beginning with a fresh read-committed Reader; the
@@ -46,6 +47,7 @@ FAULT_WEIGHTS = [
     *["kill-writer"] * 5,
     *["kill-xfer"] * 5,
     *["kill-reader"] * 4,
+    *["churn-xfer"] * 5,
 ]  # exit status of a worker that died of an exception that is not a PulsarTxnError
 
 
@@ -101,6 +103,12 @@ class _Worker:
             assert self.proc is not None
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+
+    def leave(self, timeout: float) -> int | None:
+        """SIGTERM: a transfer consumer finishes its batch, leaves the group and exits."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
 
     def wait(self, timeout: float) -> int | None:
         assert self.proc is not None
@@ -189,6 +197,7 @@ def run(
     )
     result = Result(Report(), workdir=workdir)
     workers: list[_Worker] = []
+    stopped: list[_Worker] = []  # killed at the end whatever happens
     try:
         for topic, count in [*data_topics.items(), (input_topic, in_parts), (output_topic, in_parts)]:
             client.create_topic(topic, count)
@@ -216,8 +225,18 @@ def run(
         xfers = [_Worker("xfer", f"x{i}", {**base, "instance_id": f"x{i}-{uid}"}, workdir) for i in (1, 2)]
         readers = [_Worker("reader", "r1", base, workdir)]
         workers = [*writers, *xfers, *readers]
+        stopped.extend(workers)
         for w in workers:
             w.start()
+        # A third transfer consumer, a dynamic member, joins and leaves the group gracefully: each
+        # time partitions move between the consumers. (A SIGKILLed dynamic member would hold its
+        # partitions for good on the embedded broker, so it is never killed.)
+        churner = _Worker("xfer", "x3", base, workdir)
+        stopped.append(churner)
+
+        def churner_leaves() -> None:
+            if churner.leave(30) == UNTYPED_CRASH:
+                result.crashes.append(f"{churner.name}#{churner.inc}: {churner.log.read_text()[-1500:]}")
 
         def event(what: str) -> None:
             result.events.append((round(time.monotonic() - t0, 2), what))
@@ -232,7 +251,7 @@ def run(
 
         # ---------------------------------------------------------------- the fault phase
         # Every kind of fault once (in a random order), then random ones.
-        faults = ["kill-coordinator", "pause-coordinator", "kill-writer", "kill-xfer", "kill-reader"]
+        faults = sorted(set(FAULT_WEIGHTS))
         rng.shuffle(faults)
         while time.monotonic() - t0 < seconds - 1.0:
             time.sleep(rng.uniform(0.7, 2.5))
@@ -243,6 +262,13 @@ def run(
                 coordinator.kill()
                 time.sleep(rng.uniform(0.2, 1.5))
                 coordinator.start()
+            elif fault == "churn-xfer":
+                if churner.alive():
+                    event(f"{fault} leave")
+                    churner_leaves()
+                else:
+                    event(f"{fault} join")
+                    churner.start()
             elif fault == "pause-coordinator":
                 pause = rng.uniform(0.5, 2.5)
                 event(f"{fault} {pause:.1f}s")
@@ -257,6 +283,8 @@ def run(
                 victim.kill()
                 victim.start()
         # ---------------------------------------------------------------- quiet: let it all end
+        if churner.alive():
+            churner_leaves()
         for w in workers:
             status = w.wait(max(5.0, seconds - (time.monotonic() - t0)) + 30)
             if status == UNTYPED_CRASH:
@@ -288,7 +316,7 @@ def run(
         (workdir / "report.txt").write_text(result.summary())
         return result
     finally:
-        for w in workers:
+        for w in stopped:
             w.kill()
         client.close()
         coordinator.kill()

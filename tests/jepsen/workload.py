@@ -8,7 +8,9 @@ Roles, each recording what it does (``tests/jepsen/history.py``) through the pub
 * ``xfer``: consume-process-produce: a Failover consumer of the input topic receives a batch, sends
   one output per input to the output topic (same partition) and acknowledges the batch, all in one
   transaction; some are aborted on purpose (the inputs must come back). With ``drain`` it aborts
-  nothing and exits once nothing has arrived for ``idle_exit_s``.
+  nothing and exits once nothing has arrived for ``idle_exit_s``. Without an ``instance_id`` it is
+  a dynamic member: SIGTERM makes it finish its batch, close (leave the group) and exit, which moves
+  partitions between the consumers (a rebalance).
 * ``reader``: Readers of every topic from the earliest message, recording each delivery.
 
 Every role stops at ``deadline`` (time.time()). Any of them may be SIGKILLed at any moment; a
@@ -20,7 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -117,6 +121,8 @@ def writer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
 
 def xfer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
     drain = bool(s.get("drain"))
+    leave = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: leave.set())
     with _client(s) as client:
         producers = _Producers(client)
         consumer = client.subscribe(
@@ -124,12 +130,12 @@ def xfer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
             s["subscription"],
             consumer_type=ConsumerType.Failover,
             initial_position="Earliest",
-            instance_id=s["instance_id"],
+            instance_id=s.get("instance_id"),
             subscribe_timeout=60,
         )
         n = 0
         idle_since = time.monotonic()
-        while time.time() < s["deadline"]:
+        while time.time() < s["deadline"] and not leave.is_set():
             batch = consumer.batch_receive(20, 300)
             if not batch:
                 if drain and time.monotonic() - idle_since > s.get("idle_exit_s", 4.0):
