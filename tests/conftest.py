@@ -98,7 +98,16 @@ def embedded(kafka: KafkaConfig) -> Iterator[Callable[..., EmbeddedCoordinator]]
 class CoordinatorProcess:
     """``pulsar-txn coordinator`` in its own process, for SIGKILL tests."""
 
-    def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig, workdir: Path) -> None:
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        config: CoordinatorConfig,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``env``: more environment for the process, e.g. ``PULSAR_TXN_MARKER_SECRET`` (a secret in
+        ``config`` would be written to the config file masked)."""
+        self.env = {**os.environ, **env} if env else None
         self.workdir = workdir
         self.config_file = workdir / f"coord-{uuid.uuid4().hex[:6]}.json"
         self.config_file.write_text(
@@ -131,6 +140,7 @@ class CoordinatorProcess:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,
+                env=self.env,
             )
         deadline = time.monotonic() + timeout
         while not self.ready_file.exists():

@@ -1,6 +1,6 @@
 """The Jepsen-style run (``tests/jepsen``) in the test suite: 20 s of faults (coordinator SIGKILLs and
-SIGSTOPs, client SIGKILLs, consumers joining and leaving) under writers, transfers and a reader; the
-checker must find nothing."""
+SIGSTOPs, client SIGKILLs, consumers joining and leaving, forged markers) under writers, transfers and a
+reader; the checker must find nothing."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def test_no_invariant_breaks_under_kills_and_pauses_of_coordinator_and_clients(
     # The run did what it is meant to: every kind of fault, and enough of every kind of outcome.
     faults = {what.split()[0] for _t, what in result.events}
     assert set(FAULT_WEIGHTS) <= faults
+    assert result.forged > 0, summary
     counts = result.report.counts
     assert counts["txn:committed"] >= 100 and counts["txn:aborted"] >= 20, summary
     assert counts["xfer:committed"] >= 5 and counts["send:committed"] >= 20, summary

@@ -19,6 +19,7 @@ Bounded: the fault phase is ``seconds`` long, each wait below has a limit. All o
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -29,18 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka_store import KafkaConfig, free_port
-from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin
+from kafka_store import Appender, KafkaConfig, free_port
+from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin, TxnAction, TxnID
+from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.naming import TopicName, pending_ack_topic
 from tests.conftest import REPO, CoordinatorProcess
 from tests.jepsen.checker import Report, check
 from tests.jepsen.history import load_observations, load_ops
 
 NUM_TCS = 4
 TXN_TIMEOUT_S = 4.0
-UNTYPED_CRASH = 1
-# The random faults after the first round, by weight: coordinator kills and pauses are a quarter and
-# a sixth of them, client kills the rest.
+UNTYPED_CRASH = 1  # exit status of a worker that died of an exception that is not a PulsarTxnError
+# The random faults after the first round, by weight.
 FAULT_WEIGHTS = [
     *["kill-coordinator"] * 6,
     *["pause-coordinator"] * 4,
@@ -48,7 +50,9 @@ FAULT_WEIGHTS = [
     *["kill-xfer"] * 5,
     *["kill-reader"] * 4,
     *["churn-xfer"] * 5,
-]  # exit status of a worker that died of an exception that is not a PulsarTxnError
+    *["forge-markers"] * 3,
+]
+SECRET_ENV = "PULSAR_TXN_MARKER_SECRET"
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Result:
     events: list[tuple[float, str]] = field(default_factory=list)  # (seconds into the run, what)
     crashes: list[str] = field(default_factory=list)  # workers that died of an untyped exception
     torn_lines: int = 0
+    forged: int = 0  # forged markers written
     drained: bool = False
     workdir: Path = Path()
 
@@ -66,7 +71,8 @@ class Result:
             kinds[what.split()[0]] = kinds.get(what.split()[0], 0) + 1
         lines = [
             self.report.summary(),
-            f"nemesis: {kinds}; torn history lines: {self.torn_lines}; drained: {self.drained}",
+            f"nemesis: {kinds}; forged markers: {self.forged}; torn history lines: {self.torn_lines};"
+            f" drained: {self.drained}",
         ]
         lines += [f"untyped crash: {c}" for c in self.crashes]
         lines.append(f"files: {self.workdir}")
@@ -76,8 +82,11 @@ class Result:
 class _Worker:
     """One client role; each start is a new incarnation with a settings file of its own."""
 
-    def __init__(self, role: str, name: str, base: dict[str, Any], workdir: Path) -> None:
+    def __init__(
+        self, role: str, name: str, base: dict[str, Any], workdir: Path, env: dict[str, str]
+    ) -> None:
         self.role, self.name, self.base, self.workdir = role, name, base, workdir
+        self.env = {**os.environ, **env}
         self.inc = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"{name}.log"
@@ -93,6 +102,7 @@ class _Worker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,
+                env=self.env,
             )
 
     def alive(self) -> bool:
@@ -137,6 +147,56 @@ def _coordinator_config(uid: str) -> CoordinatorConfig:
         tb_snapshot_interval_ms=500,
         group_instance_id=f"jc-{uid}",  # the restarted TB service takes its partitions back at once
     )
+
+
+def _recent_txns(history: Path, count: int) -> list[tuple[str, list[tuple[str, int]]]]:
+    """The last ``count`` TxnIDs each client process began, with the partitions their ops write."""
+    out: list[tuple[str, list[tuple[str, int]]]] = []
+    for path in sorted(history.glob("ops-*.jsonl")):
+        planned: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        begun: list[tuple[str, tuple[int, int]]] = []
+        for raw in path.read_bytes().splitlines()[-6 * count :]:
+            try:
+                e = json.loads(raw)
+            except ValueError:
+                continue
+            key = (e["inc"], e["op"])
+            if e["type"] == "invoke":
+                planned[key] = sorted({(t, p) for t, p, _v in e.get("writes", [])})
+            elif e["type"] == "begun":
+                begun.append((e["txn"], key))
+        out += [(txn, planned.get(key, [])) for txn, key in begun[-count:]]
+    return out
+
+
+def _forge(appender: Appender, history: Path, subscription: str, input_topic: str, parts: int) -> int:
+    """Markers a plain Kafka producer could write, none signed with the secret: COMMIT for the latest
+    transactions in their data partitions and in the subscription's pending-ack log (if trusted,
+    uncommitted data would show and aborted acks would stick), and per TC an ABORT with a huge low
+    watermark (if trusted, readers would discard that TC's later data). Returns how many."""
+    now = int(time.time() * 1000)
+    records: list[tuple[str, int, TxnMarker, bytes | None]] = []
+    pa_log = pending_ack_topic(TopicName.parse(input_topic), subscription)
+    for txn, partitions in _recent_txns(history, 3):
+        marker = TxnMarker(TxnID.parse(txn), TxnAction.COMMIT, -1, now)
+        for topic, partition in partitions:
+            records.append((topic, partition, marker, b"not the secret"))
+        records += [(pa_log, p, marker, None) for p in range(parts)]
+    for topic, partition in {(t, p) for _txn, tps in _recent_txns(history, 1) for t, p in tps}:
+        for tc in range(NUM_TCS):
+            records.append((topic, partition, TxnMarker(TxnID(tc, 0), TxnAction.ABORT, 1 << 40, now), None))
+    futures = []
+    for topic, partition, marker, secret in records:
+        value, headers = marker_record(marker, topic, partition, secret)
+        futures.append(appender.append(topic, partition, value, headers=headers))
+    written = 0
+    for fut in futures:
+        try:
+            fut.result(10)
+            written += 1
+        except Exception:  # the pending-ack log may not exist yet: nothing to forge there
+            pass
+    return written
 
 
 def _open_txns(admin: TransactionsAdmin, topics: list[str]) -> int:
@@ -185,16 +245,20 @@ def run(
     history = workdir / "history"
     history.mkdir(parents=True, exist_ok=True)
     config = _coordinator_config(uid)
+    secret = f"jepsen-{uid}-{seed}"  # markers are authenticated: the forger does not know this
+    env = {SECRET_ENV: secret}
     data_topics = {f"jd-{uid}": 3, f"je-{uid}": 2}
     input_topic, output_topic, in_parts = f"ji-{uid}", f"jo-{uid}", 2
-    coordinator = CoordinatorProcess(kafka, config, workdir).start()
+    coordinator = CoordinatorProcess(kafka, config, workdir, env=env).start()
     client = Client(
         coordinator.url,
         kafka=kafka,
         num_tcs=NUM_TCS,
         snapshot_topic=config.snapshot_topic,
         operation_timeout_seconds=30,
+        marker_secret=secret,
     )
+    forger = Appender(kafka)
     result = Result(Report(), workdir=workdir)
     workers: list[_Worker] = []
     stopped: list[_Worker] = []  # killed at the end whatever happens
@@ -221,9 +285,11 @@ def run(
             "txn_timeout_s": TXN_TIMEOUT_S,
             "deadline": time.time() + seconds,
         }
-        writers = [_Worker("writer", f"w{i}", base, workdir) for i in (1, 2)]
-        xfers = [_Worker("xfer", f"x{i}", {**base, "instance_id": f"x{i}-{uid}"}, workdir) for i in (1, 2)]
-        readers = [_Worker("reader", "r1", base, workdir)]
+        writers = [_Worker("writer", f"w{i}", base, workdir, env) for i in (1, 2)]
+        xfers = [
+            _Worker("xfer", f"x{i}", {**base, "instance_id": f"x{i}-{uid}"}, workdir, env) for i in (1, 2)
+        ]
+        readers = [_Worker("reader", "r1", base, workdir, env)]
         workers = [*writers, *xfers, *readers]
         stopped.extend(workers)
         for w in workers:
@@ -231,7 +297,7 @@ def run(
         # A third transfer consumer, a dynamic member, joins and leaves the group gracefully: each
         # time partitions move between the consumers. (A SIGKILLed dynamic member would hold its
         # partitions for good on the embedded broker, so it is never killed.)
-        churner = _Worker("xfer", "x3", base, workdir)
+        churner = _Worker("xfer", "x3", base, workdir, env)
         stopped.append(churner)
 
         def churner_leaves() -> None:
@@ -262,6 +328,10 @@ def run(
                 coordinator.kill()
                 time.sleep(rng.uniform(0.2, 1.5))
                 coordinator.start()
+            elif fault == "forge-markers":
+                forged = _forge(forger, history, base["subscription"], input_topic, in_parts)
+                result.forged += forged
+                event(f"{fault} {forged}")
             elif fault == "churn-xfer":
                 if churner.alive():
                     event(f"{fault} leave")
@@ -318,5 +388,6 @@ def run(
     finally:
         for w in stopped:
             w.kill()
+        forger.close()
         client.close()
         coordinator.kill()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -42,6 +43,7 @@ def _client(s: dict[str, Any]) -> Client:
         num_tcs=s["num_tcs"],
         snapshot_topic=s["snapshot_topic"],
         operation_timeout_seconds=s.get("operation_timeout_s", 10.0),
+        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET"),  # from the environment, as a deployment's
     )
 
 
