@@ -19,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="the nemesis's and the clients' random seed")
     ap.add_argument("--workdir", type=Path, help="histories, logs and the report (default: a temp dir)")
     ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: an embedded broker)")
+    ap.add_argument(
+        "--end-txn-reply",
+        choices=("after_markers", "after_decision"),
+        default="after_markers",
+        help="when the coordinator answers END_TXN (default: once the markers are written, as Pulsar)",
+    )
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pulsar-txn-jepsen-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -29,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bootstrap = args.bootstrap_servers
     try:
-        result = run(KafkaConfig(bootstrap_servers=bootstrap), workdir, seconds=args.seconds, seed=args.seed)
+        result = run(
+            KafkaConfig(bootstrap_servers=bootstrap),
+            workdir,
+            seconds=args.seconds,
+            seed=args.seed,
+            end_txn_reply=args.end_txn_reply,
+        )
     finally:
         if broker is not None:
             broker.stop()

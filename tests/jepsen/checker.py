@@ -209,8 +209,8 @@ def _check_txn_ids(ops: list[Op], report: Report) -> None:
     per_tc: dict[str, list[tuple[int, int, int, Op]]] = defaultdict(list)
     for op in begun:
         assert op.txn is not None and op.begun is not None
-        tc, seq = op.txn.strip("()").split(",")
-        per_tc[tc].append((op.begun[0], op.begun[1], int(seq), op))
+        tc, sequence = op.txn.strip("()").split(",")
+        per_tc[tc].append((op.begun[0], op.begun[1], int(sequence), op))
     for tc, items in per_tc.items():
         by_end = sorted(items, key=lambda x: x[1])
         best: tuple[int, Op] | None = None  # the largest sequence among begins returned so far

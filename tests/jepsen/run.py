@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kafka_store import Appender, KafkaConfig, free_port
 from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin, TxnAction, TxnID
@@ -53,6 +53,7 @@ FAULT_WEIGHTS = [
     *["forge-markers"] * 3,
 ]
 SECRET_ENV = "PULSAR_TXN_MARKER_SECRET"
+EndTxnReply = Literal["after_markers", "after_decision"]
 
 
 @dataclass
@@ -129,8 +130,9 @@ class _Worker:
             return None
 
 
-def _coordinator_config(uid: str) -> CoordinatorConfig:
+def _coordinator_config(uid: str, end_txn_reply: EndTxnReply) -> CoordinatorConfig:
     return CoordinatorConfig(
+        end_txn_reply=end_txn_reply,
         log_topic=f"__jlog_{uid}",
         owners_topic=f"__jowners_{uid}",
         coordinator_group=f"jcoord_{uid}",
@@ -238,13 +240,21 @@ def _read_everything(client: Client, topics: list[str]) -> dict[tuple[str, int],
 
 
 def run(
-    kafka: KafkaConfig, workdir: Path, *, seconds: float = 25.0, seed: int = 1, prefill: int = 200
+    kafka: KafkaConfig,
+    workdir: Path,
+    *,
+    seconds: float = 25.0,
+    seed: int = 1,
+    prefill: int = 200,
+    end_txn_reply: EndTxnReply = "after_markers",
 ) -> Result:
+    """``end_txn_reply``: the coordinator's (``after_decision`` answers a commit before its markers
+    are written; they must still all be written, whatever is killed meanwhile)."""
     uid = uuid.uuid4().hex[:8]
     rng = random.Random(seed)
     history = workdir / "history"
     history.mkdir(parents=True, exist_ok=True)
-    config = _coordinator_config(uid)
+    config = _coordinator_config(uid, end_txn_reply)
     secret = f"jepsen-{uid}-{seed}"  # markers are authenticated: the forger does not know this
     env = {SECRET_ENV: secret}
     data_topics = {f"jd-{uid}": 3, f"je-{uid}": 2}
@@ -270,6 +280,7 @@ def run(
         for fut in [producer.send_async(v, partition_key=v) for v in inputs]:
             fut.result(30)
         t0 = time.monotonic()
+        subscription = f"jx-{uid}"
         base = {
             "service_url": coordinator.url,
             "bootstrap": kafka.bootstrap_servers,
@@ -281,7 +292,7 @@ def run(
             "input_topic": input_topic,
             "input_partitions": in_parts,
             "output_topic": output_topic,
-            "subscription": f"jx-{uid}",
+            "subscription": subscription,
             "txn_timeout_s": TXN_TIMEOUT_S,
             "deadline": time.time() + seconds,
         }
@@ -329,7 +340,7 @@ def run(
                 time.sleep(rng.uniform(0.2, 1.5))
                 coordinator.start()
             elif fault == "forge-markers":
-                forged = _forge(forger, history, base["subscription"], input_topic, in_parts)
+                forged = _forge(forger, history, subscription, input_topic, in_parts)
                 result.forged += forged
                 event(f"{fault} {forged}")
             elif fault == "churn-xfer":
