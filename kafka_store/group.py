@@ -113,6 +113,13 @@ class GroupMembership:
             self._consumer = None
 
 
+def _member(consumer: Consumer) -> str:
+    try:
+        return str(consumer.memberid())
+    except (KafkaException, RuntimeError):
+        return "?"
+
+
 class GroupReader:
     """A consumer-group member that reads its assigned partitions from offsets the owner chooses.
 
@@ -307,17 +314,23 @@ class SubscriptionGroup:
         self._thread.start()
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        pairs = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("subscription %s: member %s assigned %s", self.group_id, _member(consumer), pairs)
         consumer.assign(partitions)
         if partitions:
             consumer.pause(partitions)
-        self._on_assign([(tp.topic, tp.partition) for tp in partitions])
+        self._on_assign(pairs)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
+        pairs = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("subscription %s: member %s revoked %s", self.group_id, _member(consumer), pairs)
+        self._on_revoke(pairs)
         consumer.unassign()
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._on_lost([(tp.topic, tp.partition) for tp in partitions])
+        pairs = [(tp.topic, tp.partition) for tp in partitions]
+        log.warning("subscription %s: member %s lost %s", self.group_id, _member(consumer), pairs)
+        self._on_lost(pairs)
         consumer.unassign()
 
     def _run(self) -> None:

@@ -90,11 +90,14 @@ def check(
     *,
     inputs: Iterable[str] = (),
     input_topic: str | None = None,
+    transfers: Iterable[tuple[str, str]] = (),
     drained: bool = False,
 ) -> Report:
     """``final``: per (topic, partition), the committed messages in offset order, read after the run.
     ``inputs``: values written to ``input_topic`` before the run (the transfers' other inputs are
-    the plain sends to it). ``drained``: the transfers ran until nothing was left to process."""
+    the plain sends to it). ``transfers``: (subscription, output topic) of each consume-process-
+    produce group; each must hold every input exactly once. ``drained``: the transfers ran until
+    nothing was left to process."""
     ops = list(ops)
     report = Report()
     where: dict[str, list[Location]] = defaultdict(list)
@@ -110,7 +113,13 @@ def check(
     _check_observations(observations, final, ops, report)
     _check_txn_ids(ops, report)
     if input_topic is not None:
-        _check_transfers(ops, where, final, inputs, input_topic, drained, report)
+        for (topic, _p), messages in final.items():
+            if topic == input_topic:
+                inputs.update(v for _o, v in messages)
+        report.counts["inputs"] = len(inputs)
+        for subscription, output_topic in transfers:
+            mine = [op for op in ops if op.f == "xfer" and op.sub == subscription]
+            _check_transfers(mine, final, inputs, subscription, output_topic, drained, report)
     return report
 
 
@@ -121,6 +130,8 @@ def _check_writes(
     for op in ops:
         st = status(op)
         report.counts[f"{op.f}:{st}"] += 1
+        if op.error and op.error.startswith("TransactionConflict"):
+            report.counts["conflicts"] += 1
         if op.outcome == "ok" and op.tc_status in ("ABORTED", "ABORTING"):
             report.add(
                 "outcome-mismatch", f"{op.key} {op.txn}: client saw a commit, TC logged {op.tc_status}"
@@ -229,26 +240,23 @@ def _check_txn_ids(ops: list[Op], report: Report) -> None:
 
 def _check_transfers(
     ops: list[Op],
-    where: Mapping[str, list[Location]],
     final: Mapping[tuple[str, int], list[tuple[int, str]]],
     inputs: set[str],
-    input_topic: str,
+    subscription: str,
+    output_topic: str,
     drained: bool,
     report: Report,
 ) -> None:
-    for (topic, _p), messages in final.items():
-        if topic == input_topic:
-            inputs.update(v for _o, v in messages)
+    """One subscription's transfers (``ops``) into ``output_topic``."""
     outputs: dict[str, list[str]] = defaultdict(list)
-    for value in where:
-        if OUTPUT_SEPARATOR in value:
-            source, _sep, op_key = value.rpartition(OUTPUT_SEPARATOR)
-            outputs[source].append(op_key)
+    for (topic, _p), messages in final.items():
+        if topic == output_topic:
+            for _o, value in messages:
+                source, _sep, op_key = value.rpartition(OUTPUT_SEPARATOR)
+                outputs[source].append(op_key)
     committed_reads: dict[str, list[str]] = defaultdict(list)
     at = {(t, p, o): v for (t, p), messages in final.items() for o, v in messages}
     for op in ops:
-        if op.f != "xfer":
-            continue
         for topic, partition, offset, value in op.reads:
             if at.get((topic, partition, offset)) != value:
                 report.add(
@@ -260,12 +268,11 @@ def _check_transfers(
                 committed_reads[value].append(op.key)
     for value, keys in committed_reads.items():
         if len(keys) > 1:
-            report.add("double-ack", f"input {value!r} acknowledged by committed {keys}")
-    report.counts["inputs"] = len(inputs)
-    report.counts["inputs_processed"] = sum(1 for v in inputs if outputs.get(v))
+            report.add("double-ack", f"{subscription}: input {value!r} acknowledged by committed {keys}")
+    report.counts[f"inputs_processed[{subscription}]"] = sum(1 for v in inputs if outputs.get(v))
     for value in sorted(inputs):
         made = outputs.get(value, [])
         if len(made) > 1:
-            report.add("double-processing", f"input {value!r} has outputs of {made}")
+            report.add("double-processing", f"{subscription}: input {value!r} has outputs of {made}")
         elif not made and drained:
-            report.add("lost-input", f"input {value!r} has no output after the drain")
+            report.add("lost-input", f"{subscription}: input {value!r} has no output after the drain")

@@ -9,7 +9,8 @@ Events of one operation share ``(proc, inc, op)`` (process name, incarnation, op
 
 * ``invoke``: ``f`` (``txn``: transactional writes; ``send``: one plain write; ``xfer``: consume,
   produce and acknowledge in one transaction), ``writes`` ``[[topic, partition, value], ...]`` in
-  send order, ``reads`` ``[[topic, partition, offset, value], ...]`` (``xfer``), ``intent``
+  send order, ``reads`` ``[[topic, partition, offset, value], ...]`` and ``sub`` (the subscription)
+  (``xfer``), ``intent``
   (``commit``, ``abort`` or ``abandon``: never ended, left to the coordinator's timeout).
 * ``begun``: ``txn`` (the TxnID as printed), ``b0``/``b1`` (``time.monotonic_ns`` around the begin
   call: one clock for every process of the machine). Written before the first write of the op.
@@ -78,6 +79,7 @@ class Op:
     writes: list[Write] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     intent: str = "commit"
+    sub: str | None = None  # the subscription of a transfer
     txn: str | None = None
     begun: tuple[int, int] | None = None  # monotonic ns before and after the begin call
     outcome: str = "info"  # as the client saw it: ok, fail, info (also: no outcome line at all)
@@ -116,6 +118,7 @@ def load_ops(paths: Iterable[Path]) -> tuple[list[Op], int]:
             op.writes = [(str(t), int(p), str(v)) for t, p, v in e.get("writes", [])]
             op.reads = [(str(t), int(p), int(o), str(v)) for t, p, o, v in e.get("reads", [])]
             op.intent = e.get("intent", "commit")
+            op.sub = e.get("sub")
         elif kind == "begun":
             op.txn = e["txn"]
             op.begun = (int(e["b0"]), int(e["b1"]))

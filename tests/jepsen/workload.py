@@ -70,15 +70,16 @@ def _begin(client: Client, rec: Recorder, n: int, timeout_s: float) -> Transacti
     return txn
 
 
-def _end(txn: Transaction, intent: str, rec: Recorder, n: int) -> None:
-    """End as intended and record the outcome the client saw (``info`` when it cannot know)."""
+def _end(txn: Transaction, intent: str, rec: Recorder, n: int, why: str | None = None) -> None:
+    """End as intended and record the outcome the client saw (``info`` when it cannot know);
+    ``why``: the reason for an abort, recorded with it."""
     if intent == "abandon":
         rec.event(n, "fail", error="abandoned: left to the coordinator's timeout")
         return
     try:
         if intent == "abort":
             txn.abort()
-            rec.event(n, "fail")
+            rec.event(n, "fail", error=why)
         else:
             txn.commit()
             rec.event(n, "ok")
@@ -158,6 +159,7 @@ def xfer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
                 n,
                 "invoke",
                 f="xfer",
+                sub=s["subscription"],
                 reads=[list(r) for r in reads],
                 writes=[list(w) for w in writes],
                 intent=intent,
@@ -181,13 +183,38 @@ def xfer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
                 except PulsarTxnError as exc2:
                     rec.event(n, "info", error=f"{type(exc2).__name__}: {exc2}")
                 continue
-            _end(txn, intent, rec, n)
+            op_n = n
+            if rng.random() < 0.1:  # a second transaction acks a message the first one holds
+                n += 1
+                _ack_again(client, consumer, batch[0], reads[0], rec, n, s)
+            _end(txn, intent, rec, op_n)
         consumer.close()
+
+
+def _ack_again(
+    client: Client, consumer: Any, msg: Any, read: Read, rec: Recorder, n: int, s: dict[str, Any]
+) -> None:
+    """Invariant 5: the message is pending in an open transaction, so another transaction's ack of it
+    must fail with TransactionConflict. Recorded as a transfer of that input with no output: if it
+    committed as well, the checker reports a ``double-ack``."""
+    rec.event(n, "invoke", f="xfer", sub=s["subscription"], reads=[list(read)], writes=[], intent="commit")
+    try:
+        txn = _begin(client, rec, n, s["txn_timeout_s"])
+    except PulsarTxnError as exc:
+        rec.event(n, "fail", error=f"begin: {type(exc).__name__}: {exc}")
+        return
+    try:
+        consumer.acknowledge(msg, txn=txn)
+    except PulsarTxnError as exc:  # TransactionConflict; or e.g. the partition moved meanwhile
+        _end(txn, "abort", rec, n, why=f"{type(exc).__name__}: {exc}")
+        return
+    logging.error("a second transaction acknowledged %s without a conflict", msg.message_id)
+    _end(txn, "commit", rec, n)
 
 
 def reader(s: dict[str, Any], obs: Observations) -> None:
     with _client(s) as client:
-        topics = [*s["data_topics"], s["input_topic"], s["output_topic"]]
+        topics = [*s["data_topics"], s["input_topic"], *s["output_topics"]]
         readers = [client.create_reader(t, start_message_id=pulsar_txn.EARLIEST) for t in topics]
         while time.time() < s["deadline"]:
             for topic, r in zip(topics, readers, strict=True):
@@ -209,6 +236,7 @@ def main(argv: list[str]) -> int:
     role, settings_path = argv[0], Path(argv[1])
     s = json.loads(settings_path.read_text())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafka_store.group").setLevel(logging.INFO)  # assignments, for the record
     rng = random.Random(f"{s['seed']}-{s['proc']}-{s['inc']}")
     history = Path(s["history_dir"])
     try:

@@ -113,38 +113,54 @@ def test_a_txn_id_given_twice_or_out_of_real_time_order_is_caught() -> None:
     assert check([op(1, "ok", txn="(1,9)"), op(2, "ok", txn="(0,8)")], {}, {}).valid
 
 
-def xfer(n: int, outcome: str, inputs: list[tuple[int, str]]) -> Op:
+def xfer(n: int, outcome: str, inputs: list[tuple[int, str]], sub: str = "s", out: str = "out") -> Op:
     o = op(n, outcome, f="xfer")
+    o.sub = sub
     o.reads = [("in", 0, off, v) for off, v in inputs]
-    o.writes = [("out", 0, f"{v}>{o.key}") for _off, v in inputs]
+    o.writes = [(out, 0, f"{v}>{o.key}") for _off, v in inputs]
     return o
+
+
+S = [("s", "out")]
 
 
 def test_transfers_each_input_exactly_once_with_aborts_redelivered() -> None:
     first = xfer(1, "fail", [(0, "in.0"), (1, "in.1")])
     second = xfer(2, "ok", [(0, "in.0"), (1, "in.1")])
     final = {("in", 0): [(0, "in.0"), (1, "in.1")], ("out", 0): [(0, "in.0>w1.1.2"), (1, "in.1>w1.1.2")]}
-    report = check([first, second], {}, final, inputs=["in.0", "in.1"], input_topic="in", drained=True)
+    report = check(
+        [first, second], {}, final, inputs=["in.0", "in.1"], input_topic="in", transfers=S, drained=True
+    )
     assert report.valid, report.summary()
-    assert report.counts["inputs_processed"] == 2
+    assert report.counts["inputs_processed[s]"] == 2
 
 
 def test_an_input_processed_by_two_committed_transactions_is_caught() -> None:
     a, b = xfer(1, "ok", [(0, "in.0")]), xfer(2, "ok", [(0, "in.0")])
     final = {("in", 0): [(0, "in.0")], ("out", 0): [(0, "in.0>w1.1.1"), (1, "in.0>w1.1.2")]}
-    report = check([a, b], {}, final, inputs=["in.0"], input_topic="in", drained=True)
+    report = check([a, b], {}, final, inputs=["in.0"], input_topic="in", transfers=S, drained=True)
     assert kinds(report) == {"double-ack", "double-processing"}
+
+
+def test_each_subscription_processes_every_input_once_on_its_own() -> None:
+    a, b = xfer(1, "ok", [(0, "in.0")], "s", "out"), xfer(2, "ok", [(0, "in.0")], "t", "out2")
+    final = {("in", 0): [(0, "in.0")], ("out", 0): [(0, "in.0>w1.1.1")], ("out2", 0): [(0, "in.0>w1.1.2")]}
+    groups = [("s", "out"), ("t", "out2")]
+    assert check([a, b], {}, final, inputs=["in.0"], input_topic="in", transfers=groups, drained=True).valid
+    lost = {("in", 0): [(0, "in.0")], ("out", 0): [(0, "in.0>w1.1.1")]}
+    b.outcome = "fail"
+    report = check([a, b], {}, lost, inputs=["in.0"], input_topic="in", transfers=groups, drained=True)
+    assert [a.detail for a in report.anomalies] == ["t: input 'in.0' has no output after the drain"]
 
 
 def test_an_input_never_processed_after_the_drain_is_lost_and_a_misread_input_is_caught() -> None:
     aborted = xfer(1, "fail", [(0, "in.0")])
     final = {("in", 0): [(0, "in.0")]}
-    assert kinds(check([aborted], {}, final, inputs=["in.0"], input_topic="in", drained=True)) == {
-        "lost-input"
-    }
-    assert check([aborted], {}, final, inputs=["in.0"], input_topic="in", drained=False).valid
+    report = check([aborted], {}, final, inputs=["in.0"], input_topic="in", transfers=S, drained=True)
+    assert kinds(report) == {"lost-input"}
+    assert check([aborted], {}, final, inputs=["in.0"], input_topic="in", transfers=S).valid
     misread = xfer(1, "fail", [(0, "in.9")])
-    report = check([misread], {}, final, inputs=["in.0"], input_topic="in")
+    report = check([misread], {}, final, inputs=["in.0"], input_topic="in", transfers=S)
     assert kinds(report) == {"xfer-read-mismatch"}
 
 
