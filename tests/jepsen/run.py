@@ -414,7 +414,8 @@ def run(
             transfers=[crash_sub, churn_sub],
             drained=result.drained,
         )
-        (workdir / "report.txt").write_text(result.summary())
+        timeline = "\n".join(f"  {t:7.2f}s {what}" for t, what in result.events)
+        (workdir / "report.txt").write_text(f"{result.summary()}\nfaults:\n{timeline}\n")
         return result
     finally:
         for w in stopped:
