@@ -120,6 +120,7 @@ class Deployment:
     def client(self, **kwargs: Any) -> pulsar_txn.Client:
         kwargs.setdefault("num_tcs", self.num_tcs)
         kwargs.setdefault("snapshot_topic", self.snapshot_topic)
+        kwargs.setdefault("log_topic", self.log_topic)
         kwargs.setdefault("authentication", self.auth_token)
         kwargs.setdefault("marker_secret", self.marker_secret)
         return pulsar_txn.Client(self.service_url, bootstrap_servers=self.bootstrap_servers, **kwargs)

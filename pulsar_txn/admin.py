@@ -14,7 +14,7 @@ import urllib.request
 from email.message import Message
 from typing import IO, TYPE_CHECKING, Any
 
-from kafka_store import StoreError, TopicNotFoundError, read_range
+from kafka_store import StoreError, TopicNotFoundError
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.errors import (
     AuthenticationError,
@@ -24,14 +24,12 @@ from pulsar_txn.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.txnid import TxnID
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
     from pulsar_txn.coordinator.records import TxnMeta
-
-DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -106,16 +104,13 @@ class TransactionsAdmin:
     def list_transactions(self, tc_id: int) -> dict[TxnID, dict[str, Any]]:
         """Every transaction TC ``tc_id`` still knows (open ones, and ended ones within the retention
         window), as ``transaction_metadata`` shows them."""
-        from pulsar_txn.coordinator.fold import TcLogFold
+        from pulsar_txn.coordinator.fold import read_tc_log
 
-        kafka = self._client.kafka
         try:
             count = self._client._admin.partition_count(self.log_topic)
             if not 0 <= tc_id < count:
                 raise TransactionCoordinatorNotFoundError(f"TC {tc_id} does not exist ({count} TCs)")
-            fold = TcLogFold(tc_id)
-            for rec in read_range(kafka, self.log_topic, tc_id):
-                fold.apply(rec.offset, rec.key, rec.value)
+            fold = read_tc_log(self._client.kafka, self.log_topic, tc_id)
         except TopicNotFoundError:
             raise TransactionCoordinatorNotFoundError(
                 f"no transaction log {self.log_topic!r} (is log_topic right?)"

@@ -25,7 +25,7 @@ from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
 from pulsar_txn.schema import Schema
@@ -63,7 +63,9 @@ class Client:
     ``service_url`` is a coordinator (``pulsar://host:6650``); Kafka is where the data lives
     (``kafka`` takes any ``KafkaConfig`` field, e.g. SASL settings). ``operation_timeout_seconds``
     bounds every blocking call; ``authentication`` is a token (``AuthenticationToken`` or str) for
-    the coordinator. No network I/O happens until the first producer, reader or transaction needs
+    the coordinator. ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the
+    coordinators' settings (consumers look up, in the transaction log, transactions that stay
+    pending). No network I/O happens until the first producer, reader or transaction needs
     it. Use as a context manager, or call ``close``.
     """
 
@@ -78,6 +80,7 @@ class Client:
         num_tcs: int | None = None,
         marker_secret: str | bytes | None = None,
         snapshot_topic: str = DEFAULT_SNAPSHOT_TOPIC,
+        log_topic: str = DEFAULT_LOG_TOPIC,
     ) -> None:
         if isinstance(kafka, KafkaConfig):
             self.kafka = kafka
@@ -102,6 +105,7 @@ class Client:
         self._num_tcs = num_tcs
         self._secret = marker_secret.encode() if isinstance(marker_secret, str) else marker_secret
         self._snapshot_topic = snapshot_topic
+        self._log_topic = log_topic  # the coordinators' transaction log (consumers look things up there)
         self._lock = threading.Lock()
         self._tc_client: SyncTcClient | None = None
         self._appender_: Appender | None = None
@@ -142,7 +146,13 @@ class Client:
         secret = config.marker_secret.get_secret_value() if config.marker_secret else None
         token = config.auth_token.get_secret_value() if config.auth_token else None
         client = cls(
-            ec.url, kafka=kafka, num_tcs=config.num_tcs, marker_secret=secret, authentication=token, **kwargs
+            ec.url,
+            kafka=kafka,
+            num_tcs=config.num_tcs,
+            marker_secret=secret,
+            authentication=token,
+            log_topic=config.log_topic,
+            **kwargs,
         )
         client._owned = owned
         return client

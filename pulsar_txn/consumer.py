@@ -46,6 +46,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import Message, MessageId
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
+from pulsar_txn.pendingack.stale import StalePendingCheck
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.pendingack.stats import recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
@@ -148,11 +149,16 @@ class Consumer(Generic[T]):
         subscribe_timeout: float = 30.0,
         instance_id: str | None = None,
         schema: Schema[T] | None = None,
+        pending_ack_check_after_ms: int = 60_000,
     ) -> None:
         """``instance_id`` gives the consumer a stable identity (Kafka static membership): a consumer
         restarted after a crash with the same id takes over at once, instead of being refused
         (Exclusive) or waiting for the dead member's session to expire (Failover). Give each live
-        consumer of a subscription a different id."""
+        consumer of a subscription a different id.
+
+        ``pending_ack_check_after_ms``: a transaction pending here that long, and not this
+        consumer's, is looked up in its TC's log and released if the TC aborted it (its ack was
+        written after its abort marker; see ``pulsar_txn.pendingack.stale``)."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema ``msg.value()`` decodes with."""
         consumer_type = ConsumerType(consumer_type)
@@ -169,6 +175,9 @@ class Consumer(Generic[T]):
         self._initial = InitialPosition(initial_position)
         self.consumer_name = consumer_name or f"consumer-{uuid.uuid4().hex[:8]}"
         self._ack_timeout = ack_timeout_millis / 1000
+        if pending_ack_check_after_ms <= 0:
+            raise NotAllowedError("pending_ack_check_after_ms must be positive")
+        self._stale = StalePendingCheck(client.kafka, client._log_topic, pending_ack_check_after_ms / 1000)
         self._nack_delay = negative_ack_redelivery_delay_ms / 1000
         self._dlq = dead_letter_policy
         self._lock = threading.RLock()
@@ -739,6 +748,7 @@ class Consumer(Generic[T]):
                 now = time.monotonic()
                 if self._ack_timeout > 0:
                     self._expire_unacked(now)
+                self._release_stale()
                 if now >= next_flush:
                     with self._lock:
                         parts = list(self._parts.values())
@@ -768,6 +778,35 @@ class Consumer(Generic[T]):
                     # The same rules as an outcome from END_TXN: a released message that is delivered
                     # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
                     self._after_outcome(part, txn_id, action, released, dropped)
+        _complete(dropped)
+
+    def _release_stale(self) -> None:
+        """Release transactions pending here whose TC aborted them (``StalePendingCheck``)."""
+        with self._lock:
+            pending = {
+                t for p in self._parts.values() for t in p.pending.pending_txns() if t not in self._txn_parts
+            }
+        due = self._stale.due(pending)
+        if not due:
+            return
+        try:
+            aborted = self._stale.aborted(due)  # reads Kafka: outside the locks
+        except StoreError as exc:
+            log.warning("%s: looking up pending transactions failed (retried): %s", self.subscription, exc)
+            return
+        dropped: list[Future[None]] = []
+        with self._lock:
+            for txn_id in aborted:
+                log.warning(
+                    "%s: %s was pending here but its TC aborted it (its acks were written after its abort "
+                    "marker); released",
+                    self.subscription,
+                    txn_id,
+                )
+                for part in self._parts.values():
+                    released = part.fold.apply_outcome(txn_id, TxnAction.ABORT)
+                    part.dirty = True
+                    self._after_outcome(part, txn_id, TxnAction.ABORT, released, dropped)
         _complete(dropped)
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:

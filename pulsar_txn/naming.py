@@ -93,6 +93,10 @@ def partition_name(kafka_topic: str, partition: int) -> str:
     return str(TopicName.parse(kafka_topic).with_partition(partition))
 
 
+DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
+"""The coordinators' transaction log (``CoordinatorConfig.log_topic``'s default)."""
+
+
 def pending_ack_topic(topic: TopicName, subscription: str) -> str:
     """Kafka topic of a subscription's pending-ack log.
 

@@ -215,6 +215,7 @@ class Cluster:
             num_tcs=config.num_tcs,
             marker_secret=secret,
             snapshot_topic=config.snapshot_topic,
+            log_topic=config.log_topic,
             operation_timeout_seconds=30,
         )
 

@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_store import Appender, GroupReader, KafkaConfig, StoreError, TopicAdmin, read_range
+from kafka_store import Appender, GroupReader, KafkaConfig, StoreError, TopicAdmin
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
-from pulsar_txn.coordinator.fold import TcLogFold
+from pulsar_txn.coordinator.fold import ended_as, read_tc_log
 from pulsar_txn.naming import TopicName
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -279,20 +279,16 @@ class TransactionBufferService:
                 log.warning("TB service: resolving hanging txns of TC %d failed: %s", tc_id, exc)
 
     def _resolve(self, tc_id: int, items: list[tuple[TP, TxnID]]) -> None:
-        fold = TcLogFold(tc_id)
-        for rec in read_range(self._kafka, self._config.log_topic, tc_id):
-            fold.apply(rec.offset, rec.key, rec.value)
+        fold = read_tc_log(self._kafka, self._config.log_topic, tc_id)
         for (topic, partition), txn in items:
+            ended = ended_as(fold, txn)
+            if ended is None:
+                continue  # open or ending (the TC will write the marker), or not allocated yet
             meta = fold.txns.get(txn.least_bits)
-            if meta is None and txn.least_bits >= fold.next_seq:
-                continue  # not (yet) a transaction of this TC: nothing may be decided for it
-            if meta is not None and not meta.status.is_terminal:
-                continue  # still open or ending: the TC will write the marker
             registered = meta is not None and any(
                 _same_partition(x, topic, partition) for x in meta.partitions
             )
-            committed = meta is not None and meta.status.value == "COMMITTED"
-            action = TxnAction.COMMIT if registered and committed else TxnAction.ABORT
+            action = TxnAction.COMMIT if registered and ended is TxnAction.COMMIT else TxnAction.ABORT
             self._write_marker(topic, partition, txn, action)
             self.hanging_resolved += 1
             log.warning(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from kafka_store import REGISTRY, CodecError
+from kafka_store import REGISTRY, CodecError, KafkaConfig, read_range
 from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
+from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +98,23 @@ class TcLogFold:
     def _skip(self, offset: int, why: str) -> None:
         self.skipped_records += 1
         log.warning("TC %d log offset %d skipped: %s", self.tc_id, offset, why)
+
+
+def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int) -> TcLogFold:
+    """TC ``tc_id``'s state now, folded from its whole log partition (for occasional lookups by
+    components that do not own the TC; raises ``kafka_store.StoreError``)."""
+    fold = TcLogFold(tc_id)
+    for rec in read_range(kafka, log_topic, tc_id):
+        fold.apply(rec.offset, rec.key, rec.value)
+    return fold
+
+
+def ended_as(fold: TcLogFold, txn: TxnID) -> TxnAction | None:
+    """How the TC ended ``txn``: COMMIT, ABORT (also for one it has forgotten since: it ended long
+    ago), or None while it is open or ending, or if the TC has not allocated its id yet."""
+    meta = fold.txns.get(txn.least_bits)
+    if meta is None:
+        return TxnAction.ABORT if txn.least_bits < fold.next_seq else None
+    if not meta.status.is_terminal:
+        return None
+    return TxnAction.COMMIT if meta.status.value == "COMMITTED" else TxnAction.ABORT

@@ -735,3 +735,50 @@ def test_a_prepared_commit_checks_ownership_once_unless_an_ack_came_after_the_pr
     consumer.close()
     with c.client.subscribe(topic, sub) as restarted:
         assert receive_all(restarted, 1000) == []
+
+
+def test_acks_written_after_their_txns_abort_marker_are_released_once_the_tc_log_says_it_aborted(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A commit's ack record that lands after the TC's timeout abort (the write raced the abort) is
+    ignored by a fold that saw the marker. A consumer whose replay starts after the marker sees only
+    the record; before, it held the message pending until a later marker of the same TC covered the
+    transaction with its low watermark, and with no more traffic, for good. It now asks the TC's
+    log about transactions that have stayed pending without being its own, and releases them."""
+    from kafka_store import Appender
+    from pulsar_txn.naming import TopicName, pending_ack_topic
+    from pulsar_txn.pendingack.log import encode_pending_ack
+    from pulsar_txn.pendingack.state import AckKind
+
+    c = cluster()
+    topic, sub = f"late_{uid}", f"sub_{uid}"
+    _setup(c, topic, 3)
+    first = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = receive_all(first)
+    txn = c.client.transaction(60)
+    first.acknowledge(msgs[0], txn=txn)
+    txn.abort()  # its ABORT marker is in the pending-ack log
+    for m in msgs[1:]:
+        first.acknowledge(m)
+    pa_topic = pending_ack_topic(TopicName.parse(topic), sub)
+    # The tail reads past the marker, so the stored replay start is after it.
+    wait_until(
+        lambda: (
+            end_offsets(c.client.kafka, [(pa_topic, 0)])[(pa_topic, 0)]
+            <= first._parts[(topic, 0)].fold.next_offset
+        ),
+        10,
+        what="the pending-ack tail past the marker",
+    )
+    first.close()
+    # The racing write of the ack, after the marker and after the replay start.
+    value, headers = encode_pending_ack(txn.txn_id, AckKind.INDIVIDUAL, [msgs[0].message_id.offset])
+    appender = Appender(c.client.kafka)
+    appender.append(pa_topic, 0, value, headers=headers).result(10)
+    appender.close()
+    second = c.client.subscribe(topic, sub, pending_ack_check_after_ms=500)
+    assert _pending_total(second) == 1  # the late record, seen without its marker
+    again = second.receive(15_000)
+    assert again.message_id == msgs[0].message_id
+    assert _pending_total(second) == 0
+    second.close()
