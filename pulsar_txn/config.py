@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from kafka_store import KafkaConfig
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC
 
 
 class CoordinatorConfig(BaseModel):
@@ -16,7 +17,7 @@ class CoordinatorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     # -- storage ---------------------------------------------------------------------------------
-    log_topic: str = "__pulsar_txn_log"
+    log_topic: str = DEFAULT_LOG_TOPIC
     owners_topic: str = "__pulsar_txn_tc_owners"
     num_tcs: int = Field(default=16, ge=1, le=4096, description="TCs = log partitions; fixed at cluster init")
 

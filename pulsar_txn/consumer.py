@@ -782,6 +782,8 @@ class Consumer(Generic[T]):
 
     def _release_stale(self) -> None:
         """Release transactions pending here whose TC aborted them (``StalePendingCheck``)."""
+        if not self._stale.observing():  # the upkeep loop runs every 20 ms; this need not
+            return
         with self._lock:
             pending = {
                 t for p in self._parts.values() for t in p.pending.pending_txns() if t not in self._txn_parts
@@ -794,26 +796,21 @@ class Consumer(Generic[T]):
         except StoreError as exc:
             log.warning("%s: looking up pending transactions failed (retried): %s", self.subscription, exc)
             return
-        dropped: list[Future[None]] = []
-        with self._lock:
-            for txn_id in aborted:
-                log.warning(
-                    "%s: %s was pending here but its TC aborted it (its acks were written after its abort "
-                    "marker); released",
-                    self.subscription,
-                    txn_id,
-                )
-                for part in self._parts.values():
-                    released = part.fold.apply_outcome(txn_id, TxnAction.ABORT)
-                    part.dirty = True
-                    self._after_outcome(part, txn_id, TxnAction.ABORT, released, dropped)
-        _complete(dropped)
+        for txn_id in aborted:
+            log.warning(
+                "%s: %s was pending here but its TC aborted it (its acks were written after its abort "
+                "marker); released",
+                self.subscription,
+                txn_id,
+            )
+            self._txn_ended(txn_id, TxnAction.ABORT)
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
-        """The outcome of a transaction we acked in, straight from its END_TXN: apply it now, so the
-        caller sees its effect at once (Pulsar applies it before END_TXN returns). This runs on the
-        thread that got END_TXN's answer, which other answers wait for; ``_after_outcome`` leaves the
-        reading to the upkeep thread."""
+        """An outcome learnt first-hand: straight from END_TXN of a transaction we acked in (applied
+        now, so the caller sees its effect at once; Pulsar applies it before END_TXN returns), or from
+        the TC's log (``_release_stale``). On END_TXN's path this runs on the thread that got its
+        answer, which other answers wait for; ``_after_outcome`` leaves the reading to the upkeep
+        thread."""
         dropped: list[Future[None]] = []
         with self._lock:
             for part in self._parts.values():

@@ -25,8 +25,9 @@ from pulsar_txn.txnid import TxnAction, TxnID
 class StalePendingCheck:
     """Which pending transactions have stayed pending for ``after_s`` and were aborted by their TC.
 
-    ``due`` is cheap and called often; ``aborted`` reads TC logs (raises ``kafka_store.StoreError``)
-    and runs at most every ``after_s / 2`` (at most every 5 s), off any lock."""
+    ``due`` is cheap (call it when ``observing``); ``aborted`` reads TC logs (raises
+    ``kafka_store.StoreError``) and runs at most every ``after_s / 2`` (at most every 5 s), off any
+    lock."""
 
     def __init__(
         self,
@@ -41,6 +42,16 @@ class StalePendingCheck:
         self._clock = clock
         self._first_seen: dict[TxnID, float] = {}
         self._next_check = 0.0
+        self._next_look = 0.0
+
+    def observing(self) -> bool:
+        """Whether the caller should gather the pending transactions for ``due`` now: at most every
+        ``min(1 s, after_s / 4)``, so a caller's frequent loop does not build that set each time."""
+        now = self._clock()
+        if now < self._next_look:
+            return False
+        self._next_look = now + min(1.0, self.after_s / 4)
+        return True
 
     def due(self, pending: Collection[TxnID]) -> list[TxnID]:
         """Track ``pending`` (the transactions pending now, not this consumer's own); those pending
