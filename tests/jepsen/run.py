@@ -114,6 +114,10 @@ class _Worker:
                 env=self.env,
             )
 
+    def crash_report(self) -> str:
+        """This incarnation and the end of its log, for a worker that died of an untyped error."""
+        return f"{self.name}#{self.inc}: {self.log.read_text()[-1500:]}"
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -229,8 +233,9 @@ def _read_everything(client: Client, topics: list[str]) -> dict[tuple[str, int],
     """Each topic from its first message to the last readable one, through a fresh Reader."""
     final: dict[tuple[str, int], list[tuple[int, str]]] = {}
     for topic in topics:
-        last = {p: mid.offset for p, mid in client.get_last_message_ids(topic).items() if mid is not None}
-        for p in client.get_last_message_ids(topic):
+        last_ids = client.get_last_message_ids(topic)
+        last = {p: mid.offset for p, mid in last_ids.items() if mid is not None}
+        for p in last_ids:
             final[(topic, p)] = []
         reader = client.create_reader(topic)
         reached: dict[int, int] = {}
@@ -327,7 +332,7 @@ def run(
 
         def churner_leaves() -> None:
             if churner.leave(30) == UNTYPED_CRASH:
-                result.crashes.append(f"{churner.name}#{churner.inc}: {churner.log.read_text()[-1500:]}")
+                result.crashes.append(churner.crash_report())
 
         def event(what: str) -> None:
             result.events.append((round(time.monotonic() - t0, 2), what))
@@ -336,7 +341,7 @@ def run(
             for w in workers:
                 if w.proc is not None and w.proc.poll() is not None and time.monotonic() - t0 < seconds:
                     if w.proc.returncode == UNTYPED_CRASH:
-                        result.crashes.append(f"{w.name}#{w.inc}: {w.log.read_text()[-1500:]}")
+                        result.crashes.append(w.crash_report())
                     event(f"restart-exited {w.name} (status {w.proc.returncode})")
                     w.start()
 
@@ -383,7 +388,7 @@ def run(
         for w in workers:
             status = w.wait(max(5.0, seconds - (time.monotonic() - t0)) + 30)
             if status == UNTYPED_CRASH:
-                result.crashes.append(f"{w.name}#{w.inc}: {w.log.read_text()[-1500:]}")
+                result.crashes.append(w.crash_report())
         admin = TransactionsAdmin(client, log_topic=config.log_topic)
         txn_topics = [*data_topics, *output_topics]
         _wait_no_open_txns(admin, txn_topics, TXN_TIMEOUT_S + 60)
