@@ -207,6 +207,33 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def paired_ratios(rounds: Sequence[dict[str, Any]], num: str, den: str, key: str) -> dict[str, float]:
+    """``rounds[i][num][key] / rounds[i][den][key]`` for each round (a round measures both side by side,
+    back to back) summarised as median, min and max. On this machine the speed drifts by +-30% over
+    minutes, and a ratio of two best-of figures taken minutes apart swings with it (session 17: the same
+    code gave 70% and 97% for #3's produce target); ratios of adjacent measurements, then their median,
+    do not."""
+    ratios = [
+        r[num][key] / r[den][key] for r in rounds if r.get(num, {}).get(key) and r.get(den, {}).get(key)
+    ]
+    if not ratios:
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
+    ordered = sorted(ratios)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "n": len(ordered)}
+
+
+def fmt_ratio(summary: dict[str, float]) -> str:
+    """``82% (76-91%, 5 rounds)`` for a ``paired_ratios`` summary."""
+    if not summary["n"]:
+        return "n/a"
+    return (
+        f"{summary['median'] * 100:.0f}% ({summary['min'] * 100:.0f}-{summary['max'] * 100:.0f}%,"
+        f" {summary['n']} rounds)"
+    )
+
+
 def fmt(value: float, unit: str = "", digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
