@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,10 +219,28 @@ def paired_ratios(rounds: Sequence[dict[str, Any]], num: str, den: str, key: str
     ]
     if not ratios:
         return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    ordered = sorted(ratios)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {"median": median, "min": ordered[0], "max": ordered[-1], "n": len(ordered)}
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
+
+
+def run_rounds(
+    keys: Sequence[str], count: int, measure: Callable[[int, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``count`` rounds of ``measure(round, key)`` for every key, back to back, the order rotated one
+    step each round (so no key always runs first): the rounds ``paired_ratios`` summarises."""
+    rounds: list[dict[str, Any]] = []
+    for i in range(count):
+        shift = i % len(keys)
+        order = [*keys[shift:], *keys[:shift]]
+        entry: dict[str, Any] = {"order": order}
+        for key in order:
+            entry[key] = measure(i, key)
+        rounds.append(entry)
+    return rounds
+
+
+def fmt_rounds(rounds: Sequence[dict[str, Any]], key: str, what: str) -> str:
+    """``key``'s ``what`` in each round, e.g. ``56,236 / 66,153 / 61,635``."""
+    return " / ".join(fmt(r[key][what], "", 0) for r in rounds)
 
 
 def fmt_ratio(summary: dict[str, float]) -> str:

@@ -43,9 +43,11 @@ from bench._common import (
     Probes,
     fmt,
     fmt_ratio,
+    fmt_rounds,
     format_table,
     paired_ratios,
     percentile,
+    run_rounds,
     run_suite,
     step,
     wait_until_quiet,
@@ -480,17 +482,15 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
                 result.cpu = cpu
                 variants[key] = result.summary()
             raw["variants"] = variants
+
             # The #4 target's two variants back to back, the order alternating: each round gives one
             # ratio (bench._common.paired_ratios), so the machine's drift between variants cancels.
-            rounds: list[dict[str, Any]] = []
-            for i in range(sizes.pair_rounds):
-                entry: dict[str, Any] = {}
-                for key in PAIRED if i % 2 == 0 else PAIRED[::-1]:
-                    label, fn = runners[key]
-                    title = f"paired round {i + 1}/{sizes.pair_rounds}: {label}"
-                    entry[key] = probes.measure(functools.partial(step, title, fn))[0].summary()
-                rounds.append(entry)
-            raw["target_rounds"] = rounds
+            def paired(i: int, key: str) -> dict[str, Any]:
+                label, fn = runners[key]
+                title = f"paired round {i + 1}/{sizes.pair_rounds}: {label}"
+                return probes.measure(functools.partial(step, title, fn))[0].summary()
+
+            raw["target_rounds"] = run_rounds(PAIRED, sizes.pair_rounds, paired)
             raw["coordinator_stats"] = coord.stats()
         finally:
             client.close()
@@ -576,23 +576,19 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
     acks = paired_ratios(rounds, PAIRED[1], PAIRED[0], "acks_per_s")
     loops = paired_ratios(rounds, PAIRED[1], PAIRED[0], "receive_and_ack_per_s")
     good = all(r[k]["complete"] and r[k]["durable"] for r in rounds for k in PAIRED)
-
-    def per_round(key: str, what: str) -> str:
-        return " / ".join(fmt(r[key][what], "", 0) for r in rounds)
-
     row(
         "#4 target, paired rounds: txn acks overlapped vs plain individual, back to back",
         f"median {fmt_ratio(acks)} of plain individual",
-        f"acks/s per round: txn {per_round(PAIRED[1], 'acks_per_s')};"
-        f" plain {per_round(PAIRED[0], 'acks_per_s')}",
+        f"acks/s per round: txn {fmt_rounds(rounds, PAIRED[1], 'acks_per_s')};"
+        f" plain {fmt_rounds(rounds, PAIRED[0], 'acks_per_s')}",
         f">= {TARGET_SHARE:.0%} of plain individual",
         _met(acks["median"] >= TARGET_SHARE and good),
     )
     row(
         "  same rounds, receive + ack loop (what a consumer sees, as pulsar-perf reports it)",
         f"median {fmt_ratio(loops)} of plain individual",
-        f"msg/s per round: txn {per_round(PAIRED[1], 'receive_and_ack_per_s')};"
-        f" plain {per_round(PAIRED[0], 'receive_and_ack_per_s')}",
+        f"msg/s per round: txn {fmt_rounds(rounds, PAIRED[1], 'receive_and_ack_per_s')};"
+        f" plain {fmt_rounds(rounds, PAIRED[0], 'receive_and_ack_per_s')}",
     )
     for x in (ks, ka):
         row(f"Kafka: {x['label']}", f"{_rate(x)} ({notes(x)})", "(baseline)")

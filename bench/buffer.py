@@ -35,9 +35,11 @@ from bench._common import (
     ensure_topic,
     fmt,
     fmt_ratio,
+    fmt_rounds,
     format_table,
     paired_ratios,
     percentile,
+    run_rounds,
     run_suite,
     scratch_topics,
     step,
@@ -437,21 +439,18 @@ def _paired_rounds(
             functools.partial(_kafka_txn, producer, size=TARGET_SIZE, sizes=bigger),
         ),
     }
-    rounds: list[dict[str, Any]] = []
-    for i in range(sizes.pair_rounds):
-        order = PAIRED[i % 3 :] + PAIRED[: i % 3]
-        entry: dict[str, Any] = {"order": list(order)}
-        for key in order:
-            label, fn = points[key]
-            title = f"paired round {i + 1}/{sizes.pair_rounds}: {label}"
-            with scratch_topics(bootstrap):
-                topic = f"bench_pair_{uuid.uuid4().hex[:6]}"
-                ensure_topic(bootstrap, topic, 1)
-                point, cpu = probes.measure(functools.partial(step, title, functools.partial(fn, topic)))
-            point.cpu = cpu
-            entry[key] = point.summary()
-        rounds.append(entry)
-    return rounds
+
+    def measure(i: int, key: str) -> dict[str, Any]:
+        label, fn = points[key]
+        title = f"paired round {i + 1}/{sizes.pair_rounds}: {label}"
+        with scratch_topics(bootstrap):
+            topic = f"bench_pair_{uuid.uuid4().hex[:6]}"
+            ensure_topic(bootstrap, topic, 1)
+            point, cpu = probes.measure(functools.partial(step, title, functools.partial(fn, topic)))
+        point.cpu = cpu
+        return point.summary()
+
+    return run_rounds(PAIRED, sizes.pair_rounds, measure)
 
 
 # ---------------------------------------------------------------------------------------------- 2
@@ -708,7 +707,7 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
     vs_kafka = paired_ratios(rounds, PAIRED[1], PAIRED[2], "msgs_per_s")
     errors = sum(r[PAIRED[1]]["errors"] for r in rounds)
     ok = vs_plain["median"] >= 0.8 and vs_kafka["median"] > 1.0 and not errors
-    rates = {k: " / ".join(fmt(r[k]["msgs_per_s"], "", 0) for r in rounds) for k in PAIRED}
+    rates = {k: fmt_rounds(rounds, k, "msgs_per_s") for k in PAIRED}
     row(
         f"  #3 target, paired rounds: overlapped txns of {TARGET_SIZE} vs plain sends, back to back"
         f" ({raw['sizes']['pair_msgs']:,} msgs each)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench._common import fmt_ratio, paired_ratios
+from bench._common import fmt_ratio, fmt_rounds, paired_ratios, run_rounds
 
 
 def _round(ours: float, plain: float) -> dict[str, dict[str, float]]:
@@ -34,3 +34,21 @@ def test_no_usable_round_gives_no_verdict() -> None:
     summary = paired_ratios([], "ours", "plain", "rate")
     assert summary["n"] == 0 and math.isnan(summary["median"])
     assert fmt_ratio(summary) == "n/a"
+
+
+def test_rounds_rotate_the_order_so_no_point_always_runs_first() -> None:
+    calls: list[tuple[int, str]] = []
+
+    def measure(i: int, key: str) -> dict[str, float]:
+        calls.append((i, key))
+        return {"rate": float(len(calls))}
+
+    rounds = run_rounds(["a", "b", "c"], 4, measure)
+    assert [r["order"] for r in rounds] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+    assert calls[:4] == [(0, "a"), (0, "b"), (0, "c"), (1, "b")]
+    assert fmt_rounds(rounds, "a", "rate") == "1 / 6 / 8 / 10"
