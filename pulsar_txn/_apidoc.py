@@ -21,6 +21,7 @@ PUBLIC_MODULES = [
     "pulsar_txn.txnid",
     "pulsar_txn.errors",
     "pulsar_txn.asyncio",
+    "pulsar_txn.compat",
 ]
 """The modules the reference covers, in navigation order."""
 

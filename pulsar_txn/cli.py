@@ -217,6 +217,12 @@ def cmd_tc_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(data_dir), transactions=args.transactions)
 
 
+def cmd_migrate_check(args: argparse.Namespace) -> int:
+    from pulsar_txn.compat.check import main as check_main
+
+    return check_main([*args.paths, *(["--json"] if args.json else [])])
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.cli import run
 
@@ -290,6 +296,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--messages", type=int, default=20_000, help="input messages")
     p.add_argument("--kills", type=int, default=2, help="how many times the pipeline is SIGKILLed")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "migrate-check", help="what a program written for pulsar-client does on pulsar_txn.compat"
+    )
+    p.add_argument("paths", nargs="+", help="Python files or directories")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=cmd_migrate_check)
 
     p = sub.add_parser("tc-demo", help="standalone + a scripted series of raw coordinator transactions")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")

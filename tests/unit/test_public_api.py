@@ -14,6 +14,8 @@ PUBLIC = {
     "pulsar_txn": pulsar_txn.__all__,
     "pulsar_txn.asyncio": importlib.import_module("pulsar_txn.asyncio").__all__,
     "pulsar_txn.schema": importlib.import_module("pulsar_txn.schema").__all__,
+    "pulsar_txn.compat": importlib.import_module("pulsar_txn.compat").__all__,
+    "pulsar_txn.compat.schema": importlib.import_module("pulsar_txn.compat.schema").__all__,
 }
 
 

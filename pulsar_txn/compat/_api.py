@@ -1,0 +1,425 @@
+"""``Client``, ``Producer``, ``Consumer`` and ``Reader`` with the Pulsar Python client's signatures,
+on top of this library's own classes (which stay reachable as ``.native``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pulsar_txn import client as _client
+from pulsar_txn import consumer as _consumer
+from pulsar_txn import message as _message
+from pulsar_txn import producer as _producer
+from pulsar_txn import reader as _reader
+from pulsar_txn.compat import _params
+from pulsar_txn.compat._ids import Message, MessageId, native_id
+from pulsar_txn.compat.schema import to_native
+from pulsar_txn.errors import ConfigError, PulsarTxnError, Result
+from pulsar_txn.naming import TopicName
+from pulsar_txn.transaction import Transaction, TransactionBuilder
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ConsumerDeadLetterPolicy:
+    """pulsar-client's dead-letter policy; ``initial_subscription_name`` is not supported."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+    initial_subscription_name: str | None = None
+
+    def native(self) -> _consumer.DeadLetterPolicy:
+        """This library's ``DeadLetterPolicy``."""
+        if self.initial_subscription_name is not None:
+            raise _params.OperationNotSupported("dead letter initial_subscription_name is not supported")
+        return _consumer.DeadLetterPolicy(self.max_redeliver_count, self.dead_letter_topic)
+
+
+@dataclass(frozen=True)
+class BatchReceivePolicy:
+    """pulsar-client's ``ConsumerBatchReceivePolicy``: ``batch_receive()`` returns up to
+    ``max_num_message`` messages, waiting at most ``timeout_ms`` (``max_num_bytes`` is ignored)."""
+
+    max_num_message: int = -1
+    max_num_bytes: int = 10 * 1024 * 1024
+    timeout_ms: int = 100
+
+
+class Client:
+    """``pulsar.Client(service_url, authentication=None, operation_timeout_seconds=30, ...)`` on Kafka.
+
+    Where Kafka is comes on top of pulsar-client's parameters: ``bootstrap_servers=`` or ``kafka={...}``
+    (and the other keyword options of ``pulsar_txn.Client``). ``Client.embedded()`` runs a coordinator
+    in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
+
+    def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _NATIVE_CLIENT_OPTIONS}
+        given = _positional(_CLIENT_ORDER, args, kwargs, "Client")
+        _params.CLIENT.check(given)
+        auth = given.get("authentication")
+        if auth is not None and not isinstance(auth, str | _client.AuthenticationToken):
+            auth = _token_of(auth)
+        self.native = _client.Client(
+            service_url,
+            authentication=auth,
+            operation_timeout_seconds=float(given.get("operation_timeout_seconds", 30)),
+            **own,
+        )
+        """The ``pulsar_txn.Client`` underneath."""
+
+    @classmethod
+    def embedded(cls, *args: Any, **kwargs: Any) -> Client:
+        """A client with an in-process coordinator (``pulsar_txn.Client.embedded``)."""
+        out = cls.__new__(cls)
+        out.native = _client.Client.embedded(*args, **kwargs)
+        return out
+
+    def create_producer(self, topic: str, *args: Any, **kwargs: Any) -> Producer[Any]:
+        """pulsar-client's ``create_producer(topic, producer_name=None, schema=..., ...)``; what each
+        option does here: ``_params.CREATE_PRODUCER``."""
+        given = _positional(_PRODUCER_ORDER, args, kwargs, "create_producer")
+        _params.CREATE_PRODUCER.check(given)
+        schema = to_native(given.get("schema"))
+        name = given.get("producer_name")
+        native: _producer.Producer[Any] = (
+            self.native.create_producer(topic, producer_name=name, schema=schema)
+            if schema is not None
+            else self.native.create_producer(topic, producer_name=name)
+        )
+        return Producer(native)
+
+    def subscribe(self, topic: Any, subscription_name: str, *args: Any, **kwargs: Any) -> Consumer[Any]:
+        """pulsar-client's ``subscribe(topic, subscription_name, consumer_type=..., ...)``: ``topic``
+        may be a name, a list or a compiled regex; Exclusive and Failover only."""
+        given = _positional(_SUBSCRIBE_ORDER, args, kwargs, "subscribe")
+        _params.SUBSCRIBE.check(given)
+        options: dict[str, Any] = {}
+        if isinstance(topic, re.Pattern):  # pulsar-client subscribes to a pattern given as a regex
+            options["pattern"], topic = topic.pattern, None
+        if given.get("consumer_name") is not None:
+            options["consumer_name"] = given["consumer_name"]
+        if given.get("unacked_messages_timeout_ms"):
+            options["ack_timeout_millis"] = int(given["unacked_messages_timeout_ms"])
+        if "negative_ack_redelivery_delay_ms" in given:
+            options["negative_ack_redelivery_delay_ms"] = int(given["negative_ack_redelivery_delay_ms"])
+        dlq = given.get("dead_letter_policy")
+        if dlq is not None:
+            options["dead_letter_policy"] = dlq.native() if isinstance(dlq, ConsumerDeadLetterPolicy) else dlq
+        native = self.native.subscribe(
+            topic,
+            subscription_name,
+            consumer_type=_enum_value(given.get("consumer_type"), _consumer.ConsumerType, "Exclusive"),
+            initial_position=_enum_value(given.get("initial_position"), _consumer.InitialPosition, "Latest"),
+            schema=to_native(given.get("schema")),
+            **options,
+        )
+        return Consumer(native, self.native, given.get("batch_receive_policy"))
+
+    def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
+        """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
+        ``start_message_id`` (from it with ``start_message_id_inclusive=True``)."""
+        given = _positional(_READER_ORDER, args, kwargs, "create_reader")
+        _params.CREATE_READER.check(given)
+        start = native_id(start_message_id)
+        if start.partition >= 0 and not given.get("start_message_id_inclusive", False):
+            # Pulsar's reader starts after the given message unless told to include it.
+            start = _message.MessageId(start.topic, start.partition, start.offset + 1)
+        schema = to_native(given.get("schema"))
+        if schema is None:
+            return Reader(self.native.create_reader(topic, start))
+        return Reader(self.native.create_reader(topic, start, schema=schema))
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
+        non-partitioned topic gives itself."""
+        name = TopicName.parse(topic)
+        count = self.native._partition_count(name)
+        if count <= 1:
+            return [str(name)]
+        return [f"{name}-partition-{i}" for i in range(count)]
+
+    def new_transaction(self) -> TransactionBuilder:
+        """A transaction builder, as Pulsar's Java ``client.newTransaction()`` (an addition)."""
+        return self.native.new_transaction()
+
+    def transaction(self, timeout: float = 60.0) -> Transaction:
+        """A transaction to use as a context manager (an addition; see ``pulsar_txn.Client``)."""
+        return self.native.transaction(timeout)
+
+    def create_table_view(self, *args: Any, **kwargs: Any) -> Any:
+        """Not supported: raises ``OperationNotSupported``."""
+        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["create_table_view"])
+
+    def close(self) -> None:
+        """Close the client and everything it made."""
+        self.native.close()
+
+    def shutdown(self) -> None:
+        """Same as ``close`` here."""
+        self.native.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Producer(Generic[T]):
+    """pulsar-client's Producer: ``send``, ``send_async(content, callback)``, ``flush``, ``close``;
+    ``txn=`` on both sends is this library's addition."""
+
+    def __init__(self, native: _producer.Producer[T]) -> None:
+        self.native = native
+        self._last_sequence_id = -1
+
+    def topic(self) -> str:
+        """The topic written to."""
+        return str(self.native.topic)
+
+    def producer_name(self) -> str:
+        """The producer's name (written with every message)."""
+        return self.native.producer_name
+
+    def last_sequence_id(self) -> int:
+        """How many messages this wrapper has sent, minus one (-1 before the first)."""
+        return self._last_sequence_id
+
+    def is_connected(self) -> bool:
+        """Always True: the Kafka producer reconnects by itself."""
+        return True
+
+    def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
+        """Send and wait until stored; returns its MessageId. ``txn=``: inside that transaction."""
+        given = _positional(_SEND_ORDER, args, kwargs, "send")
+        _params.SEND.check(given)
+        mid = self.native.send(content, txn=txn, **_send_options(given))
+        self._last_sequence_id += 1
+        return MessageId.wrap(mid)
+
+    def send_async(
+        self,
+        content: T,
+        callback: Callable[[Any, MessageId | None], None] | None,
+        *args: Any,
+        txn: Transaction | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Send; ``callback(result, msg_id)`` once stored or failed. ``txn=``: inside that transaction."""
+        given = _positional(_SEND_ORDER, args, kwargs, "send_async")
+        _params.SEND_ASYNC.check(given)
+
+        def done(result: Result | PulsarTxnError, mid: _message.MessageId | None) -> None:
+            if callback is not None:
+                callback(result, MessageId.wrap(mid) if mid is not None else None)
+
+        self.native.send_async(content, done, txn=txn, **_send_options(given))
+        self._last_sequence_id += 1
+
+    def flush(self) -> None:
+        """Wait until every message sent so far is stored."""
+        self.native.flush()
+
+    def close(self) -> None:
+        """Flush and close the producer."""
+        self.native.close()
+
+
+class Consumer(Generic[T]):
+    """pulsar-client's Consumer; ``acknowledge(msg, txn)`` and ``acknowledge_cumulative(msg, txn)``
+    take this library's transactions."""
+
+    def __init__(
+        self, native: _consumer.Consumer[T], client: _client.Client, batch_policy: BatchReceivePolicy | None
+    ) -> None:
+        self.native = native
+        self._client = client
+        self._batch = batch_policy or BatchReceivePolicy()
+        self._open = True
+
+    def topic(self) -> str:
+        """The subscribed topic (topics joined by commas)."""
+        return ",".join(str(t) for t in self.native.topics)
+
+    def subscription_name(self) -> str:
+        """The subscription's name."""
+        return self.native.subscription
+
+    def consumer_name(self) -> str:
+        """This consumer's name."""
+        return self.native.consumer_name
+
+    def is_connected(self) -> bool:
+        """False once closed or unsubscribed."""
+        return self._open
+
+    def receive(self, timeout_millis: int | None = None) -> Message[T]:
+        """The next message; ``Timeout`` after ``timeout_millis`` (None: wait)."""
+        return Message(self.native.receive(timeout_millis))
+
+    def batch_receive(self) -> list[Message[T]]:
+        """Up to the batch receive policy's count of messages, within its timeout."""
+        count = self._batch.max_num_message if self._batch.max_num_message > 0 else 100
+        return [Message(m) for m in self.native.batch_receive(count, self._batch.timeout_ms)]
+
+    def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:
+        """Acknowledge a message or id; with ``txn``, inside that transaction."""
+        self.native.acknowledge(native_id(message), txn)
+
+    def acknowledge_cumulative(self, message: Any, txn: Transaction | None = None) -> None:
+        """Acknowledge everything up to a message or id; with ``txn``, inside it."""
+        self.native.acknowledge_cumulative(native_id(message), txn)
+
+    def negative_acknowledge(self, message: Any) -> None:
+        """Have the message redelivered after the negative-ack delay."""
+        self.native.negative_acknowledge(native_id(message))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every received, unacknowledged message."""
+        self.native.redeliver_unacknowledged_messages()
+
+    def seek(self, messageid: Any) -> None:
+        """Move the subscription to a MessageId (a publish time is not supported)."""
+        if isinstance(messageid, int):
+            raise _params.OperationNotSupported(
+                "seek to a publish time is not supported; seek to a MessageId"
+            )
+        self.native.seek(native_id(messageid))
+
+    def get_last_message_id(self) -> MessageId:
+        """The last readable message of the subscription's (first) topic's partitions, the one with
+        the highest offset; ``MessageId.earliest`` if there is none."""
+        ids = self._client.get_last_message_ids(str(self.native.topics[0])).values()
+        known = [mid for mid in ids if mid is not None]
+        return MessageId.wrap(max(known, key=lambda m: m.offset)) if known else MessageId.earliest
+
+    def pause_message_listener(self) -> None:
+        """Not supported: raises ``OperationNotSupported``."""
+        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["pause_message_listener"])
+
+    def resume_message_listener(self) -> None:
+        """Not supported: raises ``OperationNotSupported``."""
+        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["resume_message_listener"])
+
+    def unsubscribe(self) -> None:
+        """Delete the subscription and close the consumer."""
+        self.native.unsubscribe()
+        self._open = False
+
+    def close(self) -> None:
+        """Close the consumer (its acknowledgements are kept)."""
+        self.native.close()
+        self._open = False
+
+
+class Reader(Generic[T]):
+    """pulsar-client's Reader."""
+
+    def __init__(self, native: _reader.Reader[T]) -> None:
+        self.native = native
+
+    def topic(self) -> str:
+        """The topic read."""
+        return str(self.native.topic)
+
+    def read_next(self, timeout_millis: int | None = None) -> Message[T]:
+        """The next committed message; ``Timeout`` after ``timeout_millis``."""
+        return Message(self.native.read_next(timeout_millis))
+
+    def has_message_available(self) -> bool:
+        """Whether a committed message is ready to read."""
+        return self.native.has_message_available()
+
+    def seek(self, messageid: Any) -> None:
+        """Move the reader to a MessageId (a publish time is not supported)."""
+        if isinstance(messageid, int):
+            raise _params.OperationNotSupported(
+                "seek to a publish time is not supported; seek to a MessageId"
+            )
+        self.native.seek(native_id(messageid))
+
+    def is_connected(self) -> bool:
+        """Always True until closed."""
+        return True
+
+    def close(self) -> None:
+        """Close the reader."""
+        self.native.close()
+
+
+# pulsar-client's positional order of each call's parameters after the leading ones we name.
+_CLIENT_ORDER = (
+    "authentication",
+    "operation_timeout_seconds",
+    "io_threads",
+    "message_listener_threads",
+    "concurrent_lookup_requests",
+    "log_conf_file_path",
+    "stats_interval_in_seconds",
+    "use_tls",
+    "tls_trust_certs_file_path",
+    "tls_allow_insecure_connection",
+    "tls_validate_hostname",
+    "logger",
+    "connection_timeout_ms",
+    "listener_name",
+    "tls_private_key_file_path",
+    "tls_certificate_file_path",
+)
+_PRODUCER_ORDER = ("producer_name", "schema")  # beyond these, pulsar-client code passes keywords
+_SUBSCRIBE_ORDER = ("consumer_type", "schema")
+_READER_ORDER = ("schema",)
+_SEND_ORDER = ("properties", "partition_key")
+_NATIVE_CLIENT_OPTIONS = frozenset(
+    {"bootstrap_servers", "kafka", "num_tcs", "marker_secret", "snapshot_topic", "log_topic"}
+)
+
+
+def _positional(
+    order: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any], call: str
+) -> dict[str, Any]:
+    if len(args) > len(order):
+        raise TypeError(
+            f"{call}() takes at most {len(order)} optional positional arguments here; pass the rest by name"
+        )
+    given = dict(zip(order, args, strict=False))
+    for name in kwargs:
+        if name in given:
+            raise TypeError(f"{call}() got multiple values for argument {name!r}")
+    given.update(kwargs)
+    return given
+
+
+def _send_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: given[k] for k in ("properties", "partition_key", "event_timestamp") if given.get(k) is not None
+    }
+
+
+def _enum_value(value: Any, enum: Any, default: str) -> Any:
+    """pulsar-client's enum members (or ours, or their names) as this library's enum."""
+    if value is None:
+        return enum(default)
+    name = getattr(value, "name", None)
+    if name == "KeyShared":
+        return enum("Key_Shared")
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum(name if name is not None else value)
+    except ValueError:
+        raise ConfigError(f"unknown {enum.__name__}: {value!r}") from None
+
+
+def _token_of(auth: Any) -> str:
+    """The token of pulsar-client's ``AuthenticationToken`` (the only method supported here)."""
+    if type(auth).__name__ == "AuthenticationToken":
+        token = getattr(auth, "token", None) or getattr(auth, "_token", None)
+        if isinstance(token, str) and token:
+            return token
+    raise _params.OperationNotSupported(
+        f"authentication {type(auth).__name__} is not supported; use AuthenticationToken(token)"
+    )

@@ -1,0 +1,163 @@
+"""A program written for the Pulsar Python client, run through ``pulsar_txn.compat`` against the real
+broker: pulsar-client's signatures and accessors, its enums and schema records (from the installed
+pulsar-client itself), Pulsar's exclusive reader start, and transactions on top."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pulsar as real_pulsar
+import pytest
+from pulsar.schema import Integer, Record, String
+
+import pulsar_txn.compat as pulsar
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+ClusterFactory = Callable[..., Cluster]
+
+
+def _client(c: Cluster) -> pulsar.Client:
+    """``pulsar.Client(service_url, ...)`` plus where Kafka is (the only addition a migration needs)."""
+    return pulsar.Client(
+        c.coordinator.url,
+        None,  # authentication, positionally as pulsar-client allows
+        30,  # operation_timeout_seconds
+        io_threads=4,  # ignored here
+        kafka=c.client.kafka,
+        num_tcs=c.config.num_tcs,
+        snapshot_topic=c.config.snapshot_topic,
+        log_topic=c.config.log_topic,
+    )
+
+
+class Order(Record):  # a pulsar-client schema record, unchanged
+    sku = String()
+    qty = Integer()
+
+
+def test_a_pulsar_client_program_runs_unchanged_on_the_compat_module(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"compat_{uid}"
+    c.client.create_topic(topic, 2)
+    client = _client(c)
+    producer = client.create_producer(
+        topic,
+        producer_name=f"p-{uid}",
+        batching_enabled=True,
+        send_timeout_millis=5000,
+        compression_type=real_pulsar.CompressionType.LZ4,  # the real client's enum: accepted, ignored
+    )
+    assert producer.topic().endswith(topic) and producer.producer_name() == f"p-{uid}"
+    sent = [
+        producer.send(f"m{i}".encode(), properties={"i": str(i)}, partition_key="k", event_timestamp=1000 + i)
+        for i in range(3)
+    ]
+    results: list[Any] = []
+    producer.send_async(
+        b"m3", lambda res, mid: results.append((res, mid)), properties={"i": "3"}, partition_key="k"
+    )
+    producer.flush()
+    assert [r for r, _ in results] == [pulsar.Result.Ok]
+    assert len({m.partition() for m in sent}) == 1  # one key, one partition
+    assert [m.entry_id() for m in sent] == sorted(m.entry_id() for m in sent)
+
+    consumer = client.subscribe(
+        topic,
+        f"sub-{uid}",
+        consumer_type=real_pulsar.ConsumerType.Failover,  # the real client's enum
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=10,  # ignored
+        unacked_messages_timeout_ms=None,
+    )
+    got = [consumer.receive(timeout_millis=10_000) for _ in range(4)]
+    assert [m.data() for m in got] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [m.properties()["i"] for m in got] == ["0", "1", "2", "3"]
+    assert got[0].partition_key() == "k" and got[0].event_timestamp() == 1000
+    assert got[0].message_id() == sent[0] and got[0].redelivery_count() == 0
+    assert got[0].publish_timestamp() > 0 and got[0].producer_name() == f"p-{uid}"
+    assert consumer.subscription_name() == f"sub-{uid}"
+    for m in got:
+        consumer.acknowledge(m)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=300)
+    consumer.close()
+    assert not consumer.is_connected()
+
+    # Pulsar's reader starts after the given message unless start_message_id_inclusive=True.
+    after = client.create_reader(topic, sent[0])
+    assert after.read_next(10_000).data() == b"m1"
+    inclusive = client.create_reader(topic, sent[0], start_message_id_inclusive=True)
+    assert inclusive.read_next(10_000).data() == b"m0"
+    restored = pulsar.MessageId.deserialize(sent[1].serialize())
+    assert restored == sent[1]
+    assert client.create_reader(topic, restored).read_next(10_000).data() == b"m2"
+    assert client.get_topic_partitions(topic) == [
+        f"persistent://public/default/{topic}-partition-{i}" for i in range(2)
+    ]
+    client.close()
+
+
+def test_options_the_compat_module_cannot_honour_fail_at_once_with_operation_not_supported(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"compat_no_{uid}"
+    c.client.create_topic(topic, 1)
+    client = _client(c)
+    with pytest.raises(pulsar.OperationNotSupported, match="chunking_enabled"):
+        client.create_producer(topic, chunking_enabled=True)
+    with pytest.raises(pulsar.OperationNotSupported, match="message_listener"):
+        client.subscribe(topic, f"s-{uid}", message_listener=lambda consumer, msg: None)
+    with pytest.raises(pulsar.NotAllowedError, match="not supported"):
+        client.subscribe(topic, f"s-{uid}", consumer_type=real_pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic)
+    with pytest.raises(pulsar.OperationNotSupported, match="deliver_after"):
+        producer.send(b"x", deliver_after=5)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        producer.send(b"x", no_such_option=1)
+    with pytest.raises(pulsar.OperationNotSupported):
+        client.create_table_view(topic)
+    # Nothing was written by the refused calls.
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert not reader.has_message_available()
+    client.close()
+
+
+def test_pulsar_client_records_and_transactions_through_the_compat_module(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    src, dst = f"compat_src_{uid}", f"compat_dst_{uid}"
+    c.client.create_topic(src, 1)
+    c.client.create_topic(dst, 1)
+    client = _client(c)
+    client.create_producer(src, schema=real_pulsar.schema.AvroSchema(Order)).send(Order(sku="a", qty=2))
+    consumer = client.subscribe(
+        src,
+        f"s-{uid}",
+        initial_position=pulsar.InitialPosition.Earliest,
+        schema=pulsar.schema.AvroSchema(Order),
+    )
+    msg = consumer.receive(10_000)
+    order = msg.value()
+    assert isinstance(order, Order) and (order.sku, order.qty) == ("a", 2)
+
+    out = client.create_producer(dst, schema=pulsar.schema.JsonSchema(Order))
+    txn = client.new_transaction().with_transaction_timeout(60).build()
+    out.send(Order(sku=order.sku, qty=order.qty * 10), txn=txn)
+    consumer.acknowledge(msg, txn)
+    reader = client.create_reader(dst, pulsar.MessageId.earliest, schema=pulsar.schema.JsonSchema(Order))
+    assert not reader.has_message_available()  # the open transaction holds it back
+    txn.commit()
+    done = reader.read_next(10_000)
+    assert (done.value().sku, done.value().qty) == ("a", 20)
+    assert done.txn_id() == txn.txn_id
+    consumer.close()
+    again = client.subscribe(src, f"s-{uid}", initial_position=pulsar.InitialPosition.Earliest)
+    with pytest.raises(pulsar.Timeout):
+        again.receive(500)  # acknowledged by the committed transaction
+    client.close()

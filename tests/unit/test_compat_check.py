@@ -1,0 +1,91 @@
+"""The migration checker on programs written for pulsar-client (pure: source text in, findings out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pulsar_txn.compat.check import check_source, main
+
+PROGRAM = """\
+import pulsar
+from pulsar.schema import AvroSchema, ProtobufNativeSchema
+
+client = pulsar.Client("pulsar://localhost:6650", io_threads=4, use_tls=False)
+producer = client.create_producer(
+    "orders", batching_enabled=True, chunking_enabled=True, access_mode=pulsar.ProducerAccessMode.Shared
+)
+producer.send(b"x", properties={"a": "b"}, deliver_after=timedelta(seconds=5))
+consumer = client.subscribe("orders", "sub", consumer_type=pulsar.ConsumerType.Shared,
+                            receiver_queue_size=10, message_listener=on_message)
+view = client.create_table_view("orders")
+consumer.seek(1700000000000)
+k = pulsar.KeySharedPolicy()
+"""
+
+
+def _kinds(source: str) -> list[tuple[int, str, str]]:
+    return [(f.line, f.kind, f.message) for f in check_source(source, "app.py")]
+
+
+def test_the_checker_reports_each_call_by_line_with_what_it_does_here() -> None:
+    found = _kinds(PROGRAM)
+    by_line: dict[int, list[str]] = {}
+    for line, kind, message in found:
+        by_line.setdefault(line, []).append(f"{kind}: {message}")
+    assert any("import pulsar_txn.compat as pulsar" in m for m in by_line[1])
+    assert any(m.startswith("unsupported: pulsar.schema.ProtobufNativeSchema") for m in by_line[2])
+    assert by_line[4] == ["ignored: Client(io_threads=...) has no effect here"]  # use_tls=False is fine
+    assert by_line[6] == [
+        "ignored: create_producer(batching_enabled=...) has no effect here",
+        "unsupported: create_producer(chunking_enabled=...) raises OperationNotSupported unless at its"
+        " default: messages are single Kafka records (MessageTooBig above the broker's limit)",
+    ]  # access_mode=ProducerAccessMode.Shared is the default: not reported
+    assert any("deliver_after" in m and m.startswith("unsupported") for m in by_line[8])
+    assert any("ConsumerType.Shared" in m and m.startswith("unsupported") for m in by_line[9])
+    assert sorted(m.split(":")[0] for m in by_line[10]) == ["ignored", "unsupported"]
+    assert by_line[11] == [
+        "unsupported: create_table_view(): no TableView: read a compacted topic with create_reader"
+    ]
+    assert by_line[12] == ["unsupported: seek(<publish time>): only seek to a MessageId is supported"]
+    assert by_line[13] == ["missing: pulsar.KeySharedPolicy has no equivalent in pulsar_txn.compat"]
+
+
+def test_a_program_using_only_supported_calls_has_no_failing_findings() -> None:
+    source = """\
+import pulsar as p
+c = p.Client("pulsar://h:6650", operation_timeout_seconds=10)
+prod = c.create_producer("t", producer_name="a", send_timeout_millis=1000)
+prod.send(b"x", partition_key="k", event_timestamp=1)
+cons = c.subscribe("t", "s", consumer_type=p.ConsumerType.Failover,
+                   initial_position=p.InitialPosition.Earliest)
+msg = cons.receive(timeout_millis=100)
+cons.acknowledge(msg)
+r = c.create_reader("t", p.MessageId.earliest)
+"""
+    kinds = [kind for _, kind, _ in _kinds(source)]
+    assert "unsupported" not in kinds and "missing" not in kinds
+    assert kinds.count("import") == 1 and kinds.count("ignored") == 1
+
+
+def test_files_without_pulsar_imports_are_not_reported() -> None:
+    assert check_source("sock.send(b'x', deliver_after=3)\nq.subscribe('a', 'b', message_listener=f)\n") == []
+
+
+def test_a_syntax_error_is_one_error_finding() -> None:
+    (finding,) = check_source("import pulsar\ndef (:\n", "bad.py")
+    assert finding.kind == "error" and finding.line == 2
+
+
+def test_main_exits_1_when_something_would_fail_and_0_otherwise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad, good = tmp_path / "bad.py", tmp_path / "good.py"
+    bad.write_text(PROGRAM)
+    good.write_text("import pulsar\nc = pulsar.Client('pulsar://h:6650')\n")
+    assert main([str(bad)]) == 1
+    assert "FAILS" in capsys.readouterr().out
+    assert main([str(good)]) == 0
+    assert "runs on pulsar_txn.compat" in capsys.readouterr().out
+    assert main([str(tmp_path), "--json"]) == 1

@@ -1,0 +1,82 @@
+"""The migration layer's parameter tables against the real Pulsar Python client (pulsar-client, a dev
+dependency): every parameter of its calls is classified, nothing we list is made up, and its own
+default values of the options we do not support pass as "off"."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pulsar
+import pytest
+
+import pulsar_txn.compat as compat
+from pulsar_txn.compat import _params
+
+# (our table, pulsar-client's function, its leading parameters the wrappers name explicitly)
+CALLS: list[tuple[_params.CallTable, Any, set[str]]] = [
+    (_params.CLIENT, pulsar.Client.__init__, {"self"}),
+    (_params.CREATE_PRODUCER, pulsar.Client.create_producer, {"self"}),
+    (_params.SUBSCRIBE, pulsar.Client.subscribe, {"self"}),
+    (_params.CREATE_READER, pulsar.Client.create_reader, {"self"}),
+    (_params.SEND, pulsar.Producer.send, {"self"}),
+    (_params.SEND_ASYNC, pulsar.Producer.send_async, {"self"}),
+]
+
+
+def _parameters(fn: Any, skip: set[str]) -> dict[str, inspect.Parameter]:
+    return {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
+
+
+@pytest.mark.parametrize("table,fn,skip", CALLS, ids=[t.call for t, _, _ in CALLS])
+def test_every_pulsar_client_parameter_is_mapped_ignored_or_unsupported(
+    table: _params.CallTable, fn: Any, skip: set[str]
+) -> None:
+    theirs = set(_parameters(fn, skip))
+    assert theirs - table.names() == set(), f"{table.call}: unclassified pulsar-client parameters"
+    assert table.names() - theirs == set(), f"{table.call}: parameters pulsar-client does not have"
+
+
+@pytest.mark.parametrize("table,fn,skip", CALLS, ids=[t.call for t, _, _ in CALLS])
+def test_pulsar_client_defaults_of_unsupported_options_are_accepted(
+    table: _params.CallTable, fn: Any, skip: set[str]
+) -> None:
+    params = _parameters(fn, skip)
+    defaults = {n: params[n].default for n in table.unsupported}
+    table.check(defaults)  # pulsar-client's own defaults mean "not used": no error
+
+
+def test_an_unsupported_option_set_raises_operation_not_supported_and_an_unknown_name_type_error() -> None:
+    with pytest.raises(_params.OperationNotSupported, match="chunking_enabled"):
+        _params.CREATE_PRODUCER.check({"chunking_enabled": True})
+    with pytest.raises(_params.OperationNotSupported, match="access_mode"):
+        _params.CREATE_PRODUCER.check({"access_mode": pulsar.ProducerAccessMode.Exclusive})
+    with pytest.raises(TypeError, match="no_such_option"):
+        _params.SUBSCRIBE.check({"no_such_option": 1})
+    _params.CREATE_PRODUCER.check({"batching_enabled": True, "compression_type": pulsar.CompressionType.LZ4})
+    assert issubclass(_params.OperationNotSupported, compat.NotAllowedError)
+    assert not _params.OperationNotSupported("x").retriable
+
+
+def test_every_exception_of_pulsar_client_has_a_name_in_the_compat_module() -> None:
+    names = [n for n in dir(pulsar.exceptions) if not n.startswith("_")]
+    missing = [n for n in names if not hasattr(compat, n)]
+    assert missing == []
+    for name in names:
+        assert issubclass(getattr(compat, name), compat.PulsarException), name
+
+
+def test_the_enums_that_code_passes_have_pulsar_client_member_names() -> None:
+    for enum_name in (
+        "ConsumerType",
+        "InitialPosition",
+        "CompressionType",
+        "PartitionsRoutingMode",
+        "BatchingType",
+        "ProducerAccessMode",
+        "RegexSubscriptionMode",
+        "ConsumerCryptoFailureAction",
+    ):
+        theirs = set(getattr(pulsar, enum_name).__members__)
+        ours = set(getattr(compat, enum_name).__members__)
+        assert theirs <= ours, f"{enum_name}: {theirs - ours}"
