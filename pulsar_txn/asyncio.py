@@ -497,20 +497,43 @@ class AsyncClient:
         return AsyncConsumer(consumer, self._pool)
 
     @overload
-    async def create_reader(self, topic: str, start_message_id: MessageId = ...) -> AsyncReader[bytes]: ...
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId = ...,
+        *,
+        schema: None = ...,
+        start_message_id_inclusive: bool = ...,
+    ) -> AsyncReader[bytes]: ...
 
     @overload
     async def create_reader(
-        self, topic: str, start_message_id: MessageId = ..., *, schema: Schema[T]
+        self,
+        topic: str,
+        start_message_id: MessageId = ...,
+        *,
+        schema: Schema[T],
+        start_message_id_inclusive: bool = ...,
     ) -> AsyncReader[T]: ...
 
     async def create_reader(
-        self, topic: str, start_message_id: MessageId = EARLIEST, *, schema: Schema[Any] | None = None
+        self,
+        topic: str,
+        start_message_id: MessageId = EARLIEST,
+        *,
+        schema: Schema[Any] | None = None,
+        start_message_id_inclusive: bool = False,
     ) -> AsyncReader[Any]:
         """See ``Client.create_reader``."""
         self._check_open()
         reader: Reader[Any] = await self._pool.run(
-            functools.partial(self.sync.create_reader, topic, start_message_id, schema=schema)
+            functools.partial(
+                self.sync.create_reader,
+                topic,
+                start_message_id,
+                schema=schema,
+                start_message_id_inclusive=start_message_id_inclusive,
+            )
         )
         return AsyncReader(reader, self._pool)
 

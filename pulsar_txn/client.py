@@ -260,19 +260,37 @@ class Client:
             return producer
 
     @overload
-    def create_reader(self, topic: str, start_message_id: MessageId = ...) -> Reader[bytes]: ...
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId = ...,
+        *,
+        schema: None = ...,
+        start_message_id_inclusive: bool = ...,
+    ) -> Reader[bytes]: ...
 
     @overload
     def create_reader(
-        self, topic: str, start_message_id: MessageId = ..., *, schema: Schema[T]
+        self,
+        topic: str,
+        start_message_id: MessageId = ...,
+        *,
+        schema: Schema[T],
+        start_message_id_inclusive: bool = ...,
     ) -> Reader[T]: ...
 
     def create_reader(
-        self, topic: str, start_message_id: MessageId = EARLIEST, *, schema: Schema[Any] | None = None
+        self,
+        topic: str,
+        start_message_id: MessageId = EARLIEST,
+        *,
+        schema: Schema[Any] | None = None,
+        start_message_id_inclusive: bool = False,
     ) -> Reader[Any]:
-        """A reader of the committed messages of ``topic`` from ``start_message_id`` (``EARLIEST``,
-        ``LATEST`` or a MessageId); ``schema`` as in ``subscribe``."""
-        return Reader(self, topic, start_message_id, schema=schema)
+        """A reader of the committed messages of ``topic`` from ``EARLIEST``, ``LATEST`` or after a
+        given MessageId (as Pulsar's reader: the message itself too with
+        ``start_message_id_inclusive=True``); ``schema`` as in ``subscribe``."""
+        return Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed (readable) message, None where there is none."""

@@ -31,7 +31,10 @@ class Reader(Generic[T]):
         topic: str,
         start_message_id: MessageId = EARLIEST,
         schema: Schema[T] | None = None,
+        inclusive: bool = False,
     ) -> None:
+        """``inclusive``: a reader started at a MessageId reads that message too (Pulsar's
+        ``startMessageIdInclusive``); by default it starts after it, as in Pulsar."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema ``msg.value()`` decodes with."""
         self._client = client
@@ -48,7 +51,7 @@ class Reader(Generic[T]):
                 # Latest): later messages, and those of transactions open now, are read.
                 starts[tp] = client._buffer_state(*tp).max_read_position
             elif start_message_id.partition == tp[1]:
-                starts[tp] = start_message_id.offset
+                starts[tp] = start_message_id.offset + (0 if inclusive else 1)
             else:
                 starts[tp] = 0
         self._committed = CommittedReader(

@@ -124,13 +124,13 @@ class Client:
         given = _positional(_READER_ORDER, args, kwargs, "create_reader")
         _params.CREATE_READER.check(given)
         start = native_id(start_message_id)
-        if start.partition >= 0 and not given.get("start_message_id_inclusive", False):
-            # Pulsar's reader starts after the given message unless told to include it.
-            start = _message.MessageId(start.topic, start.partition, start.offset + 1)
+        inclusive = bool(given.get("start_message_id_inclusive", False))
         schema = to_native(given.get("schema"))
         if schema is None:
-            return Reader(self.native.create_reader(topic, start))
-        return Reader(self.native.create_reader(topic, start, schema=schema))
+            return Reader(self.native.create_reader(topic, start, start_message_id_inclusive=inclusive))
+        return Reader(
+            self.native.create_reader(topic, start, schema=schema, start_message_id_inclusive=inclusive)
+        )
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a

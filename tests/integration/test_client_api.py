@@ -442,3 +442,17 @@ def test_an_operation_counted_before_the_commit_began_may_still_add_what_the_com
     written.set_result(None)
     done.result(30)
     assert txn.state is TransactionState.COMMITTED
+
+
+def test_a_reader_started_at_a_message_id_starts_after_it_unless_inclusive(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"start_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    ids = [producer.send(f"m{i}".encode()) for i in range(3)]
+    assert [m.data() for m in read_all(c.client.create_reader(topic, ids[0]))] == [b"m1", b"m2"]
+    inclusive = c.client.create_reader(topic, ids[0], start_message_id_inclusive=True)
+    assert [m.data() for m in read_all(inclusive)] == [b"m0", b"m1", b"m2"]
+    assert read_all(c.client.create_reader(topic, ids[2])) == []
