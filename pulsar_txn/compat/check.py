@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pulsar_txn import compat
 from pulsar_txn.compat import _params
+from pulsar_txn.compat import asyncio as _compat_asyncio
 
 _METHOD_TABLES = {
     "create_producer": _params.CREATE_PRODUCER,
@@ -81,6 +82,11 @@ class _Visitor(ast.NodeVisitor):
             if alias.name == "pulsar":
                 self.modules.add(alias.asname or "pulsar")
                 self.add(node, "import", f"use `import pulsar_txn.compat as {alias.asname or 'pulsar'}`")
+            elif alias.name == "pulsar.asyncio":
+                # ``import pulsar.asyncio`` binds ``pulsar``; ``... as x`` binds the asyncio module,
+                # whose names (Client, ...) take the same arguments as the pulsar module's.
+                self.modules.add(alias.asname or "pulsar")
+                self.add(node, "import", "use `import pulsar_txn.compat.asyncio` for `pulsar.asyncio`")
             elif alias.name == "pulsar.schema":
                 if alias.asname:
                     self.schema_modules.add(alias.asname)
@@ -89,16 +95,18 @@ class _Visitor(ast.NodeVisitor):
                 self.add(node, "import", "use `pulsar_txn.compat.schema` for `pulsar.schema`")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module not in ("pulsar", "pulsar.schema"):
+        if node.module not in ("pulsar", "pulsar.schema", "pulsar.asyncio"):
             return
-        target = "pulsar_txn.compat" if node.module == "pulsar" else "pulsar_txn.compat.schema"
+        target = {"pulsar": "pulsar_txn.compat", "pulsar.schema": "pulsar_txn.compat.schema"}.get(
+            node.module, "pulsar_txn.compat.asyncio"
+        )
         self.add(node, "import", f"use `from {target} import ...`")
         for alias in node.names:
             local = alias.asname or alias.name
-            if node.module == "pulsar" and alias.name == "schema":
-                self.schema_modules.add(local)
+            if node.module == "pulsar" and alias.name in ("schema", "asyncio"):
+                (self.schema_modules if alias.name == "schema" else self.modules).add(local)
                 continue
-            qualified = alias.name if node.module == "pulsar" else f"schema.{alias.name}"
+            qualified = f"schema.{alias.name}" if node.module == "pulsar.schema" else alias.name
             self.names[local] = qualified
             self._check_name(node, qualified)
 
@@ -120,7 +128,7 @@ class _Visitor(ast.NodeVisitor):
         return None
 
     def _check_name(self, node: ast.AST, qualified: str) -> None:
-        parts = qualified.split(".")
+        parts = qualified.removeprefix("asyncio.").split(".")
         if parts[0] in _UNSUPPORTED_NAMES:
             self.add(node, "unsupported", f"pulsar.{parts[0]}: {_UNSUPPORTED_NAMES[parts[0]]}")
             return
@@ -133,7 +141,7 @@ class _Visitor(ast.NodeVisitor):
             return
         obj: object = compat
         for part in parts[:2]:
-            if not hasattr(obj, part):
+            if not hasattr(obj, part) and not (obj is compat and hasattr(_compat_asyncio, part)):
                 self.add(
                     node, "missing", f"pulsar.{'.'.join(parts[:2])} has no equivalent in pulsar_txn.compat"
                 )
@@ -151,7 +159,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         path = self._pulsar_path(func)
-        if path == "Client":
+        if path in ("Client", "asyncio.Client"):
             self._check_args(node, _params.CLIENT)
         elif path == "schema.AvroSchema" or path == "schema.JsonSchema":
             pass

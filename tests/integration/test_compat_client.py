@@ -4,6 +4,7 @@ pulsar-client itself), Pulsar's exclusive reader start, and transactions on top.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -161,3 +162,46 @@ def test_pulsar_client_records_and_transactions_through_the_compat_module(
     with pytest.raises(pulsar.Timeout):
         again.receive(500)  # acknowledged by the committed transaction
     client.close()
+
+
+def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    import pulsar_txn.compat.asyncio as pulsar_asyncio
+
+    c = cluster()
+    topic = f"compat_async_{uid}"
+    c.client.create_topic(topic, 1)
+
+    async def main() -> None:
+        client = pulsar_asyncio.Client(
+            c.coordinator.url,
+            kafka=c.client.kafka,
+            num_tcs=c.config.num_tcs,
+            snapshot_topic=c.config.snapshot_topic,
+            log_topic=c.config.log_topic,
+        )
+        producer = await client.create_producer(topic, batching_enabled=True)
+        first = await producer.send(b"a", properties={"n": "1"})
+        consumer = await client.subscribe(
+            topic, f"s-{uid}", initial_position=pulsar_asyncio.InitialPosition.Earliest
+        )
+        msg = await consumer.receive()
+        assert (msg.data(), msg.properties(), msg.message_id()) == (b"a", {"n": "1"}, first)
+        await consumer.acknowledge(msg)
+        waiting = asyncio.ensure_future(consumer.receive())
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        waiting.cancel()  # a receive with nothing to deliver is cancellable
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        txn = await client.transaction(60)
+        await producer.send(b"b", txn=txn)
+        reader = await client.create_reader(topic, first)
+        assert not await reader.has_message_available()
+        await asyncio.to_thread(txn.commit)
+        assert (await asyncio.wait_for(reader.read_next(), 10)).data() == b"b"
+        await consumer.close()
+        await client.close()
+
+    asyncio.run(main())

@@ -89,3 +89,20 @@ def test_main_exits_1_when_something_would_fail_and_0_otherwise(
     assert main([str(good)]) == 0
     assert "runs on pulsar_txn.compat" in capsys.readouterr().out
     assert main([str(tmp_path), "--json"]) == 1
+
+
+def test_pulsar_asyncio_programs_are_checked_like_pulsar_ones() -> None:
+    source = """\
+import pulsar.asyncio
+from pulsar.asyncio import Client as AsyncClient
+c = pulsar.asyncio.Client("pulsar://h:6650", io_threads=2)
+d = AsyncClient("pulsar://h:6650", use_tls=True)
+"""
+    found = _kinds(source)
+    assert [(line, kind) for line, kind, _ in found] == [
+        (1, "import"),
+        (2, "import"),
+        (3, "ignored"),
+        (4, "unsupported"),
+    ]
+    assert "pulsar_txn.compat.asyncio" in found[0][2] and "pulsar_txn.compat.asyncio" in found[1][2]

@@ -80,3 +80,21 @@ def test_the_enums_that_code_passes_have_pulsar_client_member_names() -> None:
         theirs = set(getattr(pulsar, enum_name).__members__)
         ours = set(getattr(compat, enum_name).__members__)
         assert theirs <= ours, f"{enum_name}: {theirs - ours}"
+
+
+ASYNC_CALLS = [
+    (_params.CREATE_PRODUCER, "create_producer", {"self", "topic"}),
+    (_params.SUBSCRIBE, "subscribe", {"self", "topic", "subscription_name", "is_pattern_topic"}),
+    (_params.CREATE_READER, "create_reader", {"self", "topic", "start_message_id"}),
+]
+
+
+@pytest.mark.parametrize("table,name,skip", ASYNC_CALLS, ids=[n for _, n, _ in ASYNC_CALLS])
+def test_every_parameter_of_pulsar_asyncio_calls_is_classified_by_the_tables(
+    table: _params.CallTable, name: str, skip: set[str]
+) -> None:
+    import pulsar.asyncio
+
+    theirs = set(_parameters(getattr(pulsar.asyncio.Client, name), skip))
+    assert theirs - table.names() == set()  # is_pattern_topic: handled by compat.asyncio itself
+    assert set(_parameters(pulsar.asyncio.Producer.send, {"self"})) == _params.SEND.names()

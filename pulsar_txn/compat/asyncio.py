@@ -1,0 +1,234 @@
+"""``pulsar.asyncio`` (pulsar-client 3.x) on Kafka: the same calls as ``pulsar_txn.compat``, awaited.
+
+::
+
+    import pulsar_txn.compat.asyncio as pulsar_asyncio     # was: import pulsar.asyncio
+
+    client = pulsar_asyncio.Client("pulsar://localhost:6650", bootstrap_servers="localhost:9092")
+    producer = await client.create_producer("my-topic")
+    await producer.send(b"hello")
+
+Blocking work runs in worker threads (``asyncio.to_thread``); ``receive()`` and ``read_next()`` wait
+in short slices, so cancelling the awaiting task stops the wait."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from pulsar_txn.compat import (
+    BatchingType,
+    CompressionType,
+    ConsumerCryptoFailureAction,
+    InitialPosition,
+    PartitionsRoutingMode,
+    ProducerAccessMode,
+    RegexSubscriptionMode,
+    _api,
+)
+from pulsar_txn.compat._ids import Message, MessageId
+from pulsar_txn.errors import PulsarTxnError, Timeout
+from pulsar_txn.transaction import Transaction, TransactionBuilder
+
+T = TypeVar("T")
+_SLICE_MS = 200  # how long one blocking receive waits before the task can be cancelled
+
+
+async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+
+
+async def _wait(next_message: Callable[[int], Message[Any]]) -> Message[Any]:
+    while True:
+        try:
+            return await _run(next_message, _SLICE_MS)
+        except Timeout:
+            continue
+
+
+class Client:
+    """``pulsar.asyncio.Client(service_url, **kwargs)``: the keyword arguments of ``pulsar.Client``
+    (and ``bootstrap_servers=`` / ``kafka={...}``)."""
+
+    def __init__(self, service_url: str, **kwargs: Any) -> None:
+        self.sync = _api.Client(service_url, **kwargs)
+        """The blocking ``pulsar_txn.compat.Client`` underneath (no network I/O is done here)."""
+
+    async def create_producer(self, topic: str, **kwargs: Any) -> Producer[Any]:
+        """See ``pulsar_txn.compat.Client.create_producer``."""
+        return Producer(await _run(self.sync.create_producer, topic, **kwargs))
+
+    async def subscribe(self, topic: Any, subscription_name: str, **kwargs: Any) -> Consumer[Any]:
+        """See ``pulsar_txn.compat.Client.subscribe``; ``is_pattern_topic=True`` takes ``topic`` as a
+        regex."""
+        if kwargs.pop("is_pattern_topic", False) and isinstance(topic, str):
+            topic = re.compile(topic)
+        return Consumer(await _run(self.sync.subscribe, topic, subscription_name, **kwargs))
+
+    async def create_reader(self, topic: str, start_message_id: Any, **kwargs: Any) -> Reader[Any]:
+        """See ``pulsar_txn.compat.Client.create_reader``."""
+        return Reader(await _run(self.sync.create_reader, topic, start_message_id, **kwargs))
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """See ``pulsar_txn.compat.Client.get_topic_partitions``."""
+        return await _run(self.sync.get_topic_partitions, topic)
+
+    def new_transaction(self) -> TransactionBuilder:
+        """A transaction builder (an addition; ``await asyncio.to_thread(builder.build)`` or use
+        ``build_async``)."""
+        return self.sync.new_transaction()
+
+    async def transaction(self, timeout: float = 60.0) -> Transaction:
+        """A new open transaction (an addition)."""
+        return await _run(self.sync.transaction, timeout)
+
+    async def close(self) -> None:
+        """Close the client and everything it made."""
+        await _run(self.sync.close)
+
+    def shutdown(self) -> None:
+        """Close at once, without awaiting."""
+        self.sync.close()
+
+
+class Producer(Generic[T]):
+    """pulsar.asyncio's Producer."""
+
+    def __init__(self, sync: _api.Producer[T]) -> None:
+        self.sync = sync
+
+    def topic(self) -> str:
+        """The topic written to."""
+        return self.sync.topic()
+
+    def producer_name(self) -> str:
+        """The producer's name."""
+        return self.sync.producer_name()
+
+    def last_sequence_id(self) -> int:
+        """See ``pulsar_txn.compat.Producer.last_sequence_id``."""
+        return self.sync.last_sequence_id()
+
+    def is_connected(self) -> bool:
+        """Always True: the Kafka producer reconnects by itself."""
+        return True
+
+    async def send(self, content: T, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
+        """Send and wait until stored (``txn=``: inside that transaction)."""
+        return await _run(self.sync.send, content, txn=txn, **kwargs)
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is stored."""
+        await _run(self.sync.flush)
+
+    async def close(self) -> None:
+        """Flush and close."""
+        await _run(self.sync.close)
+
+
+class Consumer(Generic[T]):
+    """pulsar.asyncio's Consumer."""
+
+    def __init__(self, sync: _api.Consumer[T]) -> None:
+        self.sync = sync
+
+    def topic(self) -> str:
+        """The subscribed topic(s)."""
+        return self.sync.topic()
+
+    def subscription_name(self) -> str:
+        """The subscription's name."""
+        return self.sync.subscription_name()
+
+    def consumer_name(self) -> str:
+        """This consumer's name."""
+        return self.sync.consumer_name()
+
+    async def receive(self) -> Message[T]:
+        """The next message (waits until one arrives; cancel the task to stop waiting)."""
+        return await _wait(self.sync.receive)
+
+    async def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:
+        """Acknowledge a message or id; with ``txn``, inside that transaction."""
+        await _run(self.sync.acknowledge, message, txn)
+
+    async def acknowledge_cumulative(self, message: Any, txn: Transaction | None = None) -> None:
+        """Acknowledge everything up to a message or id; with ``txn``, inside it."""
+        await _run(self.sync.acknowledge_cumulative, message, txn)
+
+    async def negative_acknowledge(self, message: Any) -> None:
+        """Have the message redelivered after the negative-ack delay."""
+        await _run(self.sync.negative_acknowledge, message)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every received, unacknowledged message."""
+        self.sync.redeliver_unacknowledged_messages()
+
+    async def seek(self, messageid: Any) -> None:
+        """Move the subscription to a MessageId."""
+        await _run(self.sync.seek, messageid)
+
+    async def get_last_message_id(self) -> MessageId:
+        """See ``pulsar_txn.compat.Consumer.get_last_message_id``."""
+        return await _run(self.sync.get_last_message_id)
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription and close the consumer."""
+        await _run(self.sync.unsubscribe)
+
+    async def close(self) -> None:
+        """Close the consumer."""
+        await _run(self.sync.close)
+
+
+class Reader(Generic[T]):
+    """pulsar.asyncio's Reader."""
+
+    def __init__(self, sync: _api.Reader[T]) -> None:
+        self.sync = sync
+
+    def topic(self) -> str:
+        """The topic read."""
+        return self.sync.topic()
+
+    def is_connected(self) -> bool:
+        """Always True until closed."""
+        return True
+
+    async def read_next(self) -> Message[T]:
+        """The next committed message (waits until one arrives; cancel the task to stop waiting)."""
+        return await _wait(self.sync.read_next)
+
+    async def has_message_available(self) -> bool:
+        """Whether a committed message is ready to read."""
+        return await _run(self.sync.has_message_available)
+
+    async def seek(self, messageid: Any) -> None:
+        """Move the reader to a MessageId."""
+        await _run(self.sync.seek, messageid)
+
+    async def close(self) -> None:
+        """Close the reader."""
+        await _run(self.sync.close)
+
+
+PulsarException = PulsarTxnError
+"""The root of every error raised here (``pulsar.asyncio.PulsarException``)."""
+
+__all__ = [
+    "BatchingType",
+    "Client",
+    "CompressionType",
+    "Consumer",
+    "ConsumerCryptoFailureAction",
+    "InitialPosition",
+    "PartitionsRoutingMode",
+    "Producer",
+    "ProducerAccessMode",
+    "PulsarException",
+    "Reader",
+    "RegexSubscriptionMode",
+]
