@@ -19,17 +19,25 @@ pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
 
 
+def _where_kafka_is(c: Cluster) -> dict[str, Any]:
+    """What a migrated program adds to ``pulsar.Client(...)``: where Kafka is (and this test
+    cluster's private topics)."""
+    return {
+        "kafka": c.client.kafka,
+        "num_tcs": c.config.num_tcs,
+        "snapshot_topic": c.config.snapshot_topic,
+        "log_topic": c.config.log_topic,
+    }
+
+
 def _client(c: Cluster) -> pulsar.Client:
-    """``pulsar.Client(service_url, ...)`` plus where Kafka is (the only addition a migration needs)."""
+    """``pulsar.Client(service_url, ...)`` as pulsar-client takes it, plus ``_where_kafka_is``."""
     return pulsar.Client(
         c.coordinator.url,
         None,  # authentication, positionally as pulsar-client allows
         30,  # operation_timeout_seconds
         io_threads=4,  # ignored here
-        kafka=c.client.kafka,
-        num_tcs=c.config.num_tcs,
-        snapshot_topic=c.config.snapshot_topic,
-        log_topic=c.config.log_topic,
+        **_where_kafka_is(c),
     )
 
 
@@ -174,13 +182,7 @@ def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
     c.client.create_topic(topic, 1)
 
     async def main() -> None:
-        client = pulsar_asyncio.Client(
-            c.coordinator.url,
-            kafka=c.client.kafka,
-            num_tcs=c.config.num_tcs,
-            snapshot_topic=c.config.snapshot_topic,
-            log_topic=c.config.log_topic,
-        )
+        client = pulsar_asyncio.Client(c.coordinator.url, **_where_kafka_is(c))
         producer = await client.create_producer(topic, batching_enabled=True)
         first = await producer.send(b"a", properties={"n": "1"})
         consumer = await client.subscribe(
