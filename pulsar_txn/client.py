@@ -6,6 +6,7 @@ import logging
 import re
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -42,15 +43,20 @@ class AuthenticationToken:
     """Token authentication, as Pulsar's ``AuthenticationToken(token)``; ``Client(...,
     authentication=AuthenticationToken("..."))`` (a plain string token is accepted too)."""
 
-    def __init__(self, token: str) -> None:
-        if not token:
-            raise ConfigError("AuthenticationToken needs a non-empty token")
+    def __init__(self, token: str | Callable[[], str]) -> None:
+        """``token``: the token, or a function returning it, as Pulsar's client takes (called when a
+        ``Client`` is made with this authentication)."""
+        if not token or not (isinstance(token, str) or callable(token)):
+            raise ConfigError("AuthenticationToken needs a non-empty token or a function returning one")
         self._token = token
 
     @property
     def token(self) -> str:
         """The token sent to the coordinator."""
-        return self._token
+        value = self._token() if callable(self._token) else self._token
+        if not isinstance(value, str) or not value:
+            raise ConfigError("the AuthenticationToken function did not return a non-empty string")
+        return value
 
     def __repr__(self) -> str:
         return "AuthenticationToken(***)"  # never print the secret
@@ -228,7 +234,9 @@ class Client:
         ``dead_letter_policy``, ``subscribe_timeout`` (seconds)."""
         if pattern is not None:
             regex = re.compile(pattern)
-            names = [TopicName.parse(t) for t in self._admin.list_topics() if regex.fullmatch(t)]
+            # Either form matches: Kafka's topic name, or Pulsar's full name (persistent://t/ns/x).
+            parsed = [(t, TopicName.parse(t)) for t in self._admin.list_topics()]
+            names = [n for t, n in parsed if regex.fullmatch(t) or regex.fullmatch(str(n))]
             names = [
                 n
                 for n in names

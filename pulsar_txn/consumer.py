@@ -43,7 +43,7 @@ from pulsar_txn.errors import (
     Timeout,
     TransactionConflict,
 )
-from pulsar_txn.message import Message, MessageId
+from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId, new_message_id
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.stale import StalePendingCheck
@@ -1018,11 +1018,30 @@ class Consumer(Generic[T]):
 
     # ------------------------------------------------------------------ position and lifecycle
     def seek(self, message_id: MessageId) -> None:
-        """Reset the subscription's cursor on that partition to ``message_id``.
+        """Reset the subscription's cursor on that partition to ``message_id``; ``EARLIEST`` /
+        ``LATEST``: on every partition assigned to this consumer, to its start / to now. An id
+        without a topic means the subscription's topic (if it has one).
 
-        Acks beyond it are forgotten, as Pulsar's seek does."""
+        Acks beyond the new position are forgotten, as Pulsar's seek does."""
+        if message_id in (EARLIEST, LATEST):
+            with self._lock:
+                tps = list(self._parts)
+            for tp in tps:
+                end = 0 if message_id == EARLIEST else self._client._buffer_state(*tp).max_read_position
+                self._seek_to(new_message_id(tp[0], tp[1], end))
+            return
+        if not message_id.topic and len(self.topics) == 1:
+            message_id = new_message_id(self.topics[0].kafka_topic, message_id.partition, message_id.offset)
+        self._seek_to(message_id)
+
+    def _seek_to(self, message_id: MessageId) -> None:
         with self._read_lock, self._lock:
-            part = self._part_for(message_id)
+            part = self._parts.get((message_id.topic, message_id.partition))
+            if part is None:
+                raise NotAllowedError(
+                    f"cannot seek to {message_id}: partition {message_id.topic}[{message_id.partition}] "
+                    f"is not assigned to this consumer of {self.subscription!r}"
+                )
             part.cursor.reset(message_id.offset)
             part.dirty = True
             self._reader.seek(message_id.topic, message_id.partition, message_id.offset)

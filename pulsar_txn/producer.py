@@ -17,7 +17,7 @@ from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
-from pulsar_txn.errors import PersistenceError, PulsarTxnError, Result, Timeout, from_store_error
+from pulsar_txn.errors import ConfigError, PersistenceError, PulsarTxnError, Result, Timeout, from_store_error
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
@@ -110,6 +110,8 @@ class Producer(Generic[T]):
         partition = self._choose_partition(partition_key)
         event_time = int(event_timestamp) if event_timestamp is not None else None
         check_event_time(event_time)  # a rejected send takes no sequence id
+        if properties and not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
+            raise ConfigError(f"properties map str to str: {dict(properties)!r}")
         meta = encode_meta(next(self._sequence), self._name_bytes, event_time)
         # A dict: the header names are unique, and unlike a list of tuples it is never tracked by the
         # garbage collector while the record is in flight.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 from kafka_store import read_range
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
-from pulsar_txn.errors import Timeout
+from pulsar_txn.errors import ConfigError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
@@ -76,9 +76,18 @@ class Reader(Generic[T]):
         return bool(self._buffer)
 
     def seek(self, message_id: MessageId) -> None:
-        """Read that partition again from ``message_id``."""
+        """Read that partition again from ``message_id``; ``EARLIEST`` / ``LATEST``: every partition
+        from its start / from now on. An id without a topic means this reader's topic."""
         self._buffer.clear()
-        self._committed.seek(message_id.topic, message_id.partition, message_id.offset)
+        if message_id in (EARLIEST, LATEST):
+            for tp in self._tps:
+                start = 0 if message_id == EARLIEST else self._client._buffer_state(*tp).max_read_position
+                self._committed.seek(*tp, start)
+            return
+        tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
+        if tp not in self._tps:
+            raise ConfigError(f"cannot seek to {message_id}: not a partition of {self.topic} read here")
+        self._committed.seek(*tp, message_id.offset)
 
     def close(self) -> None:
         """Stop reading and release the Kafka connections."""

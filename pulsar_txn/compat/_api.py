@@ -16,7 +16,7 @@ from pulsar_txn import reader as _reader
 from pulsar_txn.compat import _params
 from pulsar_txn.compat._ids import Message, MessageId, native_id
 from pulsar_txn.compat.schema import to_native
-from pulsar_txn.errors import ConfigError, PulsarTxnError, Result
+from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout
 from pulsar_txn.naming import TopicName
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
@@ -30,6 +30,10 @@ class ConsumerDeadLetterPolicy:
     max_redeliver_count: int
     dead_letter_topic: str | None = None
     initial_subscription_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_redeliver_count < 1:
+            raise ConfigError("max_redeliver_count must be at least 1")
 
     def native(self) -> _consumer.DeadLetterPolicy:
         """This library's ``DeadLetterPolicy``."""
@@ -56,8 +60,8 @@ class Client:
     in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
 
     def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _NATIVE_CLIENT_OPTIONS}
-        given = _positional(_CLIENT_ORDER, args, kwargs, "Client")
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
+        given = _params.CLIENT.positional(args, kwargs)
         _params.CLIENT.check(given)
         auth = given.get("authentication")
         if auth is not None and not isinstance(auth, str | _client.AuthenticationToken):
@@ -80,7 +84,7 @@ class Client:
     def create_producer(self, topic: str, *args: Any, **kwargs: Any) -> Producer[Any]:
         """pulsar-client's ``create_producer(topic, producer_name=None, schema=..., ...)``; what each
         option does here: ``_params.CREATE_PRODUCER``."""
-        given = _positional(_PRODUCER_ORDER, args, kwargs, "create_producer")
+        given = _params.CREATE_PRODUCER.positional(args, kwargs)
         _params.CREATE_PRODUCER.check(given)
         schema = to_native(given.get("schema"))
         name = given.get("producer_name")
@@ -94,7 +98,7 @@ class Client:
     def subscribe(self, topic: Any, subscription_name: str, *args: Any, **kwargs: Any) -> Consumer[Any]:
         """pulsar-client's ``subscribe(topic, subscription_name, consumer_type=..., ...)``: ``topic``
         may be a name, a list or a compiled regex; Exclusive and Failover only."""
-        given = _positional(_SUBSCRIBE_ORDER, args, kwargs, "subscribe")
+        given = _params.SUBSCRIBE.positional(args, kwargs)
         _params.SUBSCRIBE.check(given)
         options: dict[str, Any] = {}
         if isinstance(topic, re.Pattern):  # pulsar-client subscribes to a pattern given as a regex
@@ -107,6 +111,8 @@ class Client:
             options["negative_ack_redelivery_delay_ms"] = int(given["negative_ack_redelivery_delay_ms"])
         dlq = given.get("dead_letter_policy")
         if dlq is not None:
+            if not isinstance(dlq, ConsumerDeadLetterPolicy | _consumer.DeadLetterPolicy):
+                raise ConfigError("dead_letter_policy: use pulsar_txn.compat.ConsumerDeadLetterPolicy")
             options["dead_letter_policy"] = dlq.native() if isinstance(dlq, ConsumerDeadLetterPolicy) else dlq
         native = self.native.subscribe(
             topic,
@@ -116,20 +122,26 @@ class Client:
             schema=to_native(given.get("schema")),
             **options,
         )
-        return Consumer(native, self.native, given.get("batch_receive_policy"))
+        policy = given.get("batch_receive_policy")
+        if policy is not None and not isinstance(policy, BatchReceivePolicy):
+            raise ConfigError("batch_receive_policy: use pulsar_txn.compat.ConsumerBatchReceivePolicy")
+        return Consumer(native, self.native, policy)
 
     def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
         """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
         ``start_message_id`` (from it with ``start_message_id_inclusive=True``)."""
-        given = _positional(_READER_ORDER, args, kwargs, "create_reader")
+        given = _params.CREATE_READER.positional(args, kwargs)
         _params.CREATE_READER.check(given)
         start = native_id(start_message_id)
         inclusive = bool(given.get("start_message_id_inclusive", False))
         schema = to_native(given.get("schema"))
         if schema is None:
-            return Reader(self.native.create_reader(topic, start, start_message_id_inclusive=inclusive))
+            return Reader(
+                self.native.create_reader(topic, start, start_message_id_inclusive=inclusive), self.native
+            )
         return Reader(
-            self.native.create_reader(topic, start, schema=schema, start_message_id_inclusive=inclusive)
+            self.native.create_reader(topic, start, schema=schema, start_message_id_inclusive=inclusive),
+            self.native,
         )
 
     def get_topic_partitions(self, topic: str) -> list[str]:
@@ -194,7 +206,7 @@ class Producer(Generic[T]):
 
     def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
         """Send and wait until stored; returns its MessageId. ``txn=``: inside that transaction."""
-        given = _positional(_SEND_ORDER, args, kwargs, "send")
+        given = _params.SEND.positional(args, kwargs)
         _params.SEND.check(given)
         mid = self.native.send(content, txn=txn, **_send_options(given))
         self._last_sequence_id += 1
@@ -209,7 +221,7 @@ class Producer(Generic[T]):
         **kwargs: Any,
     ) -> None:
         """Send; ``callback(result, msg_id)`` once stored or failed. ``txn=``: inside that transaction."""
-        given = _positional(_SEND_ORDER, args, kwargs, "send_async")
+        given = _params.SEND_ASYNC.positional(args, kwargs)
         _params.SEND_ASYNC.check(given)
 
         def done(result: Result | PulsarTxnError, mid: _message.MessageId | None) -> None:
@@ -239,6 +251,7 @@ class Consumer(Generic[T]):
         self._client = client
         self._batch = batch_policy or BatchReceivePolicy()
         self._open = True
+        self._names = _TopicNames(client)
 
     def topic(self) -> str:
         """The subscribed topic (topics joined by commas)."""
@@ -258,12 +271,12 @@ class Consumer(Generic[T]):
 
     def receive(self, timeout_millis: int | None = None) -> Message[T]:
         """The next message; ``Timeout`` after ``timeout_millis`` (None: wait)."""
-        return Message(self.native.receive(timeout_millis))
+        return self._names.wrap(self.native.receive(timeout_millis))
 
     def batch_receive(self) -> list[Message[T]]:
         """Up to the batch receive policy's count of messages, within its timeout."""
         count = self._batch.max_num_message if self._batch.max_num_message > 0 else 100
-        return [Message(m) for m in self.native.batch_receive(count, self._batch.timeout_ms)]
+        return [self._names.wrap(m) for m in self.native.batch_receive(count, self._batch.timeout_ms)]
 
     def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:
         """Acknowledge a message or id; with ``txn``, inside that transaction."""
@@ -318,16 +331,23 @@ class Consumer(Generic[T]):
 class Reader(Generic[T]):
     """pulsar-client's Reader."""
 
-    def __init__(self, native: _reader.Reader[T]) -> None:
+    def __init__(self, native: _reader.Reader[T], client: _client.Client) -> None:
         self.native = native
+        self._names = _TopicNames(client)
+        self._open = True
 
     def topic(self) -> str:
         """The topic read."""
         return str(self.native.topic)
 
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next committed message; ``Timeout`` after ``timeout_millis``."""
-        return Message(self.native.read_next(timeout_millis))
+        """The next committed message; ``Timeout`` after ``timeout_millis`` (None: wait for one)."""
+        while True:
+            try:
+                return self._names.wrap(self.native.read_next(timeout_millis))
+            except Timeout:
+                if timeout_millis is not None:
+                    raise
 
     def has_message_available(self) -> bool:
         """Whether a committed message is ready to read."""
@@ -342,55 +362,28 @@ class Reader(Generic[T]):
         self.native.seek(native_id(messageid))
 
     def is_connected(self) -> bool:
-        """Always True until closed."""
-        return True
+        """True until closed."""
+        return self._open
 
     def close(self) -> None:
         """Close the reader."""
         self.native.close()
+        self._open = False
 
 
-# pulsar-client's positional order of each call's parameters after the leading ones we name.
-_CLIENT_ORDER = (
-    "authentication",
-    "operation_timeout_seconds",
-    "io_threads",
-    "message_listener_threads",
-    "concurrent_lookup_requests",
-    "log_conf_file_path",
-    "stats_interval_in_seconds",
-    "use_tls",
-    "tls_trust_certs_file_path",
-    "tls_allow_insecure_connection",
-    "tls_validate_hostname",
-    "logger",
-    "connection_timeout_ms",
-    "listener_name",
-    "tls_private_key_file_path",
-    "tls_certificate_file_path",
-)
-_PRODUCER_ORDER = ("producer_name", "schema")  # beyond these, pulsar-client code passes keywords
-_SUBSCRIBE_ORDER = ("consumer_type", "schema")
-_READER_ORDER = ("schema",)
-_SEND_ORDER = ("properties", "partition_key")
-_NATIVE_CLIENT_OPTIONS = frozenset(
-    {"bootstrap_servers", "kafka", "num_tcs", "marker_secret", "snapshot_topic", "log_topic"}
-)
+class _TopicNames:
+    """Messages as Pulsar names their topic: ``-partition-N`` only for partitioned topics."""
 
+    def __init__(self, client: _client.Client) -> None:
+        self._client = client
+        self._plain: dict[str, str | None] = {}  # Kafka topic -> its name if it has one partition
 
-def _positional(
-    order: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any], call: str
-) -> dict[str, Any]:
-    if len(args) > len(order):
-        raise TypeError(
-            f"{call}() takes at most {len(order)} optional positional arguments here; pass the rest by name"
-        )
-    given = dict(zip(order, args, strict=False))
-    for name in kwargs:
-        if name in given:
-            raise TypeError(f"{call}() got multiple values for argument {name!r}")
-    given.update(kwargs)
-    return given
+    def wrap(self, msg: _message.Message[T]) -> Message[T]:
+        kafka_topic = msg.message_id.topic
+        if kafka_topic not in self._plain:
+            name = TopicName.parse(kafka_topic)
+            self._plain[kafka_topic] = str(name) if self._client._partition_count(name) <= 1 else None
+        return Message(msg, self._plain[kafka_topic])
 
 
 def _send_options(given: Mapping[str, Any]) -> dict[str, Any]:

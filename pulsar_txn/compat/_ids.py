@@ -22,8 +22,12 @@ class MessageId:
     __slots__ = ("_id",)
 
     def __init__(self, partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1):
-        # pulsar-client's constructor; an id made this way has no topic, as there.
-        self._id = _message.MessageId("", partition, entry_id)
+        """pulsar-client's constructor. An id made this way has no topic, as there; made with the
+        defaults it is ``MessageId.earliest``."""
+        if entry_id < 0 and ledger_id < 0:
+            self._id = _message.EARLIEST
+        else:
+            self._id = _message.MessageId("", partition, entry_id)
 
     @classmethod
     def wrap(cls, mid: _message.MessageId) -> MessageId:
@@ -42,12 +46,12 @@ class MessageId:
         return self._id.partition
 
     def ledger_id(self) -> int:
-        """Always 0 (Kafka has no ledgers)."""
-        return 0
+        """0 (Kafka has no ledgers); -1 for ``earliest``, the largest long for ``latest``."""
+        return self._key()[1] if self._key()[0] != 0 else 0
 
     def entry_id(self) -> int:
-        """The Kafka offset."""
-        return self._id.offset
+        """The Kafka offset; -1 for ``earliest``, the largest long for ``latest``."""
+        return self._key()[2] if self._key()[0] != 0 else self._id.offset
 
     def batch_index(self) -> int:
         """Always -1 (no batch indexes)."""
@@ -67,11 +71,20 @@ class MessageId:
             mid = _message.MessageId(topic, mid.partition, mid.offset)
         return MessageId.wrap(mid)
 
-    def _key(self) -> tuple[str, int, int]:
-        return (self._id.topic, self._id.partition, self._id.offset)
+    def _key(self) -> tuple[int, int, int]:
+        # earliest sorts first and latest last, as in Pulsar; ids compare by (partition, offset).
+        if self._id == _message.EARLIEST:
+            return (-1, -1, -1)
+        if self._id == _message.LATEST:
+            return (1, (1 << 63) - 1, (1 << 63) - 1)
+        return (0, self._id.partition, self._id.offset)
+
+    def _same_topic(self, other: MessageId) -> bool:
+        # An id made by the constructor has no topic: it matches the id of any topic, as in Pulsar.
+        return not self._id.topic or not other._id.topic or self._id.topic == other._id.topic
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, MessageId) and self._key() == other._key()
+        return isinstance(other, MessageId) and self._key() == other._key() and self._same_topic(other)
 
     def __lt__(self, other: MessageId) -> bool:
         return self._key() < other._key()
@@ -83,7 +96,8 @@ class MessageId:
         return hash(self._key())
 
     def __str__(self) -> str:
-        return f"({self._id.partition},0,{self._id.offset},-1)"
+        # pulsar-client prints (ledger, entry, partition, batch index)
+        return f"({self.ledger_id()},{self.entry_id()},{self._id.partition},-1)"
 
     def __repr__(self) -> str:
         return f"MessageId({self._id.topic!r}, partition={self._id.partition}, entry_id={self._id.offset})"
@@ -101,16 +115,19 @@ def native_id(mid: Any) -> _message.MessageId:
         return mid.native.message_id
     if isinstance(mid, _message.MessageId):
         return mid
+    if isinstance(mid, _message.Message):
+        return mid.message_id
     raise ConfigError(f"expected a Message or MessageId, got {type(mid).__name__}")
 
 
 class Message(Generic[T]):
     """A received message with pulsar-client's accessors (``msg.data()``, ``msg.properties()``, ...)."""
 
-    __slots__ = ("_msg",)
+    __slots__ = ("_msg", "_topic")
 
-    def __init__(self, msg: _message.Message[T]) -> None:
+    def __init__(self, msg: _message.Message[T], topic_name: str | None = None) -> None:
         self._msg = msg
+        self._topic = topic_name if topic_name is not None else msg.topic_name
 
     @property
     def native(self) -> _message.Message[T]:
@@ -150,8 +167,8 @@ class Message(Generic[T]):
         return MessageId.wrap(self._msg.message_id)
 
     def topic_name(self) -> str:
-        """The partition's topic name."""
-        return self._msg.topic_name
+        """The topic's name; with ``-partition-N`` for a partitioned topic, as in Pulsar."""
+        return self._topic
 
     def redelivery_count(self) -> int:
         """How many times it was redelivered to this subscription."""

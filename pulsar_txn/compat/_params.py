@@ -37,6 +37,20 @@ class CallTable:
     ignored: frozenset[str] = frozenset()
     unsupported: Mapping[str, Any] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    """pulsar-client's positional order of the parameters after the leading ones every wrapper
+    names itself (``topic``, ``content``...), so that positional calls mean the same here."""
+
+    def positional(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``args`` named by pulsar-client's positional order, merged with ``kwargs``."""
+        if len(args) > len(self.order):
+            raise TypeError(f"{self.call}() takes at most {len(self.order)} optional positional arguments")
+        given = dict(zip(self.order, args, strict=False))
+        for name in kwargs:
+            if name in given:
+                raise TypeError(f"{self.call}() got multiple values for argument {name!r}")
+        given.update(kwargs)
+        return given
 
     def names(self) -> frozenset[str]:
         return self.mapped | self.ignored | frozenset(self.unsupported)
@@ -76,6 +90,24 @@ def _is_off(allowed: tuple[Any, ...], value: Any) -> bool:
 
 CLIENT = CallTable(
     "Client",
+    order=(
+        "authentication",
+        "operation_timeout_seconds",
+        "io_threads",
+        "message_listener_threads",
+        "concurrent_lookup_requests",
+        "log_conf_file_path",
+        "stats_interval_in_seconds",
+        "use_tls",
+        "tls_trust_certs_file_path",
+        "tls_allow_insecure_connection",
+        "tls_validate_hostname",
+        "logger",
+        "connection_timeout_ms",
+        "listener_name",
+        "tls_private_key_file_path",
+        "tls_certificate_file_path",
+    ),
     mapped=frozenset({"service_url", "authentication", "operation_timeout_seconds"}),
     ignored=frozenset(
         {
@@ -105,6 +137,29 @@ CLIENT = CallTable(
 
 CREATE_PRODUCER = CallTable(
     "create_producer",
+    order=(
+        "producer_name",
+        "schema",
+        "initial_sequence_id",
+        "send_timeout_millis",
+        "compression_type",
+        "max_pending_messages",
+        "max_pending_messages_across_partitions",
+        "block_if_queue_full",
+        "batching_enabled",
+        "batching_max_messages",
+        "batching_max_allowed_size_in_bytes",
+        "batching_max_publish_delay_ms",
+        "chunking_enabled",
+        "message_routing_mode",
+        "lazy_start_partitioned_producers",
+        "properties",
+        "batching_type",
+        "encryption_key",
+        "crypto_key_reader",
+        "access_mode",
+        "message_router",
+    ),
     mapped=frozenset({"topic", "producer_name", "schema"}),
     ignored=frozenset(
         {
@@ -140,6 +195,32 @@ CREATE_PRODUCER = CallTable(
 
 SUBSCRIBE = CallTable(
     "subscribe",
+    order=(
+        "consumer_type",
+        "schema",
+        "message_listener",
+        "receiver_queue_size",
+        "max_total_receiver_queue_size_across_partitions",
+        "consumer_name",
+        "unacked_messages_timeout_ms",
+        "broker_consumer_stats_cache_time_ms",
+        "negative_ack_redelivery_delay_ms",
+        "is_read_compacted",
+        "properties",
+        "pattern_auto_discovery_period",
+        "initial_position",
+        "crypto_key_reader",
+        "replicate_subscription_state_enabled",
+        "max_pending_chunked_message",
+        "auto_ack_oldest_chunked_message_on_queue_full",
+        "start_message_id_inclusive",
+        "batch_receive_policy",
+        "key_shared_policy",
+        "batch_index_ack_enabled",
+        "regex_subscription_mode",
+        "dead_letter_policy",
+        "crypto_failure_action",
+    ),
     mapped=frozenset(
         {
             "topic",
@@ -181,6 +262,17 @@ SUBSCRIBE = CallTable(
 
 CREATE_READER = CallTable(
     "create_reader",
+    order=(
+        "schema",
+        "reader_listener",
+        "receiver_queue_size",
+        "reader_name",
+        "subscription_role_prefix",
+        "is_read_compacted",
+        "crypto_key_reader",
+        "start_message_id_inclusive",
+        "crypto_failure_action",
+    ),
     mapped=frozenset({"topic", "start_message_id", "schema", "start_message_id_inclusive"}),
     ignored=frozenset(
         {"receiver_queue_size", "reader_name", "subscription_role_prefix", "crypto_failure_action"}
@@ -195,6 +287,17 @@ CREATE_READER = CallTable(
 
 SEND = CallTable(
     "send",
+    order=(
+        "properties",
+        "partition_key",
+        "ordering_key",
+        "sequence_id",
+        "replication_clusters",
+        "disable_replication",
+        "event_timestamp",
+        "deliver_at",
+        "deliver_after",
+    ),
     mapped=frozenset({"content", "properties", "partition_key", "event_timestamp"}),
     ignored=frozenset({"ordering_key", "sequence_id", "replication_clusters", "disable_replication"}),
     unsupported={"deliver_at": _off(None), "deliver_after": _off(None)},
@@ -209,7 +312,13 @@ SEND_ASYNC = CallTable(
     ignored=SEND.ignored,
     unsupported=SEND.unsupported,
     notes=SEND.notes,
+    order=SEND.order,
 )
+
+NATIVE_CLIENT_OPTIONS = frozenset(
+    {"bootstrap_servers", "kafka", "num_tcs", "marker_secret", "snapshot_topic", "log_topic"}
+)
+"""Keyword arguments of ``Client`` beyond pulsar-client's: this library's own (where Kafka is, ...)."""
 
 TABLES: dict[str, CallTable] = {
     t.call: t for t in (CLIENT, CREATE_PRODUCER, SUBSCRIBE, CREATE_READER, SEND, SEND_ASYNC)

@@ -9,7 +9,8 @@
     await producer.send(b"hello")
 
 Blocking work runs in worker threads (``asyncio.to_thread``); ``receive()`` and ``read_next()`` wait
-in short slices, so cancelling the awaiting task stops the wait."""
+in short slices, so cancelling the awaiting task stops the wait (a message that arrives in the slice
+under way is returned by the next call)."""
 
 from __future__ import annotations
 
@@ -41,12 +42,25 @@ async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
 
 
-async def _wait(next_message: Callable[[int], Message[Any]]) -> Message[Any]:
-    while True:
-        try:
-            return await _run(next_message, _SLICE_MS)
-        except Timeout:
-            continue
+class _Waiter:
+    """Waits for the next message in slices of ``_SLICE_MS``. The slice in flight when the awaiting
+    task is cancelled is kept, and the next call awaits it: a message it brings is not lost."""
+
+    def __init__(self, next_message: Callable[[int], Message[Any]]) -> None:
+        self._next = next_message
+        self._pending: asyncio.Future[Message[Any]] | None = None
+
+    async def next(self) -> Message[Any]:
+        while True:
+            if self._pending is None:
+                self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
+            try:
+                msg = await asyncio.shield(self._pending)
+            except Timeout:
+                self._pending = None
+                continue
+            self._pending = None
+            return msg
 
 
 class Client:
@@ -57,20 +71,22 @@ class Client:
         self.sync = _api.Client(service_url, **kwargs)
         """The blocking ``pulsar_txn.compat.Client`` underneath (no network I/O is done here)."""
 
-    async def create_producer(self, topic: str, **kwargs: Any) -> Producer[Any]:
+    async def create_producer(self, topic: str, *args: Any, **kwargs: Any) -> Producer[Any]:
         """See ``pulsar_txn.compat.Client.create_producer``."""
-        return Producer(await _run(self.sync.create_producer, topic, **kwargs))
+        return Producer(await _run(self.sync.create_producer, topic, *args, **kwargs))
 
-    async def subscribe(self, topic: Any, subscription_name: str, **kwargs: Any) -> Consumer[Any]:
+    async def subscribe(self, topic: Any, subscription_name: str, *args: Any, **kwargs: Any) -> Consumer[Any]:
         """See ``pulsar_txn.compat.Client.subscribe``; ``is_pattern_topic=True`` takes ``topic`` as a
         regex."""
         if kwargs.pop("is_pattern_topic", False) and isinstance(topic, str):
             topic = re.compile(topic)
-        return Consumer(await _run(self.sync.subscribe, topic, subscription_name, **kwargs))
+        return Consumer(await _run(self.sync.subscribe, topic, subscription_name, *args, **kwargs))
 
-    async def create_reader(self, topic: str, start_message_id: Any, **kwargs: Any) -> Reader[Any]:
+    async def create_reader(
+        self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any
+    ) -> Reader[Any]:
         """See ``pulsar_txn.compat.Client.create_reader``."""
-        return Reader(await _run(self.sync.create_reader, topic, start_message_id, **kwargs))
+        return Reader(await _run(self.sync.create_reader, topic, start_message_id, *args, **kwargs))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """See ``pulsar_txn.compat.Client.get_topic_partitions``."""
@@ -116,9 +132,9 @@ class Producer(Generic[T]):
         """Always True: the Kafka producer reconnects by itself."""
         return True
 
-    async def send(self, content: T, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
+    async def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
         """Send and wait until stored (``txn=``: inside that transaction)."""
-        return await _run(self.sync.send, content, txn=txn, **kwargs)
+        return await _run(self.sync.send, content, *args, txn=txn, **kwargs)
 
     async def flush(self) -> None:
         """Wait until every message sent so far is stored."""
@@ -134,6 +150,7 @@ class Consumer(Generic[T]):
 
     def __init__(self, sync: _api.Consumer[T]) -> None:
         self.sync = sync
+        self._waiter = _Waiter(sync.receive)
 
     def topic(self) -> str:
         """The subscribed topic(s)."""
@@ -149,7 +166,7 @@ class Consumer(Generic[T]):
 
     async def receive(self) -> Message[T]:
         """The next message (waits until one arrives; cancel the task to stop waiting)."""
-        return await _wait(self.sync.receive)
+        return await self._waiter.next()
 
     async def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:
         """Acknowledge a message or id; with ``txn``, inside that transaction."""
@@ -189,18 +206,19 @@ class Reader(Generic[T]):
 
     def __init__(self, sync: _api.Reader[T]) -> None:
         self.sync = sync
+        self._waiter = _Waiter(sync.read_next)
 
     def topic(self) -> str:
         """The topic read."""
         return self.sync.topic()
 
     def is_connected(self) -> bool:
-        """Always True until closed."""
-        return True
+        """True until closed."""
+        return self.sync.is_connected()
 
     async def read_next(self) -> Message[T]:
         """The next committed message (waits until one arrives; cancel the task to stop waiting)."""
-        return await _wait(self.sync.read_next)
+        return await self._waiter.next()
 
     async def has_message_available(self) -> bool:
         """Whether a committed message is ready to read."""

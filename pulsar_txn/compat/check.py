@@ -5,12 +5,17 @@ what will happen when they run on ``pulsar_txn.compat``, without running them.
 per finding, ``path:line:col: kind: message``, and a summary. Kinds:
 
 * ``import``: the line to change (``import pulsar`` -> ``import pulsar_txn.compat as pulsar``);
+* ``change``: another change the program needs (``Client(...)`` must say where Kafka is);
 * ``ignored``: an option accepted with no effect here (a tuning knob of Pulsar's own client);
+* ``note``: works, with a remark (e.g. ``pulsar.schema.Record`` classes stay pulsar-client's);
+* ``check``: an unsupported option whose value the checker cannot see: it fails at run time
+  unless the value is pulsar-client's default;
 * ``unsupported``: an option or call that raises ``OperationNotSupported`` / ``NotAllowedError``
   at run time (an option only when set to something other than its default);
-* ``missing``: a name of the ``pulsar`` module that ``pulsar_txn.compat`` does not have.
+* ``missing``: a name of the ``pulsar`` module that ``pulsar_txn.compat`` does not have, or a call
+  with more positional arguments than pulsar-client takes.
 
-Exit status 1 if any ``unsupported`` or ``missing`` finding is certain, else 0. The checker follows
+Exit status 1 if any ``unsupported``, ``missing`` or ``error`` finding, else 0. The checker follows
 names bound by ``import pulsar`` / ``from pulsar import ...``; method calls (``create_producer``,
 ``subscribe``, ``send``...) are matched by name in files that import pulsar.
 """
@@ -41,6 +46,15 @@ _UNSUPPORTED_MEMBERS = {
     ("ConsumerType", "KeyShared"): "Key_Shared subscriptions are not supported (Exclusive and Failover are)",
     ("schema", "ProtobufNativeSchema"): "no Protobuf schema (bytes, string, JSON and Avro are supported)",
 }
+_LEADING = {"Client": 1, "create_producer": 1, "subscribe": 2, "create_reader": 2, "send": 1, "send_async": 2}
+"""How many positional parameters each call names before its table's ``order`` starts."""
+_RECORD_NAMES = frozenset(
+    {"Record", "Field", "String", "Integer", "Long", "Float", "Double", "Boolean", "Bytes", "Array"}
+    | {"Map", "CustomEnum", "Null"}
+)
+"""pulsar.schema's record-definition names: keep importing them from pulsar-client."""
+FAILING = frozenset({"unsupported", "missing", "error"})
+"""The kinds of finding that mean the program fails on pulsar_txn.compat as written."""
 _UNSUPPORTED_NAMES = {
     "AuthenticationTLS": "only AuthenticationToken is supported",
     "AuthenticationAthenz": "only AuthenticationToken is supported",
@@ -70,6 +84,7 @@ class _Visitor(ast.NodeVisitor):
         self.modules: set[str] = set()  # names bound to the pulsar module
         self.schema_modules: set[str] = set()  # names bound to pulsar.schema
         self.names: dict[str, str] = {}  # local name -> name in the pulsar module
+        self.noted: set[str] = set()
 
     def add(self, node: ast.AST, kind: str, message: str) -> None:
         self.findings.append(
@@ -129,6 +144,16 @@ class _Visitor(ast.NodeVisitor):
 
     def _check_name(self, node: ast.AST, qualified: str) -> None:
         parts = qualified.removeprefix("asyncio.").split(".")
+        if len(parts) >= 2 and parts[0] == "schema" and parts[1] in _RECORD_NAMES:
+            if parts[1] not in self.noted:
+                self.noted.add(parts[1])
+                self.add(
+                    node,
+                    "note",
+                    f"pulsar.schema.{parts[1]}: record classes stay pulsar-client's (keep it installed and"
+                    " import them from pulsar.schema); compat's AvroSchema / JsonSchema take them",
+                )
+            return
         if parts[0] in _UNSUPPORTED_NAMES:
             self.add(node, "unsupported", f"pulsar.{parts[0]}: {_UNSUPPORTED_NAMES[parts[0]]}")
             return
@@ -161,6 +186,10 @@ class _Visitor(ast.NodeVisitor):
         path = self._pulsar_path(func)
         if path in ("Client", "asyncio.Client"):
             self._check_args(node, _params.CLIENT)
+            if not any(kw.arg in ("bootstrap_servers", "kafka") or kw.arg is None for kw in node.keywords):
+                self.add(
+                    node, "change", "Client(...) needs where Kafka is: bootstrap_servers=... or kafka={...}"
+                )
         elif path == "schema.AvroSchema" or path == "schema.JsonSchema":
             pass
         elif isinstance(func, ast.Attribute) and self.modules | self.names.keys() | self.schema_modules:
@@ -174,36 +203,50 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _check_args(self, node: ast.Call, table: _params.CallTable, strict: bool = True) -> None:
-        for kw in node.keywords:
-            if kw.arg is None:
-                continue  # **options: not checkable statically
-            status = table.status(kw.arg)
+        leading = _LEADING[table.call]
+        extra = [a for a in node.args[leading:] if not isinstance(a, ast.Starred)]
+        if len(extra) > len(table.order):
+            self.add(
+                node,
+                "missing",
+                f"{table.call}() takes at most {leading + len(table.order)} positional arguments",
+            )
+        named = [(name, value) for name, value in zip(table.order, extra, strict=False)]
+        named += [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]  # **options: unknowable
+        for arg, value in named:
+            status = table.status(arg)
             if status == "ignored":
-                self.add(kw.value, "ignored", f"{table.call}({kw.arg}=...) has no effect here")
+                self.add(value, "ignored", f"{table.call}({arg}=...) has no effect here")
             elif status == "unsupported":
-                allowed = table.unsupported[kw.arg]
-                if _static_default(kw.value, allowed, self):
+                allowed = table.unsupported[arg]
+                known = _static_value(value, allowed, self)
+                if known is True:
                     continue
-                why = table.notes.get(kw.arg, "no equivalent on Kafka in this library")
+                why = table.notes.get(arg, "no equivalent on Kafka in this library")
                 self.add(
-                    kw.value,
-                    "unsupported",
-                    f"{table.call}({kw.arg}=...) raises OperationNotSupported unless at its default: {why}",
+                    value,
+                    "unsupported" if known is False else "check",
+                    f"{table.call}({arg}=...) raises OperationNotSupported unless at its default: {why}",
                 )
-            elif status == "unknown" and strict and kw.arg not in ("bootstrap_servers", "kafka"):
-                self.add(kw.value, "missing", f"{table.call}() has no parameter {kw.arg!r}")
+            elif status == "unknown" and strict and arg not in _params.NATIVE_CLIENT_OPTIONS:
+                self.add(value, "missing", f"{table.call}() has no parameter {arg!r}")
 
 
 def _is_int_literal(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
 
 
-def _static_default(node: ast.expr, allowed: tuple[object, ...], visitor: _Visitor) -> bool:
-    """Whether ``node`` is visibly one of the "off" values (a constant, or an enum member by name)."""
+def _static_value(node: ast.expr, allowed: tuple[object, ...], visitor: _Visitor) -> bool | None:
+    """Whether ``node`` is one of the "off" values: True / False when it is a constant or a pulsar
+    enum member, None when the checker cannot see the value (a variable, a call...)."""
     if isinstance(node, ast.Constant):
         return any(node.value is a or node.value == a for a in allowed)
+    if isinstance(node, ast.Call | ast.Lambda | ast.Dict | ast.List | ast.Tuple | ast.JoinedStr):
+        return False  # a made value is never None / False / a default enum member
     path = visitor._pulsar_path(node) if isinstance(node, ast.Attribute) else None
-    return path is not None and path.rsplit(".", 1)[-1] in [a for a in allowed if isinstance(a, str)]
+    if path is None:
+        return None
+    return path.rsplit(".", 1)[-1] in [a for a in allowed if isinstance(a, str)]
 
 
 def check_source(source: str, path: str = "<string>") -> list[Finding]:
@@ -248,16 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the findings as a JSON list")
     args = parser.parse_args(argv)
     findings = check_paths(args.paths)
-    failing = [f for f in findings if f.kind in ("unsupported", "missing", "error")]
+    failing = [f for f in findings if f.kind in FAILING]
     if args.json:
         print(json.dumps([asdict(f) for f in findings], indent=2))
     else:
         for f in findings:
             print(f)
-        counts = {
-            k: sum(f.kind == k for f in findings)
-            for k in ("import", "ignored", "unsupported", "missing", "error")
-        }
+        kinds = ("import", "change", "ignored", "note", "check", "unsupported", "missing", "error")
+        counts = {k: sum(f.kind == k for f in findings) for k in kinds}
         print(
             ", ".join(f"{n} {k}" for k, n in counts.items()),
             "-",

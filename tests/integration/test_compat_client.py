@@ -184,7 +184,7 @@ def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
     async def main() -> None:
         client = pulsar_asyncio.Client(c.coordinator.url, **_where_kafka_is(c))
         producer = await client.create_producer(topic, batching_enabled=True)
-        first = await producer.send(b"a", properties={"n": "1"})
+        first = await producer.send(b"a", {"n": "1"})  # properties by position, as pulsar-client
         consumer = await client.subscribe(
             topic, f"s-{uid}", initial_position=pulsar_asyncio.InitialPosition.Earliest
         )
@@ -207,3 +207,48 @@ def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
         await client.close()
 
     asyncio.run(main())
+
+
+def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: ClusterFactory, uid: str) -> None:
+    import re
+
+    c = cluster()
+    plain, parted = f"compat_seek_{uid}", f"compat_parted_{uid}"
+    c.client.create_topic(plain, 1)
+    c.client.create_topic(parted, 2)
+    client = _client(c)
+    producer = client.create_producer(plain)
+    ids = [producer.send(f"m{i}".encode(), {"i": str(i)}) for i in range(3)]  # properties by position
+    with pytest.raises(pulsar.InvalidConfiguration):
+        producer.send(b"x", properties={"n": 1})  # not str -> str: a typed error, nothing sent
+    reader = client.create_reader(plain, pulsar.MessageId.earliest)
+    assert [reader.read_next(10_000).data() for _ in range(3)] == [b"m0", b"m1", b"m2"]
+    reader.seek(pulsar.MessageId.earliest)
+    assert reader.read_next(10_000).data() == b"m0"
+    reader.seek(pulsar.MessageId(0, 0, ids[2].entry_id()))  # made without a topic: this reader's
+    assert reader.read_next(10_000).data() == b"m2"
+    reader.seek(pulsar.MessageId.latest)
+    assert not reader.has_message_available()
+    reader.close()
+    assert not reader.is_connected()
+
+    consumer = client.subscribe(plain, f"s-{uid}", initial_position=pulsar.InitialPosition.Earliest)
+    first = [consumer.receive(10_000) for _ in range(3)]
+    for m in first:
+        consumer.acknowledge(m)
+    assert first[0].topic_name() == f"persistent://public/default/{plain}"  # no -partition-0
+    consumer.seek(pulsar.MessageId.earliest)
+    assert consumer.receive(10_000).data() == b"m0"  # acks beyond the new position are forgotten
+    consumer.close()
+
+    client.create_producer(parted).send(b"p", partition_key="k")
+    by_pattern = client.subscribe(
+        re.compile(f"persistent://public/default/compat_parted_{uid}"),
+        f"pat-{uid}",
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    got = by_pattern.receive(10_000)
+    assert got.data() == b"p"
+    assert re.fullmatch(rf"persistent://public/default/{parted}-partition-[01]", got.topic_name())
+    by_pattern.close()
+    client.close()

@@ -36,7 +36,10 @@ def test_the_checker_reports_each_call_by_line_with_what_it_does_here() -> None:
         by_line.setdefault(line, []).append(f"{kind}: {message}")
     assert any("import pulsar_txn.compat as pulsar" in m for m in by_line[1])
     assert any(m.startswith("unsupported: pulsar.schema.ProtobufNativeSchema") for m in by_line[2])
-    assert by_line[4] == ["ignored: Client(io_threads=...) has no effect here"]  # use_tls=False is fine
+    assert by_line[4] == [  # use_tls=False is the default: fine
+        "change: Client(...) needs where Kafka is: bootstrap_servers=... or kafka={...}",
+        "ignored: Client(io_threads=...) has no effect here",
+    ]
     assert by_line[6] == [
         "ignored: create_producer(batching_enabled=...) has no effect here",
         "unsupported: create_producer(chunking_enabled=...) raises OperationNotSupported unless at its"
@@ -44,7 +47,7 @@ def test_the_checker_reports_each_call_by_line_with_what_it_does_here() -> None:
     ]  # access_mode=ProducerAccessMode.Shared is the default: not reported
     assert any("deliver_after" in m and m.startswith("unsupported") for m in by_line[8])
     assert any("ConsumerType.Shared" in m and m.startswith("unsupported") for m in by_line[9])
-    assert sorted(m.split(":")[0] for m in by_line[10]) == ["ignored", "unsupported"]
+    assert sorted(m.split(":")[0] for m in by_line[10]) == ["check", "ignored"]  # a name: value unknown
     assert by_line[11] == [
         "unsupported: create_table_view(): no TableView: read a compacted topic with create_reader"
     ]
@@ -66,7 +69,7 @@ r = c.create_reader("t", p.MessageId.earliest)
 """
     kinds = [kind for _, kind, _ in _kinds(source)]
     assert "unsupported" not in kinds and "missing" not in kinds
-    assert kinds.count("import") == 1 and kinds.count("ignored") == 1
+    assert kinds.count("import") == 1 and kinds.count("ignored") == 1 and kinds.count("change") == 1
 
 
 def test_files_without_pulsar_imports_are_not_reported() -> None:
@@ -102,7 +105,41 @@ d = AsyncClient("pulsar://h:6650", use_tls=True)
     assert [(line, kind) for line, kind, _ in found] == [
         (1, "import"),
         (2, "import"),
+        (3, "change"),
         (3, "ignored"),
+        (4, "change"),
         (4, "unsupported"),
     ]
     assert "pulsar_txn.compat.asyncio" in found[0][2] and "pulsar_txn.compat.asyncio" in found[1][2]
+
+
+def test_positional_arguments_are_checked_by_pulsar_clients_parameter_order() -> None:
+    source = """\
+import pulsar
+c = pulsar.Client("pulsar://h:6650", None, 30, 4, bootstrap_servers="k:9092")
+c.subscribe("t", "s", pulsar.ConsumerType.Exclusive, None, on_message)
+c.create_producer("t", "name", None, None, 30000)
+p.send(b"x", {"a": "b"}, "key", "ordering")
+p.send(b"x", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+"""
+    found = _kinds(source)
+    assert (2, "ignored", "Client(io_threads=...) has no effect here") in found
+    assert any(line == 3 and kind == "check" and "message_listener" in m for line, kind, m in found)
+    assert any(line == 4 and kind == "ignored" and "send_timeout_millis" in m for line, kind, m in found)
+    assert any(line == 5 and kind == "ignored" and "ordering_key" in m for line, kind, m in found)
+    assert any(line == 6 and kind == "missing" and "positional" in m for line, kind, m in found)
+
+
+def test_values_the_checker_cannot_see_are_a_check_not_a_failure_and_record_classes_a_note() -> None:
+    source = """\
+import pulsar
+from pulsar.schema import Record, String, AvroSchema
+c = pulsar.Client("pulsar://h:6650", use_tls=tls_wanted, **settings)
+class User(Record):
+    name = String()
+"""
+    found = _kinds(source)
+    kinds = {kind for _, kind, _ in found}
+    assert kinds == {"import", "check", "note"}
+    assert [m for line, kind, m in found if kind == "note" and "Record" in m]
+    assert [m for line, kind, m in found if kind == "note" and "String" in m]

@@ -46,6 +46,16 @@ def test_pulsar_client_defaults_of_unsupported_options_are_accepted(
     table.check(defaults)  # pulsar-client's own defaults mean "not used": no error
 
 
+@pytest.mark.parametrize("table,fn,skip", CALLS, ids=[t.call for t, _, _ in CALLS])
+def test_positional_arguments_follow_pulsar_clients_parameter_order(
+    table: _params.CallTable, fn: Any, skip: set[str]
+) -> None:
+    theirs = list(_parameters(fn, skip))
+    leading = theirs[: len(theirs) - len(table.order)]
+    assert tuple(theirs[len(leading) :]) == table.order
+    assert set(leading) <= table.mapped  # the wrapper names these itself
+
+
 def test_an_unsupported_option_set_raises_operation_not_supported_and_an_unknown_name_type_error() -> None:
     with pytest.raises(_params.OperationNotSupported, match="chunking_enabled"):
         _params.CREATE_PRODUCER.check({"chunking_enabled": True})
