@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pulsar_txn.errors import NotAllowedError
 
@@ -37,6 +37,8 @@ class CallTable:
     ignored: frozenset[str] = frozenset()
     unsupported: Mapping[str, Any] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+    leading: tuple[str, ...] = ()
+    """The parameters before ``order`` that every wrapper names itself (``topic``, ``content``...)."""
     order: tuple[str, ...] = ()
     """pulsar-client's positional order of the parameters after the leading ones every wrapper
     names itself (``topic``, ``content``...), so that positional calls mean the same here."""
@@ -77,9 +79,32 @@ class CallTable:
                 raise OperationNotSupported(f"{self.call}({name}={value!r}) is not supported: {why}")
 
 
+MAPPED: Literal["mapped"] = "mapped"
+IGNORED: Literal["ignored"] = "ignored"
+
+
 def _off(*defaults: Any) -> tuple[Any, ...]:
-    """The values of an unsupported option that mean "not used"."""
+    """An unsupported option, with the values of it that mean "not used"."""
     return defaults
+
+
+def _table(
+    call: str,
+    leading: tuple[str, ...],
+    params: list[tuple[str, str | tuple[Any, ...]]],
+    notes: Mapping[str, str] | None = None,
+) -> CallTable:
+    """A table from pulsar-client's parameters in its order: each ``MAPPED``, ``IGNORED`` or
+    ``_off(...)`` (unsupported); ``leading`` are the ones every wrapper names itself."""
+    return CallTable(
+        call,
+        mapped=frozenset(leading) | {n for n, kind in params if kind == MAPPED},
+        ignored=frozenset(n for n, kind in params if kind == IGNORED),
+        unsupported={n: kind for n, kind in params if isinstance(kind, tuple)},
+        notes=notes or {},
+        leading=leading,
+        order=tuple(n for n, _ in params),
+    )
 
 
 def _is_off(allowed: tuple[Any, ...], value: Any) -> bool:
@@ -88,104 +113,59 @@ def _is_off(allowed: tuple[Any, ...], value: Any) -> bool:
     return any(value is a or value == a or (name is not None and name == a) for a in allowed)
 
 
-CLIENT = CallTable(
+CLIENT = _table(
     "Client",
-    order=(
-        "authentication",
-        "operation_timeout_seconds",
-        "io_threads",
-        "message_listener_threads",
-        "concurrent_lookup_requests",
-        "log_conf_file_path",
-        "stats_interval_in_seconds",
-        "use_tls",
-        "tls_trust_certs_file_path",
-        "tls_allow_insecure_connection",
-        "tls_validate_hostname",
-        "logger",
-        "connection_timeout_ms",
-        "listener_name",
-        "tls_private_key_file_path",
-        "tls_certificate_file_path",
-    ),
-    mapped=frozenset({"service_url", "authentication", "operation_timeout_seconds"}),
-    ignored=frozenset(
-        {
-            "io_threads",
-            "message_listener_threads",
-            "concurrent_lookup_requests",
-            "log_conf_file_path",
-            "stats_interval_in_seconds",
-            "logger",
-            "connection_timeout_ms",
-            "listener_name",
-        }
-    ),
-    unsupported={
-        "use_tls": _off(False),
-        "tls_trust_certs_file_path": _off(None),
-        "tls_allow_insecure_connection": _off(False),
-        "tls_validate_hostname": _off(False),
-        "tls_private_key_file_path": _off(None),
-        "tls_certificate_file_path": _off(None),
-    },
+    ("service_url",),
+    [
+        ("authentication", MAPPED),
+        ("operation_timeout_seconds", MAPPED),
+        ("io_threads", IGNORED),
+        ("message_listener_threads", IGNORED),
+        ("concurrent_lookup_requests", IGNORED),
+        ("log_conf_file_path", IGNORED),
+        ("stats_interval_in_seconds", IGNORED),
+        ("use_tls", _off(False)),
+        ("tls_trust_certs_file_path", _off(None)),
+        ("tls_allow_insecure_connection", _off(False)),
+        ("tls_validate_hostname", _off(False)),
+        ("logger", IGNORED),
+        ("connection_timeout_ms", IGNORED),
+        ("listener_name", IGNORED),
+        ("tls_private_key_file_path", _off(None)),
+        ("tls_certificate_file_path", _off(None)),
+    ],
     notes={
         "use_tls": "the coordinator protocol has no TLS here; put the coordinator behind a TLS proxy and"
         " configure Kafka's TLS through kafka={...}",
     },
 )
 
-CREATE_PRODUCER = CallTable(
+CREATE_PRODUCER = _table(
     "create_producer",
-    order=(
-        "producer_name",
-        "schema",
-        "initial_sequence_id",
-        "send_timeout_millis",
-        "compression_type",
-        "max_pending_messages",
-        "max_pending_messages_across_partitions",
-        "block_if_queue_full",
-        "batching_enabled",
-        "batching_max_messages",
-        "batching_max_allowed_size_in_bytes",
-        "batching_max_publish_delay_ms",
-        "chunking_enabled",
-        "message_routing_mode",
-        "lazy_start_partitioned_producers",
-        "properties",
-        "batching_type",
-        "encryption_key",
-        "crypto_key_reader",
-        "access_mode",
-        "message_router",
-    ),
-    mapped=frozenset({"topic", "producer_name", "schema"}),
-    ignored=frozenset(
-        {
-            "initial_sequence_id",
-            "send_timeout_millis",
-            "compression_type",
-            "max_pending_messages",
-            "max_pending_messages_across_partitions",
-            "block_if_queue_full",
-            "batching_enabled",
-            "batching_max_messages",
-            "batching_max_allowed_size_in_bytes",
-            "batching_max_publish_delay_ms",
-            "message_routing_mode",
-            "lazy_start_partitioned_producers",
-            "properties",
-            "batching_type",
-        }
-    ),
-    unsupported={
-        "chunking_enabled": _off(False),
-        "encryption_key": _off(None),
-        "crypto_key_reader": _off(None),
-        "access_mode": _off("Shared"),
-        "message_router": _off(None),
-    },
+    ("topic",),
+    [
+        ("producer_name", MAPPED),
+        ("schema", MAPPED),
+        ("initial_sequence_id", IGNORED),
+        ("send_timeout_millis", IGNORED),
+        ("compression_type", IGNORED),
+        ("max_pending_messages", IGNORED),
+        ("max_pending_messages_across_partitions", IGNORED),
+        ("block_if_queue_full", IGNORED),
+        ("batching_enabled", IGNORED),
+        ("batching_max_messages", IGNORED),
+        ("batching_max_allowed_size_in_bytes", IGNORED),
+        ("batching_max_publish_delay_ms", IGNORED),
+        ("chunking_enabled", _off(False)),
+        ("message_routing_mode", IGNORED),
+        ("lazy_start_partitioned_producers", IGNORED),
+        ("properties", IGNORED),
+        ("batching_type", IGNORED),
+        ("encryption_key", _off(None)),
+        ("crypto_key_reader", _off(None)),
+        ("access_mode", _off("Shared")),
+        ("message_router", _off(None)),
+    ],
     notes={
         "chunking_enabled": "messages are single Kafka records (MessageTooBig above the broker's limit)",
         "access_mode": "producers are always shared; fencing is per transaction",
@@ -193,126 +173,70 @@ CREATE_PRODUCER = CallTable(
     },
 )
 
-SUBSCRIBE = CallTable(
+SUBSCRIBE = _table(
     "subscribe",
-    order=(
-        "consumer_type",
-        "schema",
-        "message_listener",
-        "receiver_queue_size",
-        "max_total_receiver_queue_size_across_partitions",
-        "consumer_name",
-        "unacked_messages_timeout_ms",
-        "broker_consumer_stats_cache_time_ms",
-        "negative_ack_redelivery_delay_ms",
-        "is_read_compacted",
-        "properties",
-        "pattern_auto_discovery_period",
-        "initial_position",
-        "crypto_key_reader",
-        "replicate_subscription_state_enabled",
-        "max_pending_chunked_message",
-        "auto_ack_oldest_chunked_message_on_queue_full",
-        "start_message_id_inclusive",
-        "batch_receive_policy",
-        "key_shared_policy",
-        "batch_index_ack_enabled",
-        "regex_subscription_mode",
-        "dead_letter_policy",
-        "crypto_failure_action",
-    ),
-    mapped=frozenset(
-        {
-            "topic",
-            "subscription_name",
-            "consumer_type",
-            "schema",
-            "consumer_name",
-            "unacked_messages_timeout_ms",
-            "negative_ack_redelivery_delay_ms",
-            "initial_position",
-            "batch_receive_policy",
-            "dead_letter_policy",
-        }
-    ),
-    ignored=frozenset(
-        {
-            "receiver_queue_size",
-            "max_total_receiver_queue_size_across_partitions",
-            "broker_consumer_stats_cache_time_ms",
-            "properties",
-            "pattern_auto_discovery_period",
-            "replicate_subscription_state_enabled",
-            "max_pending_chunked_message",
-            "auto_ack_oldest_chunked_message_on_queue_full",
-            "batch_index_ack_enabled",
-            "regex_subscription_mode",
-            "crypto_failure_action",
-        }
-    ),
-    unsupported={
-        "message_listener": _off(None),
-        "is_read_compacted": _off(False),
-        "crypto_key_reader": _off(None),
-        "start_message_id_inclusive": _off(False),
-        "key_shared_policy": _off(None),
-    },
+    ("topic", "subscription_name"),
+    [
+        ("consumer_type", MAPPED),
+        ("schema", MAPPED),
+        ("message_listener", _off(None)),
+        ("receiver_queue_size", IGNORED),
+        ("max_total_receiver_queue_size_across_partitions", IGNORED),
+        ("consumer_name", MAPPED),
+        ("unacked_messages_timeout_ms", MAPPED),
+        ("broker_consumer_stats_cache_time_ms", IGNORED),
+        ("negative_ack_redelivery_delay_ms", MAPPED),
+        ("is_read_compacted", _off(False)),
+        ("properties", IGNORED),
+        ("pattern_auto_discovery_period", IGNORED),
+        ("initial_position", MAPPED),
+        ("crypto_key_reader", _off(None)),
+        ("replicate_subscription_state_enabled", IGNORED),
+        ("max_pending_chunked_message", IGNORED),
+        ("auto_ack_oldest_chunked_message_on_queue_full", IGNORED),
+        ("start_message_id_inclusive", _off(False)),
+        ("batch_receive_policy", MAPPED),
+        ("key_shared_policy", _off(None)),
+        ("batch_index_ack_enabled", IGNORED),
+        ("regex_subscription_mode", IGNORED),
+        ("dead_letter_policy", MAPPED),
+        ("crypto_failure_action", IGNORED),
+    ],
     notes={"message_listener": "call receive() in a thread of your own"},
 )
 
-CREATE_READER = CallTable(
+CREATE_READER = _table(
     "create_reader",
-    order=(
-        "schema",
-        "reader_listener",
-        "receiver_queue_size",
-        "reader_name",
-        "subscription_role_prefix",
-        "is_read_compacted",
-        "crypto_key_reader",
-        "start_message_id_inclusive",
-        "crypto_failure_action",
-    ),
-    mapped=frozenset({"topic", "start_message_id", "schema", "start_message_id_inclusive"}),
-    ignored=frozenset(
-        {"receiver_queue_size", "reader_name", "subscription_role_prefix", "crypto_failure_action"}
-    ),
-    unsupported={
-        "reader_listener": _off(None),
-        "is_read_compacted": _off(False),
-        "crypto_key_reader": _off(None),
-    },
+    ("topic", "start_message_id"),
+    [
+        ("schema", MAPPED),
+        ("reader_listener", _off(None)),
+        ("receiver_queue_size", IGNORED),
+        ("reader_name", IGNORED),
+        ("subscription_role_prefix", IGNORED),
+        ("is_read_compacted", _off(False)),
+        ("crypto_key_reader", _off(None)),
+        ("start_message_id_inclusive", MAPPED),
+        ("crypto_failure_action", IGNORED),
+    ],
     notes={"reader_listener": "call read_next() in a thread of your own"},
 )
 
-SEND = CallTable(
-    "send",
-    order=(
-        "properties",
-        "partition_key",
-        "ordering_key",
-        "sequence_id",
-        "replication_clusters",
-        "disable_replication",
-        "event_timestamp",
-        "deliver_at",
-        "deliver_after",
-    ),
-    mapped=frozenset({"content", "properties", "partition_key", "event_timestamp"}),
-    ignored=frozenset({"ordering_key", "sequence_id", "replication_clusters", "disable_replication"}),
-    unsupported={"deliver_at": _off(None), "deliver_after": _off(None)},
-    notes={
-        "deliver_at": "no delayed delivery (Pulsar applies it to Shared subscriptions only)",
-        "deliver_after": "no delayed delivery (Pulsar applies it to Shared subscriptions only)",
-    },
-)
-SEND_ASYNC = CallTable(
-    "send_async",
-    mapped=SEND.mapped | {"callback"},
-    ignored=SEND.ignored,
-    unsupported=SEND.unsupported,
-    notes=SEND.notes,
-    order=SEND.order,
+_SEND_PARAMS: list[tuple[str, str | tuple[Any, ...]]] = [
+    ("properties", MAPPED),
+    ("partition_key", MAPPED),
+    ("ordering_key", IGNORED),
+    ("sequence_id", IGNORED),
+    ("replication_clusters", IGNORED),
+    ("disable_replication", IGNORED),
+    ("event_timestamp", MAPPED),
+    ("deliver_at", _off(None)),
+    ("deliver_after", _off(None)),
+]
+_NO_DELAY = "no delayed delivery (Pulsar applies it to Shared subscriptions only)"
+SEND = _table("send", ("content",), _SEND_PARAMS, {"deliver_at": _NO_DELAY, "deliver_after": _NO_DELAY})
+SEND_ASYNC = _table(
+    "send_async", ("content", "callback"), _SEND_PARAMS, {"deliver_at": _NO_DELAY, "deliver_after": _NO_DELAY}
 )
 
 NATIVE_CLIENT_OPTIONS = frozenset(

@@ -46,8 +46,6 @@ _UNSUPPORTED_MEMBERS = {
     ("ConsumerType", "KeyShared"): "Key_Shared subscriptions are not supported (Exclusive and Failover are)",
     ("schema", "ProtobufNativeSchema"): "no Protobuf schema (bytes, string, JSON and Avro are supported)",
 }
-_LEADING = {"Client": 1, "create_producer": 1, "subscribe": 2, "create_reader": 2, "send": 1, "send_async": 2}
-"""How many positional parameters each call names before its table's ``order`` starts."""
 _RECORD_NAMES = frozenset(
     {"Record", "Field", "String", "Integer", "Long", "Float", "Double", "Boolean", "Bytes", "Array"}
     | {"Map", "CustomEnum", "Null"}
@@ -203,7 +201,7 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _check_args(self, node: ast.Call, table: _params.CallTable, strict: bool = True) -> None:
-        leading = _LEADING[table.call]
+        leading = len(table.leading)
         extra = [a for a in node.args[leading:] if not isinstance(a, ast.Starred)]
         if len(extra) > len(table.order):
             self.add(

@@ -50,10 +50,8 @@ def test_pulsar_client_defaults_of_unsupported_options_are_accepted(
 def test_positional_arguments_follow_pulsar_clients_parameter_order(
     table: _params.CallTable, fn: Any, skip: set[str]
 ) -> None:
-    theirs = list(_parameters(fn, skip))
-    leading = theirs[: len(theirs) - len(table.order)]
-    assert tuple(theirs[len(leading) :]) == table.order
-    assert set(leading) <= table.mapped  # the wrapper names these itself
+    assert tuple(_parameters(fn, skip)) == table.leading + table.order
+    assert set(table.leading) <= table.mapped  # the wrappers name these themselves
 
 
 def test_an_unsupported_option_set_raises_operation_not_supported_and_an_unknown_name_type_error() -> None:
