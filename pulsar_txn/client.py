@@ -226,7 +226,8 @@ class Client:
         schema: Schema[Any] | None = None,
         **options: Any,
     ) -> Consumer[Any]:
-        """Subscribe to a topic, a list of topics, or (``pattern=``, a regex on topic names) a pattern.
+        """Subscribe to a topic, a list of topics, or (``pattern=``, a regex matching a topic's Kafka
+        name or its Pulsar name, ``persistent://public/default/...``) a pattern.
 
         ``consumer_type``: Exclusive (default) or Failover. ``initial_position``: where a new
         subscription starts (Latest by default). ``schema``: how ``msg.value()`` decodes. Other
