@@ -41,6 +41,7 @@ from pulsar_txn.compat._api import (
 )
 from pulsar_txn.compat._ids import Message, MessageId
 from pulsar_txn.compat._params import OperationNotSupported
+from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.consumer import ConsumerType, InitialPosition
 from pulsar_txn.errors import (
     AuthenticationError,
@@ -221,6 +222,7 @@ __all__ = [
     "Result",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",
+    "TableView",
     "Timeout",
     "TooManyLookupRequestException",
     "TopicNotFound",

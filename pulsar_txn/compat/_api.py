@@ -15,6 +15,7 @@ from pulsar_txn import producer as _producer
 from pulsar_txn import reader as _reader
 from pulsar_txn.compat import _params
 from pulsar_txn.compat._ids import Message, MessageId, native_id
+from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
 from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout
 from pulsar_txn.naming import TopicName
@@ -161,9 +162,19 @@ class Client:
         """A transaction to use as a context manager (an addition; see ``pulsar_txn.Client``)."""
         return self.native.transaction(timeout)
 
-    def create_table_view(self, *args: Any, **kwargs: Any) -> Any:
-        """Not supported: raises ``OperationNotSupported``."""
-        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["create_table_view"])
+    def create_table_view(
+        self, topic: str, subscription_name: str | None = None, schema: Any = None
+    ) -> TableView[Any]:
+        """pulsar-client's ``create_table_view(topic, subscription_name=None, schema=...)``: the
+        latest committed value of every key of ``topic`` (``subscription_name`` is only a label:
+        a table view reads without a subscription here)."""
+        native_schema = to_native(schema)
+        reader = (
+            self.native.create_reader(topic, _message.EARLIEST, schema=native_schema)
+            if native_schema is not None
+            else self.native.create_reader(topic, _message.EARLIEST)
+        )
+        return TableView(reader, topic, subscription_name)
 
     def close(self) -> None:
         """Close the client and everything it made."""

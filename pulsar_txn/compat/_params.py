@@ -250,7 +250,6 @@ TABLES: dict[str, CallTable] = {
 """The tables by call name."""
 
 UNSUPPORTED_CALLS: dict[str, str] = {
-    "create_table_view": "no TableView: read a compacted topic with create_reader",
     "pause_message_listener": "no message listeners",
     "resume_message_listener": "no message listeners",
 }

@@ -13,7 +13,7 @@ import pytest
 from pulsar.schema import Integer, Record, String
 
 import pulsar_txn.compat as pulsar
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
@@ -128,8 +128,6 @@ def test_options_the_compat_module_cannot_honour_fail_at_once_with_operation_not
         producer.send(b"x", deliver_after=5)
     with pytest.raises(TypeError, match="unexpected keyword"):
         producer.send(b"x", no_such_option=1)
-    with pytest.raises(pulsar.OperationNotSupported):
-        client.create_table_view(topic)
     # Nothing was written by the refused calls.
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert not reader.has_message_available()
@@ -251,4 +249,37 @@ def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: Clus
     assert got.data() == b"p"
     assert re.fullmatch(rf"persistent://public/default/{parted}-partition-[01]", got.topic_name())
     by_pattern.close()
+    client.close()
+
+
+def test_a_table_view_holds_each_keys_latest_committed_value_and_follows_updates(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"compat_table_{uid}"
+    c.client.create_topic(topic, 2)
+    client = _client(c)
+    producer = client.create_producer(topic, schema=pulsar.schema.StringSchema())
+    producer.send("a1", partition_key="a")
+    producer.send("b1", partition_key="b")
+    producer.send("no key")  # skipped: a table view needs keys
+    with client.transaction() as txn:
+        producer.send("a2", partition_key="a", txn=txn)
+    aborted = client.new_transaction().build()
+    producer.send("b-aborted", partition_key="b", txn=aborted)
+    aborted.abort()
+    view = client.create_table_view(topic, schema=pulsar.schema.StringSchema())
+    assert len(view) == 2 and (view.get("a"), view.get("b"), view.get("zz")) == ("a2", "b1", None)
+    seen: list[tuple[str, str]] = []
+    view.for_each_and_listen(lambda k, v: seen.append((k, v)))
+    assert sorted(seen) == [("a", "a2"), ("b", "b1")]
+    producer.send("c1", partition_key="c")
+    wait_until(lambda: view.get("c") == "c1", 10, what="the table view to follow the topic")
+    assert ("c", "c1") in seen
+    client.create_producer(topic).send(b"", partition_key="a")  # an empty payload removes the key
+    wait_until(lambda: view.get("a") is None, 10, what="the tombstone")
+    entries: dict[str, str] = {}
+    view.for_each(entries.__setitem__)
+    assert entries == {"b": "b1", "c": "c1"}
+    view.close()
     client.close()

@@ -19,7 +19,7 @@ producer = client.create_producer(
 producer.send(b"x", properties={"a": "b"}, deliver_after=timedelta(seconds=5))
 consumer = client.subscribe("orders", "sub", consumer_type=pulsar.ConsumerType.Shared,
                             receiver_queue_size=10, message_listener=on_message)
-view = client.create_table_view("orders")
+consumer.pause_message_listener()
 consumer.seek(1700000000000)
 k = pulsar.KeySharedPolicy()
 """
@@ -48,9 +48,7 @@ def test_the_checker_reports_each_call_by_line_with_what_it_does_here() -> None:
     assert any("deliver_after" in m and m.startswith("unsupported") for m in by_line[8])
     assert any("ConsumerType.Shared" in m and m.startswith("unsupported") for m in by_line[9])
     assert sorted(m.split(":")[0] for m in by_line[10]) == ["check", "ignored"]  # a name: value unknown
-    assert by_line[11] == [
-        "unsupported: create_table_view(): no TableView: read a compacted topic with create_reader"
-    ]
+    assert by_line[11] == ["unsupported: pause_message_listener(): no message listeners"]
     assert by_line[12] == ["unsupported: seek(<publish time>): only seek to a MessageId is supported"]
     assert by_line[13] == ["missing: pulsar.KeySharedPolicy has no equivalent in pulsar_txn.compat"]
 

@@ -106,3 +106,10 @@ def test_every_parameter_of_pulsar_asyncio_calls_is_classified_by_the_tables(
     theirs = set(_parameters(getattr(pulsar.asyncio.Client, name), skip))
     assert theirs - table.names() == set()  # is_pattern_topic: handled by compat.asyncio itself
     assert set(_parameters(pulsar.asyncio.Producer.send, {"self"})) == _params.SEND.names()
+
+
+def test_create_table_view_takes_pulsar_clients_parameters_in_its_order() -> None:
+    assert list(_parameters(pulsar.Client.create_table_view, {"self"})) == list(
+        _parameters(compat.Client.create_table_view, {"self"})
+    )
+    assert {n for n in dir(pulsar.TableView) if not n.startswith("_")} <= set(dir(compat.TableView))
