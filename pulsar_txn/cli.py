@@ -223,6 +223,12 @@ def cmd_migrate_check(args: argparse.Namespace) -> int:
     return check_main([*args.paths, *(["--json"] if args.json else [])])
 
 
+def cmd_migrate_run(args: argparse.Namespace) -> int:
+    from pulsar_txn.compat.run import main as run_main
+
+    return run_main(args.rest)
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.cli import run
 
@@ -304,6 +310,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_migrate_check)
 
+    p = sub.add_parser(
+        "migrate-run",
+        help="run a program written for pulsar-client, unchanged, on pulsar_txn.compat",
+        add_help=False,
+    )
+    p.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="[--service-url U --bootstrap-servers B] program.py [args]"
+    )
+    p.set_defaults(func=cmd_migrate_run)
+
     p = sub.add_parser("tc-demo", help="standalone + a scripted series of raw coordinator transactions")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
     p.add_argument("--transactions", type=int, default=200)
@@ -312,6 +328,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["migrate-run"]:
+        # Its own options come before the program's arguments; argparse's REMAINDER would not
+        # pass a leading option (``--no-check``) through, so it parses its command line itself.
+        from pulsar_txn.compat.run import main as run_main
+
+        return run_main(argv[1:])
     args = parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

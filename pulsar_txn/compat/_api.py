@@ -17,7 +17,7 @@ from pulsar_txn.compat import _params
 from pulsar_txn.compat._ids import Message, MessageId, native_id
 from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
-from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout
+from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
 from pulsar_txn.naming import TopicName
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
@@ -61,6 +61,7 @@ class Client:
     in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
 
     def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+        self._auto_create = bool(kwargs.pop("auto_create_topics", True))
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
         given = _params.CLIENT.positional(args, kwargs)
         _params.CLIENT.check(given)
@@ -79,8 +80,22 @@ class Client:
     def embedded(cls, *args: Any, **kwargs: Any) -> Client:
         """A client with an in-process coordinator (``pulsar_txn.Client.embedded``)."""
         out = cls.__new__(cls)
+        out._auto_create = bool(kwargs.pop("auto_create_topics", True))
         out.native = _client.Client.embedded(*args, **kwargs)
         return out
+
+    def _auto_created(self, make: Callable[[], T], topics: list[str]) -> T:
+        """``make()``; if a topic is missing, create it (one partition) and try again, as a Pulsar
+        broker does by default (``allowAutoTopicCreation``). ``auto_create_topics=False`` on the
+        Client turns this off."""
+        try:
+            return make()
+        except TopicNotFound:
+            if not self._auto_create or not topics:
+                raise
+            for topic in topics:
+                self.native.create_topic(topic, 1)  # a no-op for a topic that exists
+            return make()
 
     def create_producer(self, topic: str, *args: Any, **kwargs: Any) -> Producer[Any]:
         """pulsar-client's ``create_producer(topic, producer_name=None, schema=..., ...)``; what each
@@ -89,10 +104,13 @@ class Client:
         _params.CREATE_PRODUCER.check(given)
         schema = to_native(given.get("schema"))
         name = given.get("producer_name")
-        native: _producer.Producer[Any] = (
-            self.native.create_producer(topic, producer_name=name, schema=schema)
-            if schema is not None
-            else self.native.create_producer(topic, producer_name=name)
+        native: _producer.Producer[Any] = self._auto_created(
+            lambda: (
+                self.native.create_producer(topic, producer_name=name, schema=schema)
+                if schema is not None
+                else self.native.create_producer(topic, producer_name=name)
+            ),
+            [topic],
         )
         return Producer(native)
 
@@ -115,13 +133,19 @@ class Client:
             if not isinstance(dlq, ConsumerDeadLetterPolicy | _consumer.DeadLetterPolicy):
                 raise ConfigError("dead_letter_policy: use pulsar_txn.compat.ConsumerDeadLetterPolicy")
             options["dead_letter_policy"] = dlq.native() if isinstance(dlq, ConsumerDeadLetterPolicy) else dlq
-        native = self.native.subscribe(
-            topic,
-            subscription_name,
-            consumer_type=_enum_value(given.get("consumer_type"), _consumer.ConsumerType, "Exclusive"),
-            initial_position=_enum_value(given.get("initial_position"), _consumer.InitialPosition, "Latest"),
-            schema=to_native(given.get("schema")),
-            **options,
+        consumer_type = _enum_value(given.get("consumer_type"), _consumer.ConsumerType, "Exclusive")
+        initial = _enum_value(given.get("initial_position"), _consumer.InitialPosition, "Latest")
+        schema = to_native(given.get("schema"))
+        native = self._auto_created(
+            lambda: self.native.subscribe(
+                topic,
+                subscription_name,
+                consumer_type=consumer_type,
+                initial_position=initial,
+                schema=schema,
+                **options,
+            ),
+            [topic] if isinstance(topic, str) else list(topic or []),
         )
         policy = given.get("batch_receive_policy")
         if policy is not None and not isinstance(policy, BatchReceivePolicy):
@@ -138,10 +162,19 @@ class Client:
         schema = to_native(given.get("schema"))
         if schema is None:
             return Reader(
-                self.native.create_reader(topic, start, start_message_id_inclusive=inclusive), self.native
+                self._auto_created(
+                    lambda: self.native.create_reader(topic, start, start_message_id_inclusive=inclusive),
+                    [topic],
+                ),
+                self.native,
             )
         return Reader(
-            self.native.create_reader(topic, start, schema=schema, start_message_id_inclusive=inclusive),
+            self._auto_created(
+                lambda: self.native.create_reader(
+                    topic, start, schema=schema, start_message_id_inclusive=inclusive
+                ),
+                [topic],
+            ),
             self.native,
         )
 
@@ -169,10 +202,13 @@ class Client:
         latest committed value of every key of ``topic`` (``subscription_name`` is only a label:
         a table view reads without a subscription here)."""
         native_schema = to_native(schema)
-        reader = (
-            self.native.create_reader(topic, _message.EARLIEST, schema=native_schema)
-            if native_schema is not None
-            else self.native.create_reader(topic, _message.EARLIEST)
+        reader = self._auto_created(
+            lambda: (
+                self.native.create_reader(topic, _message.EARLIEST, schema=native_schema)
+                if native_schema is not None
+                else self.native.create_reader(topic, _message.EARLIEST)
+            ),
+            [topic],
         )
         return TableView(reader, topic, subscription_name)
 

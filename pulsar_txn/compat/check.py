@@ -46,7 +46,7 @@ _UNSUPPORTED_MEMBERS = {
     ("ConsumerType", "KeyShared"): "Key_Shared subscriptions are not supported (Exclusive and Failover are)",
     ("schema", "ProtobufNativeSchema"): "no Protobuf schema (bytes, string, JSON and Avro are supported)",
 }
-_RECORD_NAMES = frozenset(
+RECORD_NAMES = frozenset(
     {"Record", "Field", "String", "Integer", "Long", "Float", "Double", "Boolean", "Bytes", "Array"}
     | {"Map", "CustomEnum", "Null"}
 )
@@ -142,7 +142,7 @@ class _Visitor(ast.NodeVisitor):
 
     def _check_name(self, node: ast.AST, qualified: str) -> None:
         parts = qualified.removeprefix("asyncio.").split(".")
-        if len(parts) >= 2 and parts[0] == "schema" and parts[1] in _RECORD_NAMES:
+        if len(parts) >= 2 and parts[0] == "schema" and parts[1] in RECORD_NAMES:
             if parts[1] not in self.noted:
                 self.noted.add(parts[1])
                 self.add(

@@ -283,3 +283,20 @@ def test_a_table_view_holds_each_keys_latest_committed_value_and_follows_updates
     assert entries == {"b": "b1", "c": "c1"}
     view.close()
     client.close()
+
+
+def test_missing_topics_are_created_as_a_pulsar_broker_does_unless_turned_off(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    client = _client(c)
+    client.create_producer(f"auto_{uid}").send(b"x")  # one partition, as Pulsar's default
+    consumer = client.subscribe(f"auto_sub_{uid}", "s", initial_position=pulsar.InitialPosition.Earliest)
+    assert client.get_topic_partitions(f"auto_{uid}") == [f"persistent://public/default/auto_{uid}"]
+    assert client.create_reader(f"auto_{uid}", pulsar.MessageId.earliest).read_next(10_000).data() == b"x"
+    consumer.close()
+    strict = pulsar.Client(c.coordinator.url, auto_create_topics=False, **_where_kafka_is(c))
+    with pytest.raises(pulsar.TopicNotFound):
+        strict.create_producer(f"absent_{uid}")
+    strict.close()
+    client.close()

@@ -1,0 +1,76 @@
+"""The migration harness's runner: a program written for pulsar-client runs unchanged on Kafka
+(``pulsar-txn migrate-run``), against an embedded broker and coordinator started for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+PROGRAM = """\
+import sys
+
+import pulsar
+from pulsar.schema import AvroSchema, Integer, Record, String
+
+
+class Order(Record):
+    sku = String()
+    qty = Integer()
+
+
+client = pulsar.Client("pulsar://pulsar.example:6650", operation_timeout_seconds=30)
+producer = client.create_producer("orders", schema=AvroSchema(Order), batching_enabled=True)
+for i in range(3):
+    producer.send(Order(sku=f"s{i}", qty=i), properties={"n": str(i)})
+consumer = client.subscribe("orders", "billing", initial_position=pulsar.InitialPosition.Earliest,
+                            schema=AvroSchema(Order))
+total = 0
+for _ in range(3):
+    msg = consumer.receive(timeout_millis=10000)
+    total += msg.value().qty
+    consumer.acknowledge(msg)
+try:
+    consumer.receive(timeout_millis=200)
+except pulsar.Timeout:
+    print("no more messages")
+print(f"total qty {total}, argv {sys.argv[1:]}")
+client.close()
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _run(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    program = tmp_path / "app.py"
+    program.write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "pulsar_txn.cli", "migrate-run", str(program), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_unchanged_pulsar_client_program_runs_and_its_exit_status_is_kept(tmp_path: Path) -> None:
+    done = _run(tmp_path, PROGRAM, "7")
+    assert done.returncode == 7, done.stderr[-3000:]
+    assert "no more messages\ntotal qty 3, argv ['7']" in done.stdout
+    # the checker's findings come first: the record classes are a note, batching is ignored
+    assert "note: pulsar.schema.Record" in done.stderr
+    assert "ignored: create_producer(batching_enabled=...)" in done.stderr
+
+
+def test_a_program_that_raises_exits_1_with_its_traceback(tmp_path: Path) -> None:
+    source = (
+        "import pulsar\n"
+        "client = pulsar.Client('pulsar://x:6650')\n"
+        "client.subscribe('t', 's', pulsar.ConsumerType.Shared)\n"
+    )
+    done = _run(tmp_path, source)
+    assert done.returncode == 1
+    assert "NotAllowedError" in done.stderr and "Shared subscriptions are not supported" in done.stderr
+    assert "migrate-check: the program will probably fail here" in done.stderr
