@@ -41,6 +41,13 @@ def _client(c: Cluster) -> pulsar.Client:
     )
 
 
+def _with_topics(c: Cluster, partitions: dict[str, int]) -> pulsar.Client:
+    """The topics created (name -> partition count), then a compat client of ``c``."""
+    for topic, count in partitions.items():
+        c.client.create_topic(topic, count)
+    return _client(c)
+
+
 class Order(Record):  # a pulsar-client schema record, unchanged
     sku = String()
     qty = Integer()
@@ -49,10 +56,8 @@ class Order(Record):  # a pulsar-client schema record, unchanged
 def test_a_pulsar_client_program_runs_unchanged_on_the_compat_module(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    c = cluster()
     topic = f"compat_{uid}"
-    c.client.create_topic(topic, 2)
-    client = _client(c)
+    client = _with_topics(cluster(), {topic: 2})
     producer = client.create_producer(
         topic,
         producer_name=f"p-{uid}",
@@ -113,10 +118,8 @@ def test_a_pulsar_client_program_runs_unchanged_on_the_compat_module(
 def test_options_the_compat_module_cannot_honour_fail_at_once_with_operation_not_supported(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    c = cluster()
     topic = f"compat_no_{uid}"
-    c.client.create_topic(topic, 1)
-    client = _client(c)
+    client = _with_topics(cluster(), {topic: 1})
     with pytest.raises(pulsar.OperationNotSupported, match="chunking_enabled"):
         client.create_producer(topic, chunking_enabled=True)
     with pytest.raises(pulsar.OperationNotSupported, match="message_listener"):
@@ -137,11 +140,8 @@ def test_options_the_compat_module_cannot_honour_fail_at_once_with_operation_not
 def test_pulsar_client_records_and_transactions_through_the_compat_module(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    c = cluster()
     src, dst = f"compat_src_{uid}", f"compat_dst_{uid}"
-    c.client.create_topic(src, 1)
-    c.client.create_topic(dst, 1)
-    client = _client(c)
+    client = _with_topics(cluster(), {src: 1, dst: 1})
     client.create_producer(src, schema=real_pulsar.schema.AvroSchema(Order)).send(Order(sku="a", qty=2))
     consumer = client.subscribe(
         src,
@@ -210,11 +210,8 @@ def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
 def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: ClusterFactory, uid: str) -> None:
     import re
 
-    c = cluster()
     plain, parted = f"compat_seek_{uid}", f"compat_parted_{uid}"
-    c.client.create_topic(plain, 1)
-    c.client.create_topic(parted, 2)
-    client = _client(c)
+    client = _with_topics(cluster(), {plain: 1, parted: 2})
     producer = client.create_producer(plain)
     ids = [producer.send(f"m{i}".encode(), {"i": str(i)}) for i in range(3)]  # properties by position
     with pytest.raises(pulsar.InvalidConfiguration):
@@ -255,10 +252,8 @@ def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: Clus
 def test_a_table_view_holds_each_keys_latest_committed_value_and_follows_updates(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    c = cluster()
     topic = f"compat_table_{uid}"
-    c.client.create_topic(topic, 2)
-    client = _client(c)
+    client = _with_topics(cluster(), {topic: 2})
     producer = client.create_producer(topic, schema=pulsar.schema.StringSchema())
     producer.send("a1", partition_key="a")
     producer.send("b1", partition_key="b")
