@@ -182,6 +182,11 @@ class Client:
         self, topic: str, *, producer_name: str | None = None, schema: Schema[T]
     ) -> Producer[T]: ...
 
+    @overload
+    def create_producer(
+        self, topic: str, *, producer_name: str | None = None, schema: Schema[Any] | None
+    ) -> Producer[Any]: ...
+
     def create_producer(
         self, topic: str, *, producer_name: str | None = None, schema: Schema[Any] | None = None
     ) -> Producer[Any]:
@@ -288,6 +293,16 @@ class Client:
         start_message_id_inclusive: bool = ...,
     ) -> Reader[T]: ...
 
+    @overload
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId = ...,
+        *,
+        schema: Schema[Any] | None,
+        start_message_id_inclusive: bool = ...,
+    ) -> Reader[Any]: ...
+
     def create_reader(
         self,
         topic: str,
@@ -365,6 +380,12 @@ class Client:
             self.kafka, topic, partition, store=self._snapshots(), options=self._buffer_options()
         )
         return state
+
+    def _sentinel_offset(self, topic: str, partition: int, position: MessageId) -> int:
+        """Where ``EARLIEST`` / ``LATEST`` put a reader or a cursor on a partition: its start, or its
+        maxReadPosition now (from a state scanned to the partition's end, as a consumer's Latest:
+        later messages, and those of transactions open now, are read)."""
+        return 0 if position == EARLIEST else self._buffer_state(topic, partition).max_read_position
 
     def _partition_count(self, topic: TopicName) -> int:
         name = topic.kafka_topic

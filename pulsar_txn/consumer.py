@@ -289,7 +289,7 @@ class Consumer(Generic[T]):
             return
         default_start = 0
         if committed is None and self._initial is InitialPosition.Latest:
-            default_start = self._client._buffer_state(topic, partition).max_read_position
+            default_start = self._client._sentinel_offset(topic, partition, LATEST)
         name = self._kafka_topics[topic]
         fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
@@ -1027,8 +1027,7 @@ class Consumer(Generic[T]):
             with self._lock:
                 tps = list(self._parts)
             for tp in tps:
-                end = 0 if message_id == EARLIEST else self._client._buffer_state(*tp).max_read_position
-                self._seek_to(new_message_id(tp[0], tp[1], end))
+                self._seek_to(new_message_id(*tp, self._client._sentinel_offset(*tp, message_id)))
             return
         if not message_id.topic and len(self.topics) == 1:
             message_id = new_message_id(self.topics[0].kafka_topic, message_id.partition, message_id.offset)

@@ -44,12 +44,8 @@ class Reader(Generic[T]):
         self._tps = [(self.topic.kafka_topic, p) for p in parts]
         starts: dict[tuple[str, int], int] = {}
         for tp in self._tps:
-            if start_message_id == EARLIEST:
-                starts[tp] = 0
-            elif start_message_id == LATEST:
-                # maxReadPosition now, from a state scanned to the partition's end (as a consumer's
-                # Latest): later messages, and those of transactions open now, are read.
-                starts[tp] = client._buffer_state(*tp).max_read_position
+            if start_message_id in (EARLIEST, LATEST):
+                starts[tp] = client._sentinel_offset(*tp, start_message_id)
             elif start_message_id.partition == tp[1]:
                 starts[tp] = start_message_id.offset + (0 if inclusive else 1)
             else:
@@ -81,8 +77,7 @@ class Reader(Generic[T]):
         self._buffer.clear()
         if message_id in (EARLIEST, LATEST):
             for tp in self._tps:
-                start = 0 if message_id == EARLIEST else self._client._buffer_state(*tp).max_read_position
-                self._committed.seek(*tp, start)
+                self._committed.seek(*tp, self._client._sentinel_offset(*tp, message_id))
             return
         tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
         if tp not in self._tps:

@@ -104,13 +104,8 @@ class Client:
         _params.CREATE_PRODUCER.check(given)
         schema = to_native(given.get("schema"))
         name = given.get("producer_name")
-        native: _producer.Producer[Any] = self._auto_created(
-            lambda: (
-                self.native.create_producer(topic, producer_name=name, schema=schema)
-                if schema is not None
-                else self.native.create_producer(topic, producer_name=name)
-            ),
-            [topic],
+        native = self._auto_created(
+            lambda: self.native.create_producer(topic, producer_name=name, schema=schema), [topic]
         )
         return Producer(native)
 
@@ -160,23 +155,13 @@ class Client:
         start = native_id(start_message_id)
         inclusive = bool(given.get("start_message_id_inclusive", False))
         schema = to_native(given.get("schema"))
-        if schema is None:
-            return Reader(
-                self._auto_created(
-                    lambda: self.native.create_reader(topic, start, start_message_id_inclusive=inclusive),
-                    [topic],
-                ),
-                self.native,
-            )
-        return Reader(
-            self._auto_created(
-                lambda: self.native.create_reader(
-                    topic, start, schema=schema, start_message_id_inclusive=inclusive
-                ),
-                [topic],
+        reader = self._auto_created(
+            lambda: self.native.create_reader(
+                topic, start, schema=schema, start_message_id_inclusive=inclusive
             ),
-            self.native,
+            [topic],
         )
+        return Reader(reader, self.native)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
@@ -203,12 +188,7 @@ class Client:
         a table view reads without a subscription here)."""
         native_schema = to_native(schema)
         reader = self._auto_created(
-            lambda: (
-                self.native.create_reader(topic, _message.EARLIEST, schema=native_schema)
-                if native_schema is not None
-                else self.native.create_reader(topic, _message.EARLIEST)
-            ),
-            [topic],
+            lambda: self.native.create_reader(topic, _message.EARLIEST, schema=native_schema), [topic]
         )
         return TableView(reader, topic, subscription_name)
 
@@ -343,11 +323,7 @@ class Consumer(Generic[T]):
 
     def seek(self, messageid: Any) -> None:
         """Move the subscription to a MessageId (a publish time is not supported)."""
-        if isinstance(messageid, int):
-            raise _params.OperationNotSupported(
-                "seek to a publish time is not supported; seek to a MessageId"
-            )
-        self.native.seek(native_id(messageid))
+        self.native.seek(_seek_target(messageid))
 
     def get_last_message_id(self) -> MessageId:
         """The last readable message of the subscription's (first) topic's partitions, the one with
@@ -402,11 +378,7 @@ class Reader(Generic[T]):
 
     def seek(self, messageid: Any) -> None:
         """Move the reader to a MessageId (a publish time is not supported)."""
-        if isinstance(messageid, int):
-            raise _params.OperationNotSupported(
-                "seek to a publish time is not supported; seek to a MessageId"
-            )
-        self.native.seek(native_id(messageid))
+        self.native.seek(_seek_target(messageid))
 
     def is_connected(self) -> bool:
         """True until closed."""
@@ -431,6 +403,13 @@ class _TopicNames:
             name = TopicName.parse(kafka_topic)
             self._plain[kafka_topic] = str(name) if self._client._partition_count(name) <= 1 else None
         return Message(msg, self._plain[kafka_topic])
+
+
+def _seek_target(messageid: Any) -> _message.MessageId:
+    """The native id a ``seek`` goes to; pulsar-client's seek to a publish time is refused."""
+    if isinstance(messageid, int):
+        raise _params.OperationNotSupported("seek to a publish time is not supported; seek to a MessageId")
+    return native_id(messageid)
 
 
 def _send_options(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,13 +34,6 @@ from pulsar_txn import compat
 from pulsar_txn.compat import _params
 from pulsar_txn.compat import asyncio as _compat_asyncio
 
-_METHOD_TABLES = {
-    "create_producer": _params.CREATE_PRODUCER,
-    "subscribe": _params.SUBSCRIBE,
-    "create_reader": _params.CREATE_READER,
-    "send": _params.SEND,
-    "send_async": _params.SEND_ASYNC,
-}
 _UNSUPPORTED_MEMBERS = {
     ("ConsumerType", "Shared"): "Shared subscriptions are not supported (Exclusive and Failover are)",
     ("ConsumerType", "KeyShared"): "Key_Shared subscriptions are not supported (Exclusive and Failover are)",
@@ -191,7 +184,7 @@ class _Visitor(ast.NodeVisitor):
         elif path == "schema.AvroSchema" or path == "schema.JsonSchema":
             pass
         elif isinstance(func, ast.Attribute) and self.modules | self.names.keys() | self.schema_modules:
-            table = _METHOD_TABLES.get(func.attr)
+            table = _params.TABLES.get(func.attr) if func.attr != "Client" else None  # methods only
             if table is not None:
                 self._check_args(node, table, strict=func.attr not in ("send", "send_async", "subscribe"))
             elif func.attr in _params.UNSUPPORTED_CALLS:

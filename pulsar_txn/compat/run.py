@@ -57,26 +57,28 @@ def _client_class(base: Any, service_url: str, defaults: dict[str, Any]) -> type
     return type("Client", (base,), {"__init__": __init__, "__doc__": base.__doc__})
 
 
+def _module(name: str, source: types.ModuleType, **overrides: Any) -> types.ModuleType:
+    """A module ``name`` holding ``source``'s public names, with ``overrides`` on top."""
+    module = types.ModuleType(name, source.__doc__)
+    module.__dict__.update({n: getattr(source, n) for n in source.__all__})
+    module.__dict__.update(overrides)
+    return module
+
+
 @contextlib.contextmanager
 def pulsar_modules(service_url: str, defaults: dict[str, Any]) -> Iterator[types.ModuleType]:
     """While inside, ``import pulsar`` gives ``pulsar_txn.compat`` with its ``Client`` pointed at
     ``service_url`` and ``defaults`` (``bootstrap_servers=``...); the modules are restored after."""
     records = _record_types()  # before the real pulsar-client's modules are hidden
     saved = {name: sys.modules.get(name) for name in _MODULES}
-    top = types.ModuleType("pulsar", compat.__doc__)
-    top.__dict__.update({n: getattr(compat, n) for n in compat.__all__})
+    top = _module("pulsar", compat, Client=_client_class(compat.Client, service_url, defaults))
     top.__path__ = []  # a package, so that ``import pulsar.schema`` looks in sys.modules
-    top.Client = _client_class(compat.Client, service_url, defaults)  # type: ignore[attr-defined]
-    aio = types.ModuleType("pulsar.asyncio", compat_asyncio.__doc__)
-    aio.__dict__.update({n: getattr(compat_asyncio, n) for n in compat_asyncio.__all__})
-    aio.Client = _client_class(compat_asyncio.Client, service_url, defaults)  # type: ignore[attr-defined]
-    sch = types.ModuleType("pulsar.schema", compat_schema.__doc__)
-    sch.__dict__.update({n: getattr(compat_schema, n) for n in compat_schema.__all__})
-    sch.__dict__.update(records)
-    exc = types.ModuleType("pulsar.exceptions")
-    exc.__dict__.update(
-        {n: getattr(compat, n) for n in compat.__all__ if isinstance(getattr(compat, n), type)}
+    aio = _module(
+        "pulsar.asyncio", compat_asyncio, Client=_client_class(compat_asyncio.Client, service_url, defaults)
     )
+    sch = _module("pulsar.schema", compat_schema, **records)
+    exc = types.ModuleType("pulsar.exceptions")
+    exc.__dict__.update({n: v for n, v in top.__dict__.items() if isinstance(v, type)})
     top.asyncio, top.schema, top.exceptions = aio, sch, exc  # type: ignore[attr-defined]
     sys.modules.update({"pulsar": top, "pulsar.asyncio": aio, "pulsar.schema": sch, "pulsar.exceptions": exc})
     try:
