@@ -9,6 +9,7 @@ latest snapshot plus a scan, pending-ack stats from the subscription's cursor pl
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from email.message import Message
@@ -54,6 +55,24 @@ def open_admin_url(request: urllib.request.Request, timeout: float) -> Any:
     return urllib.request.build_opener(_NoRedirect).open(request, timeout=timeout)
 
 
+def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) -> bytes:
+    """GET ``path`` from a coordinator's admin endpoint (with the bearer token, if any); typed errors."""
+    admin_url = admin_url.rstrip("/")
+    request = urllib.request.Request(admin_url + path)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with open_admin_url(request, timeout) as response:
+            body: bytes = response.read()
+            return body
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise AuthenticationError(f"{admin_url}: missing or wrong auth token") from None
+        raise PulsarTxnError(f"{admin_url}{path}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise PulsarTxnError(f"cannot reach {admin_url}: {exc}", retriable=True) from None
+
+
 @public_errors
 class TransactionsAdmin:
     """``TransactionsAdmin(client, admin_url="http://coord:8080")``; ``admin_url`` is needed only for
@@ -84,21 +103,22 @@ class TransactionsAdmin:
             raise PulsarTxnError(f"unexpected coordinator stats from {self.admin_url}: {body!r}")
         return {int(tc): stats for tc, stats in coordinators.items()}
 
+    def metrics(self) -> str:
+        """The coordinator's ``GET /metrics``: Prometheus' text format, with Pulsar's transaction metric
+        names (``pulsar_txn_active_count``, ``pulsar_txn_committed_total``, ...; docs/operations.md)."""
+        return self._fetch("/metrics").decode("utf-8")
+
     def _get(self, path: str) -> Any:
+        raw = self._fetch(path)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise PulsarTxnError(f"{self.admin_url}{path}: not JSON") from None
+
+    def _fetch(self, path: str) -> bytes:
         if self.admin_url is None:
             raise ConfigError("coordinator stats need admin_url= (a coordinator started with --admin-port)")
-        request = urllib.request.Request(self.admin_url + path)
-        if self._token:
-            request.add_header("Authorization", f"Bearer {self._token}")
-        try:
-            with open_admin_url(request, self._timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 401:
-                raise AuthenticationError(f"{self.admin_url}: missing or wrong auth token") from None
-            raise PulsarTxnError(f"{self.admin_url}{path}: HTTP {exc.code}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise PulsarTxnError(f"cannot reach {self.admin_url}: {exc}", retriable=True) from None
+        return fetch_admin(self.admin_url, path, self._token, self._timeout)
 
     # ------------------------------------------------------------------ transactions (the log)
     def list_transactions(self, tc_id: int) -> dict[TxnID, dict[str, Any]]:
@@ -106,20 +126,45 @@ class TransactionsAdmin:
         window), as ``transaction_metadata`` shows them."""
         from pulsar_txn.coordinator.fold import read_tc_log
 
+        count = self._tc_count()
+        if not 0 <= tc_id < count:
+            raise TransactionCoordinatorNotFoundError(f"TC {tc_id} does not exist ({count} TCs)")
         try:
-            count = self._client._admin.partition_count(self.log_topic)
-            if not 0 <= tc_id < count:
-                raise TransactionCoordinatorNotFoundError(f"TC {tc_id} does not exist ({count} TCs)")
             fold = read_tc_log(self._client.kafka, self.log_topic, tc_id)
+        except StoreError as exc:
+            raise PersistenceError(
+                f"reading TC {tc_id}'s log failed: {exc}", retriable=exc.retriable
+            ) from None
+        return {meta.txn_id: _meta_dict(meta) for _seq, meta in sorted(fold.txns.items())}
+
+    def _tc_count(self) -> int:
+        """How many TCs there are: the transaction log's partitions."""
+        try:
+            return self._client._admin.partition_count(self.log_topic)
         except TopicNotFoundError:
             raise TransactionCoordinatorNotFoundError(
                 f"no transaction log {self.log_topic!r} (is log_topic right?)"
             ) from None
         except StoreError as exc:
             raise PersistenceError(
-                f"reading TC {tc_id}'s log failed: {exc}", retriable=exc.retriable
+                f"reading {self.log_topic} failed: {exc}", retriable=exc.retriable
             ) from None
-        return {meta.txn_id: _meta_dict(meta) for _seq, meta in sorted(fold.txns.items())}
+
+    def slow_transactions(
+        self, timeout_ms: int, coordinator_id: int | None = None
+    ) -> dict[TxnID, dict[str, Any]]:
+        """``pulsar-admin transactions slow-transactions``: transactions still not ended (open, or
+        committing/aborting) that were opened at least ``timeout_ms`` ago, of one TC or of all."""
+        if timeout_ms < 0:
+            raise ConfigError(f"timeout_ms must be >= 0, not {timeout_ms}")
+        tc_ids = [coordinator_id] if coordinator_id is not None else range(self._tc_count())
+        opened_before = int(time.time() * 1000) - timeout_ms
+        out: dict[TxnID, dict[str, Any]] = {}
+        for tc_id in tc_ids:
+            for txn_id, meta in self.list_transactions(tc_id).items():
+                if meta["status"] in _NOT_ENDED and meta["opened_at_ms"] <= opened_before:
+                    out[txn_id] = meta
+        return out
 
     def transaction_metadata(self, txn_id: TxnID | str) -> dict[str, Any]:
         """``pulsar-admin transactions transaction-metadata``: status, timeout, produced partitions,
@@ -172,6 +217,9 @@ class TransactionsAdmin:
             raise PersistenceError(
                 f"reading subscription {subscription!r} of {topic} failed: {exc}", retriable=exc.retriable
             ) from None
+
+
+_NOT_ENDED = frozenset({"OPEN", "COMMITTING", "ABORTING"})
 
 
 def _meta_dict(meta: TxnMeta) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A tiny read-only admin HTTP endpoint (stats as JSON), with optional bearer-token auth.
 
 ``GET /admin/v2/transactions/coordinatorStats`` answers like ``pulsar-admin transactions
-coordinator-stats``. Plain asyncio, no web framework: it serves a handful of GETs.
+coordinator-stats``; ``GET /metrics`` in Prometheus' text format. Plain asyncio, no web framework: it
+serves a handful of GETs.
 """
 
 from __future__ import annotations
@@ -11,11 +12,20 @@ import hmac
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 _MAX_REQUEST = 16 * 1024
+
+
+@dataclass(frozen=True)
+class TextBody:
+    """A route's answer sent as is (not as JSON), e.g. Prometheus' exposition format."""
+
+    text: str
+    content_type: str = "text/plain; charset=utf-8"
 
 
 class AdminHttpServer:
@@ -58,9 +68,12 @@ class AdminHttpServer:
             writer.close()
             return
         status, body = self._respond(head[:_MAX_REQUEST], peer)
-        payload = json.dumps(body, indent=2, sort_keys=True).encode()
+        if isinstance(body, TextBody):
+            payload, content_type = body.text.encode(), body.content_type
+        else:
+            payload, content_type = json.dumps(body, indent=2, sort_keys=True).encode(), "application/json"
         writer.write(
-            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n"
             "Connection: close\r\n\r\n".encode()
             + payload
         )

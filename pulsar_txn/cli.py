@@ -1,4 +1,4 @@
-"""``pulsar-txn``: standalone, coordinator, stats, delete-topic, pipeline and demo commands."""
+"""``pulsar-txn``: standalone, coordinator, stats and metrics, delete-topic, pipeline and demo commands."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import signal
 import sys
 import tempfile
 import tomllib
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,8 @@ from pydantic import ValidationError
 
 from kafka_store import KafkaConfig, LocalBroker, StoreError
 from pulsar_txn import _loops
+from pulsar_txn._admin_cli import add_commands as add_admin_commands
 from pulsar_txn._gc import tune_for_service
-from pulsar_txn.admin import open_admin_url
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
@@ -123,19 +121,6 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     finally:
         broker.stop()
         print("standalone stopped", flush=True)
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    request = urllib.request.Request(args.admin_url.rstrip("/") + "/admin/v2/transactions/coordinatorStats")
-    token = os.environ.get("PULSAR_TXN_AUTH_TOKEN")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with open_admin_url(request, 10) as response:
-            print(json.dumps(json.loads(response.read()), indent=2, sort_keys=True))
-    except (urllib.error.URLError, TimeoutError) as exc:
-        raise PulsarTxnError(f"cannot read stats from {args.admin_url}: {exc}") from None
     return 0
 
 
@@ -269,9 +254,7 @@ def parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=cmd_standalone)
 
-    p = sub.add_parser("coordinator-stats", help="print a coordinator's stats as JSON")
-    p.add_argument("--admin-url", required=True, help="e.g. http://127.0.0.1:8080")
-    p.set_defaults(func=cmd_stats)
+    add_admin_commands(sub)
 
     p = sub.add_parser("transaction-buffer-stats", help="a topic's transaction-buffer state as JSON")
     p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")

@@ -9,7 +9,8 @@ import asyncio
 from dataclasses import dataclass
 
 from kafka_store import KafkaConfig
-from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn import _prometheus
+from pulsar_txn.admin_http import AdminHttpServer, TextBody
 from pulsar_txn.buffer.service import TransactionBufferService
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
@@ -72,6 +73,10 @@ async def start_node(
                 "/admin/v2/health": lambda: {"owned_tcs": service.owned_tcs()},
                 "/admin/v2/transactions/transactionBufferStats": (
                     buffer.stats if buffer is not None else lambda: {"partitions": {}}
+                ),
+                "/metrics": lambda: TextBody(
+                    _prometheus.render(service.stats(), buffer.stats() if buffer is not None else None),
+                    _prometheus.CONTENT_TYPE,
                 ),
             },
             host=config.host,

@@ -579,6 +579,7 @@ class TransactionCoordinator:
             self.counters.committed += 1
         else:
             self.counters.aborted += 1
+        self.counters.execution_latency.add(final.ended_at_ms - meta.opened_at_ms)
         fut = self._end_done.get(meta.txn_id.least_bits)
         if fut is not None and not fut.done():
             fut.set_result(None)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pulsar_txn import (
     AuthenticationError,
+    AuthenticationToken,
+    Client,
     ConfigError,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
     TransactionsAdmin,
     TxnID,
+    cli,
 )
 from tests.conftest import Cluster, wait_until
 
@@ -92,3 +98,99 @@ def test_a_missing_topic_is_reported_not_created(cluster: ClusterFactory, uid: s
     with pytest.raises(TopicNotFound):
         TransactionsAdmin(c.client).transaction_buffer_stats(f"missing_{uid}")
     assert not c.client._admin.topic_exists(f"missing_{uid}")
+
+
+def test_metrics_count_commits_aborts_and_open_transactions_behind_the_token(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster(admin_port=0, auth_token="s3cret")
+    with pytest.raises(AuthenticationError):
+        _admin(c, auth_token="wrong").metrics()
+    admin = _admin(c, auth_token="s3cret")
+    with Client(
+        c.coordinator.url,
+        kafka=c.client.kafka,
+        num_tcs=c.config.num_tcs,
+        snapshot_topic=c.config.snapshot_topic,
+        authentication=AuthenticationToken("s3cret"),
+    ) as client:
+        topic = f"met_{uid}"
+        client.create_topic(topic, 1)
+        producer = client.create_producer(topic)
+        committed, aborted, still_open = (client.transaction(60) for _ in range(3))
+        for txn in (committed, aborted, still_open):
+            producer.send(b"x", txn=txn)
+        committed.commit()
+        aborted.abort()
+
+        def sample(text: str, name: str, having: str = "{") -> float:
+            lines = text.splitlines()
+            return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith(name) and having in ln)
+
+        text = admin.metrics()
+        assert sample(text, "pulsar_txn_committed_total") == 1
+        assert sample(text, "pulsar_txn_aborted_total") == 1
+        assert sample(text, "pulsar_txn_created_total") == 3
+        assert sample(text, "pulsar_txn_active_count") == 1
+        # Both ended transactions fall in one of Pulsar's execution-latency buckets.
+        assert sample(text, "pulsar_txn_execution_latency_le_") == 2
+
+        # The TB service keeps the topic's partition: its markers show up once it has read them.
+        ours = f'{{topic="{topic}",partition="0"}}'
+
+        def tb_read_both_markers() -> str | None:
+            t = admin.metrics()
+            return t if sample(t, "pulsar_txn_tb_aborted_total", ours) == 1 else None
+
+        text = wait_until(tb_read_both_markers, 20, what="the TB service's metrics")
+        assert f"pulsar_txn_tb_committed_total{ours} 1" in text
+        assert f"pulsar_txn_tb_active_total{ours} 1" in text
+        still_open.commit()
+
+
+def test_slow_transactions_are_the_ones_open_longer_than_the_timeout(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    admin = _admin(c)
+    done = c.client.transaction(60)
+    done.commit()
+    open_txn = c.client.transaction(60)
+    slow = wait_until(lambda: admin.slow_transactions(0) or None, 10, what="the open transaction in the log")
+    assert list(slow) == [open_txn.txn_id] and slow[open_txn.txn_id]["status"] == "OPEN"
+    assert admin.slow_transactions(0, coordinator_id=open_txn.txn_id.most_bits) == slow
+    assert admin.slow_transactions(3_600_000) == {}
+    with pytest.raises(ConfigError):
+        admin.slow_transactions(-1)
+    open_txn.abort()
+    assert wait_until(lambda: admin.slow_transactions(0) == {}, 10, what="the abort in the log")
+
+
+def test_cli_prints_metrics_slow_transactions_and_metadata(
+    cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = cluster(admin_port=0)
+    txn = c.client.transaction(60)
+    config = tmp_path / "pulsar-txn.json"
+    config.write_text(
+        json.dumps(
+            {
+                "kafka": {"bootstrap_servers": c.client.kafka.bootstrap_servers},
+                "coordinator": {"log_topic": c.config.log_topic, "num_tcs": c.config.num_tcs},
+            }
+        )
+    )
+    assert cli.main(["metrics", "--admin-url", str(c.coordinator.admin_url)]) == 0
+    assert "# TYPE pulsar_txn_active_count gauge" in capsys.readouterr().out
+
+    def slow() -> dict[str, Any] | None:
+        assert cli.main(["slow-transactions", "--config", str(config), "-t", "0s"]) == 0
+        found: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return found or None
+
+    assert list(wait_until(slow, 10, what="the open transaction")) == [str(txn.txn_id)]
+    assert cli.main(["transaction-metadata", "--config", str(config), "--txn-id", str(txn.txn_id)]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "OPEN"
+    assert cli.main(["transaction-metadata", "--config", str(config), "--txn-id", "(0,999999)"]) == 2
+    assert "not in TC 0's log" in capsys.readouterr().err
+    txn.abort()

@@ -1,0 +1,98 @@
+"""The ``pulsar-txn`` commands that read what ``pulsar-admin transactions`` shows: coordinator stats
+and metrics over a coordinator's admin endpoint, transactions from the transaction log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pulsar_txn.admin import TransactionsAdmin, fetch_admin
+from pulsar_txn.errors import ConfigError, PulsarTxnError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``1s``, ``5m``, ``2h``, ``1d``; a bare number is seconds (as ``pulsar-admin``)."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ConfigError(f"not a duration: {text!r} (e.g. 500ms, 1s, 5m, 2h)")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+
+
+def _token() -> str | None:
+    return os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None
+
+
+def cmd_coordinator_stats(args: argparse.Namespace) -> int:
+    body = fetch_admin(args.admin_url, "/admin/v2/transactions/coordinatorStats", _token(), 10)
+    try:
+        print(json.dumps(json.loads(body), indent=2, sort_keys=True))
+    except ValueError:
+        raise PulsarTxnError(f"{args.admin_url}: coordinator stats are not JSON") from None
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    print(fetch_admin(args.admin_url, "/metrics", _token(), 10).decode("utf-8"), end="")
+    return 0
+
+
+def _with_admin(args: argparse.Namespace, use: Callable[[TransactionsAdmin], Any]) -> int:
+    from pulsar_txn.cli import build_configs
+    from pulsar_txn.client import Client
+
+    kafka, config = build_configs(args)
+    client = Client("pulsar://unused:6650", kafka=kafka, num_tcs=config.num_tcs)
+    try:
+        result = use(TransactionsAdmin(client, log_topic=config.log_topic))
+    finally:
+        client.close()
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_slow_transactions(args: argparse.Namespace) -> int:
+    timeout_ms = parse_duration_ms(args.timeout)
+    return _with_admin(
+        args,
+        lambda admin: {
+            str(txn): meta for txn, meta in admin.slow_transactions(timeout_ms, args.coordinator_id).items()
+        },
+    )
+
+
+def cmd_transaction_metadata(args: argparse.Namespace) -> int:
+    return _with_admin(args, lambda admin: admin.transaction_metadata(args.txn_id))
+
+
+def add_commands(sub: Any) -> None:
+    """Register the commands on ``pulsar-txn``'s subparsers."""
+    p = sub.add_parser("coordinator-stats", help="print a coordinator's stats as JSON")
+    p.add_argument("--admin-url", required=True, help="e.g. http://127.0.0.1:8080")
+    p.set_defaults(func=cmd_coordinator_stats)
+
+    p = sub.add_parser("metrics", help="a coordinator's Prometheus metrics (GET /metrics)")
+    p.add_argument("--admin-url", required=True, help="e.g. http://127.0.0.1:8080")
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("slow-transactions", help="transactions open longer than --timeout, as JSON")
+    _kafka_args(p)
+    p.add_argument("-t", "--timeout", required=True, help="e.g. 500ms, 1s, 5m (a bare number: seconds)")
+    p.add_argument("-c", "--coordinator-id", type=int, help="one TC (default: all)")
+    p.set_defaults(func=cmd_slow_transactions)
+
+    p = sub.add_parser("transaction-metadata", help="one transaction's status, partitions, subscriptions")
+    _kafka_args(p)
+    p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
+    p.set_defaults(func=cmd_transaction_metadata)
+
+
+def _kafka_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
+    p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
