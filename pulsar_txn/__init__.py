@@ -7,7 +7,13 @@ from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.client import AuthenticationToken, Client
 from pulsar_txn.config import CoordinatorConfig
-from pulsar_txn.consumer import Consumer, ConsumerType, DeadLetterPolicy, InitialPosition
+from pulsar_txn.consumer import (
+    Consumer,
+    ConsumerType,
+    DeadLetterPolicy,
+    InitialPosition,
+    SubscriptionIsolationLevel,
+)
 from pulsar_txn.errors import (
     AuthenticationError,
     ConfigError,
@@ -78,6 +84,7 @@ __all__ = [
     "ServerError",
     "ServiceNotReady",
     "StringSchema",
+    "SubscriptionIsolationLevel",
     "Timeout",
     "TopicDeleted",
     "TopicNotFound",

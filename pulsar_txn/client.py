@@ -237,7 +237,8 @@ class Client:
         ``consumer_type``: Exclusive (default) or Failover. ``initial_position``: where a new
         subscription starts (Latest by default). ``schema``: how ``msg.value()`` decodes. Other
         options: ``consumer_name``, ``ack_timeout_millis``, ``negative_ack_redelivery_delay_ms``,
-        ``dead_letter_policy``, ``subscribe_timeout`` (seconds)."""
+        ``dead_letter_policy``, ``subscribe_timeout`` (seconds), ``instance_id``,
+        ``subscription_isolation_level`` (``READ_COMMITTED``, the default, or ``READ_UNCOMMITTED``)."""
         if pattern is not None:
             regex = re.compile(pattern)
             # Either form matches: Kafka's topic name, or Pulsar's full name (persistent://t/ns/x).

@@ -36,6 +36,7 @@ from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import (
+    ConfigError,
     ConsumerBusy,
     NotAllowedError,
     PersistenceError,
@@ -82,6 +83,16 @@ class InitialPosition(StrEnum):
 
     Earliest = "Earliest"
     Latest = "Latest"
+
+
+class SubscriptionIsolationLevel(StrEnum):
+    """What a subscription's consumers read (Pulsar's ``SubscriptionIsolationLevel``, PIP-298).
+    ``READ_COMMITTED`` (default): plain and committed messages, never past ``max_read_position``.
+    ``READ_UNCOMMITTED``: every message up to the partition's end, those of open and aborted
+    transactions too (markers never). Give every consumer of a subscription the same level."""
+
+    READ_COMMITTED = "READ_COMMITTED"
+    READ_UNCOMMITTED = "READ_UNCOMMITTED"
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,8 @@ class Consumer(Generic[T]):
         instance_id: str | None = None,
         schema: Schema[T] | None = None,
         pending_ack_check_after_ms: int = 60_000,
+        subscription_isolation_level: SubscriptionIsolationLevel
+        | str = SubscriptionIsolationLevel.READ_COMMITTED,
     ) -> None:
         """``instance_id`` gives the consumer a stable identity (Kafka static membership): a consumer
         restarted after a crash with the same id takes over at once, instead of being refused
@@ -158,7 +171,10 @@ class Consumer(Generic[T]):
 
         ``pending_ack_check_after_ms``: a transaction pending here that long, and not this
         consumer's, is looked up in its TC's log and released if the TC aborted it (its ack was
-        written after its abort marker; see ``pulsar_txn.pendingack.stale``)."""
+        written after its abort marker; see ``pulsar_txn.pendingack.stale``).
+
+        ``subscription_isolation_level``: ``READ_UNCOMMITTED`` also delivers messages of open and
+        aborted transactions (``SubscriptionIsolationLevel``)."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema ``msg.value()`` decodes with."""
         consumer_type = ConsumerType(consumer_type)
@@ -195,9 +211,18 @@ class Consumer(Generic[T]):
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
         for t in self.topics:
             client._partition_count(t)  # TopicNotFound early, with a clear message
-        self._reader = CommittedReader(
-            client.kafka, {}, store=client._snapshots(), options=client._buffer_options()
+        try:
+            self.isolation_level = SubscriptionIsolationLevel(subscription_isolation_level)
+        except ValueError:
+            raise ConfigError(
+                f"subscription_isolation_level must be one of "
+                f"{[m.value for m in SubscriptionIsolationLevel]}, not {subscription_isolation_level!r}"
+            ) from None
+        options = dataclasses.replace(
+            client._buffer_options(),
+            read_uncommitted=self.isolation_level is SubscriptionIsolationLevel.READ_UNCOMMITTED,
         )
+        self._reader = CommittedReader(client.kafka, {}, store=client._snapshots(), options=options)
         self._pa_reader: PartitionReader | None = None
         self._incoming: deque[Message[T]] = deque()
         self._redeliveries: list[_Redelivery] = []
@@ -886,10 +911,12 @@ class Consumer(Generic[T]):
             if rec.offset in wanted:
                 with self._read_lock, self._lock:
                     part = self._parts.get(tp)
-                    if part is not None and part.pending.is_pending(rec.offset) is False:
-                        state_ok = self._reader.state(*tp).is_visible(rec.offset, rec.headers)
-                        if state_ok:
-                            self._redeliver(self._decode(rec), 0)
+                    if (
+                        part is not None
+                        and part.pending.is_pending(rec.offset) is False
+                        and self._reader.visible(tp[0], tp[1], rec.offset, rec.headers)
+                    ):
+                        self._redeliver(self._decode(rec), 0)
 
     def _expire_unacked(self, now: float) -> None:
         with self._lock:

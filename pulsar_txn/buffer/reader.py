@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kafka_store import KafkaConfig, PartitionReader, StoredRecord, StoreError, end_offsets, read_range
+from pulsar_txn.buffer.marker import CTL_HEADER
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
 
@@ -42,6 +44,14 @@ class BufferOptions:
     # A partition with nothing scanned is scanned for (without waiting) while the windows hold fewer
     # records than this: a broker may hand over one partition's whole backlog before the next one's.
     scan_ahead_records: int = 20_000
+    # Pulsar's READ_UNCOMMITTED subscriptions (PIP-298): every data record up to the partition's end,
+    # those of open and aborted transactions too; control records (markers) still never.
+    read_uncommitted: bool = False
+
+
+def is_control(headers: Sequence[tuple[str, bytes]]) -> bool:
+    """A control record (a marker, or anything else carrying the control header): never delivered."""
+    return any(name == CTL_HEADER for name, _raw in headers)
 
 
 def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
@@ -103,7 +113,8 @@ class _Partition:
 
 class CommittedReader:
     """Delivers plain and committed records of its partitions in offset order, never at or after a
-    partition's ``max_read_position``; markers, aborted and discarded records are skipped."""
+    partition's ``max_read_position``; markers, aborted and discarded records are skipped. With
+    ``BufferOptions.read_uncommitted``: every record but control records, up to the partition's end."""
 
     def __init__(
         self,
@@ -209,6 +220,21 @@ class CommittedReader:
         self._ensure_started()
         return self._parts[(topic, partition)].position
 
+    def visible(self, topic: str, partition: int, offset: int, headers: Sequence[tuple[str, bytes]]) -> bool:
+        """Would this reader deliver the record (below its partition's limit)?"""
+        self._ensure_started()
+        return self._visibility(self._parts[(topic, partition)])(offset, headers)
+
+    def _visibility(self, part: _Partition) -> Callable[[int, Sequence[tuple[str, bytes]]], bool]:
+        if self._opts.read_uncommitted:
+            return lambda _offset, headers: not is_control(headers)
+        return part.state.is_visible
+
+    def _limit(self, part: _Partition) -> int:
+        """Nothing at or after it is delivered: max_read_position, or (read uncommitted) what the
+        scanner has read."""
+        return part.read_to if self._opts.read_uncommitted else part.state.max_read_position
+
     def poll(self, timeout: float = 1.0, max_records: int = 5000) -> list[StoredRecord]:
         """Up to ``max_records`` deliverable records (empty after ``timeout`` if none)."""
         self._ensure_started()
@@ -281,7 +307,7 @@ class CommittedReader:
     def _deliver_part(
         self, part: _Partition, out: list[StoredRecord], max_records: int, deadline: float
     ) -> None:
-        limit = part.state.max_read_position
+        limit = self._limit(part)
         if part.position >= limit:
             return
         if part.position < part.window_start:
@@ -289,6 +315,7 @@ class CommittedReader:
             return
         window, verdicts, deliverable = part.window, part.verdicts, part.state.deliverable
         position, room = part.position, max_records - len(out)
+        uncommitted = self._opts.read_uncommitted
         while window and room > 0:
             rec = window[0]
             offset = rec.offset
@@ -296,7 +323,10 @@ class CommittedReader:
                 break
             window.popleft()
             verdict = verdicts.popleft()
-            if offset >= position and (verdict is True or deliverable(offset, rec.headers, verdict)):
+            if offset >= position and (
+                verdict is True
+                or (not is_control(rec.headers) if uncommitted else deliverable(offset, rec.headers, verdict))
+            ):
                 out.append(rec)
                 room -= 1
             position = offset + 1
@@ -333,6 +363,7 @@ class CommittedReader:
         topic, partition = part.state.topic, part.state.partition
         tp = (topic, partition)
         reader = self._gap_reader(tp, part.position)
+        visible = self._visibility(part)
         while part.position < end and len(out) < max_records:
             wait = min(0.2, max(0.0, deadline - time.monotonic()))
             records = reader.poll_batch(min(self._opts.fetch_batch, max_records - len(out)), wait)
@@ -341,7 +372,7 @@ class CommittedReader:
                 if rec.offset >= end:
                     part.position = end
                     break
-                if part.state.is_visible(rec.offset, rec.headers):
+                if visible(rec.offset, rec.headers):
                     out.append(rec)
                 part.position = rec.offset + 1
             if records:

@@ -17,6 +17,7 @@ import pytest
 from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
 from pulsar_txn.errors import (
+    ConfigError,
     ConsumerBusy,
     NotAllowedError,
     PulsarTxnError,
@@ -782,3 +783,44 @@ def test_acks_written_after_their_txns_abort_marker_are_released_once_the_tc_log
     assert again.message_id == msgs[0].message_id
     assert _pending_total(second) == 0
     second.close()
+
+
+def test_read_uncommitted_subscription_delivers_open_and_aborted_messages_never_markers(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """PIP-298: a READ_UNCOMMITTED subscription reads past max_read_position, aborted messages
+    included; a READ_COMMITTED one on the same partition stops at the open transaction."""
+    c = cluster()
+    topic = f"iso_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send(b"p1")
+    still_open = c.client.transaction(60)
+    producer.send(b"open-1", txn=still_open)
+    with pytest.raises(RuntimeError), c.client.transaction(60) as aborted:
+        producer.send(b"aborted-1", txn=aborted)
+        raise RuntimeError("abort it")
+    producer.send(b"p2")
+    with c.client.transaction(60) as committed:
+        producer.send(b"committed-1", txn=committed)
+
+    committed_reader = c.client.subscribe(topic, f"rc_{uid}", initial_position="Earliest")
+    assert [m.data for m in receive_all(committed_reader)] == [b"p1"]
+    uncommitted = c.client.subscribe(
+        topic, f"ru_{uid}", initial_position="Earliest", subscription_isolation_level="READ_UNCOMMITTED"
+    )
+    got = receive_all(uncommitted)
+    assert [m.data for m in got] == [b"p1", b"open-1", b"aborted-1", b"p2", b"committed-1"]
+    assert [m.txn_id for m in got] == [None, still_open.txn_id, aborted.txn_id, None, committed.txn_id]
+    # Acks persist as for any subscription: nothing comes back after a restart.
+    uncommitted.acknowledge_cumulative(got[-1])
+    uncommitted.close()
+    again = c.client.subscribe(
+        topic, f"ru_{uid}", initial_position="Earliest", subscription_isolation_level="READ_UNCOMMITTED"
+    )
+    producer.send(b"p3")
+    assert [m.data for m in receive_all(again)] == [b"p3"]
+    still_open.commit()
+    assert [m.data for m in receive_all(committed_reader)] == [b"open-1", b"p2", b"committed-1", b"p3"]
+    with pytest.raises(ConfigError, match="subscription_isolation_level"):
+        c.client.subscribe(topic, f"bad_{uid}", subscription_isolation_level="DIRTY")
