@@ -48,7 +48,16 @@ def _with_admin(args: argparse.Namespace, use: Callable[[TransactionsAdmin], Any
     from pulsar_txn.client import Client
 
     kafka, config = build_configs(args)
-    client = Client("pulsar://unused:6650", kafka=kafka, num_tcs=config.num_tcs)
+    secret = config.marker_secret.get_secret_value() if config.marker_secret else None
+    client = Client(
+        getattr(args, "service_url", None) or "pulsar://unused:6650",
+        kafka=kafka,
+        num_tcs=config.num_tcs,
+        marker_secret=secret,
+        snapshot_topic=config.snapshot_topic,
+        log_topic=config.log_topic,
+        authentication=_token(),
+    )
     try:
         result = use(TransactionsAdmin(client, log_topic=config.log_topic))
     finally:
@@ -71,6 +80,34 @@ def cmd_transaction_metadata(args: argparse.Namespace) -> int:
     return _with_admin(args, lambda admin: admin.transaction_metadata(args.txn_id))
 
 
+def cmd_transaction_in_buffer_stats(args: argparse.Namespace) -> int:
+    return _with_admin(args, lambda admin: admin.transaction_in_buffer_stats(args.txn_id, args.topic))
+
+
+def cmd_transaction_in_pending_ack_stats(args: argparse.Namespace) -> int:
+    return _with_admin(
+        args, lambda admin: admin.transaction_in_pending_ack_stats(args.txn_id, args.topic, args.subscription)
+    )
+
+
+def cmd_position_stats_in_pending_ack(args: argparse.Namespace) -> int:
+    from pulsar_txn.message import MessageId
+    from pulsar_txn.naming import TopicName
+
+    mid = MessageId(TopicName.parse(args.topic).kafka_topic, args.partition, args.offset)
+    return _with_admin(
+        args, lambda admin: admin.position_stats_in_pending_ack(args.topic, args.subscription, mid)
+    )
+
+
+def cmd_abort_transaction(args: argparse.Namespace) -> int:
+    def abort(admin: TransactionsAdmin) -> dict[str, str]:
+        admin.abort_transaction(args.txn_id)
+        return {"txn_id": args.txn_id, "status": admin.transaction_status(args.txn_id)}
+
+    return _with_admin(args, abort)
+
+
 def add_commands(sub: Any) -> None:
     """Register the commands on ``pulsar-txn``'s subparsers."""
     p = sub.add_parser("coordinator-stats", help="print a coordinator's stats as JSON")
@@ -91,6 +128,35 @@ def add_commands(sub: Any) -> None:
     _kafka_args(p)
     p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
     p.set_defaults(func=cmd_transaction_metadata)
+
+    p = sub.add_parser("transaction-in-buffer-stats", help="one transaction in a topic's transaction buffer")
+    _kafka_args(p)
+    p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
+    p.add_argument("--topic", required=True, help="topic or topic-partition-N")
+    p.set_defaults(func=cmd_transaction_in_buffer_stats)
+
+    p = sub.add_parser(
+        "transaction-in-pending-ack-stats", help="one transaction's pending acks in a subscription"
+    )
+    _kafka_args(p)
+    p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
+    p.add_argument("--topic", required=True, help="topic or topic-partition-N")
+    p.add_argument("--subscription", required=True)
+    p.set_defaults(func=cmd_transaction_in_pending_ack_stats)
+
+    p = sub.add_parser("position-stats-in-pending-ack", help="where a message stands in a subscription")
+    _kafka_args(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--subscription", required=True)
+    p.add_argument("--partition", type=int, default=0)
+    p.add_argument("--offset", type=int, required=True)
+    p.set_defaults(func=cmd_position_stats_in_pending_ack)
+
+    p = sub.add_parser("abort-transaction", help="abort a transaction by id through its coordinator")
+    _kafka_args(p)
+    p.add_argument("--service-url", required=True, help="a coordinator, e.g. pulsar://coord:6650")
+    p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
+    p.set_defaults(func=cmd_abort_transaction)
 
 
 def _kafka_args(p: argparse.ArgumentParser) -> None:

@@ -12,8 +12,9 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from email.message import Message
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from kafka_store import StoreError, TopicNotFoundError
 from pulsar_txn._boundary import public_errors
@@ -29,8 +30,13 @@ from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.txnid import TxnID
 
 if TYPE_CHECKING:
+    from pulsar_txn.buffer.state import TxnBufferState
     from pulsar_txn.client import Client
     from pulsar_txn.coordinator.records import TxnMeta
+    from pulsar_txn.message import MessageId
+    from pulsar_txn.pendingack.log import PendingAckFold
+
+_R = TypeVar("_R")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -169,7 +175,7 @@ class TransactionsAdmin:
     def transaction_metadata(self, txn_id: TxnID | str) -> dict[str, Any]:
         """``pulsar-admin transactions transaction-metadata``: status, timeout, produced partitions,
         acked subscriptions. ``TransactionNotFound`` if the TC never had it or has forgotten it."""
-        tid = txn_id if isinstance(txn_id, TxnID) else TxnID.parse(txn_id)
+        tid = _txn_id(txn_id)
         meta = self.list_transactions(tid.most_bits).get(tid)
         if meta is None:
             raise TransactionNotFound(f"transaction {tid} is not in TC {tid.most_bits}'s log")
@@ -184,6 +190,19 @@ class TransactionsAdmin:
         """``pulsar-admin transactions transaction-buffer-stats``, per partition (full partition name):
         ``max_read_position``, ``ongoing_txn_size``, ``aborted_txn_size``, ``committed_txns``,
         ``aborted_txns``, ``last_snapshot_offset`` (where recovery started; None = from offset 0)."""
+        return {
+            name: {**state.stats(), "recovery_state": "Ready", "last_snapshot_offset": from_snapshot}
+            for name, (state, from_snapshot) in self._buffer_states(topic).items()
+        }
+
+    def transaction_in_buffer_stats(self, txn_id: TxnID | str, topic: str) -> dict[str, dict[str, Any]]:
+        """``pulsar-admin transactions transaction-in-buffer-stats``, per partition: ``state`` (OPEN,
+        COMMITTED, ABORTED, ENDED, NONE), ``start_position`` (its first message, while open),
+        ``aborted``."""
+        tid = _txn_id(txn_id)
+        return {name: state.txn_stats(tid) for name, (state, _s) in self._buffer_states(topic).items()}
+
+    def _buffer_states(self, topic: str) -> dict[str, tuple[TxnBufferState, int | None]]:
         from pulsar_txn.buffer.reader import load_state
 
         client = self._client
@@ -191,32 +210,69 @@ class TransactionsAdmin:
         count = client._partition_count(name)
         parts = [name.partition] if name.partition is not None else list(range(count))
         store, options = client._snapshots(), client._buffer_options()
-        out: dict[str, dict[str, Any]] = {}
         try:
-            for p in parts:
-                state, from_snapshot = load_state(
+            return {
+                str(name.base.with_partition(p)): load_state(
                     client.kafka, name.kafka_topic, p, store=store, options=options
                 )
-                out[str(name.base.with_partition(p))] = {
-                    **state.stats(),
-                    "recovery_state": "Ready",
-                    "last_snapshot_offset": from_snapshot,
-                }
+                for p in parts
+            }
         except StoreError as exc:
             raise PersistenceError(f"reading {topic} failed: {exc}", retriable=exc.retriable) from None
-        return out
 
     def pending_ack_stats(self, topic: str, subscription: str) -> dict[str, dict[str, Any]]:
         """``pulsar-admin transactions pending-ack-stats``, per partition: ``pending_ack_count``,
         the pending transactions, the cursor's mark-delete position and acked ranges."""
         from pulsar_txn.pendingack.stats import pending_ack_stats
 
+        return self._subscription_read(
+            topic, subscription, lambda: pending_ack_stats(self._client, topic, subscription)
+        )
+
+    def transaction_in_pending_ack_stats(
+        self, txn_id: TxnID | str, topic: str, subscription: str
+    ) -> dict[str, dict[str, Any]]:
+        """``pulsar-admin transactions transaction-in-pending-ack-stats``, per partition:
+        ``cumulative_ack_position`` and ``individual_ack_count`` of the transaction's pending acks."""
+        tid = _txn_id(txn_id)
+        return {name: fold.state.txn_stats(tid) for name, fold in self._recover(topic, subscription).items()}
+
+    def position_stats_in_pending_ack(
+        self, topic: str, subscription: str, message_id: MessageId
+    ) -> dict[str, Any]:
+        """``pulsar-admin transactions position-stats-in-pending-ack``: where a message stands in the
+        subscription: ``state`` MarkDelete, Acked, PendingAck (with the ``txns`` holding it) or
+        NotInPendingAck."""
+        name = TopicName.parse(topic).base.with_partition(message_id.partition)
+        fold = self._recover(str(name), subscription)[str(name)]
+        return fold.state.position_stats(message_id.offset)
+
+    def _recover(self, topic: str, subscription: str) -> dict[str, PendingAckFold]:
+        from pulsar_txn.pendingack.stats import recover_subscription
+
+        return self._subscription_read(
+            topic, subscription, lambda: recover_subscription(self._client, topic, subscription)
+        )
+
+    @staticmethod
+    def _subscription_read(topic: str, subscription: str, read: Callable[[], _R]) -> _R:
         try:
-            return pending_ack_stats(self._client, topic, subscription)
+            return read()
         except StoreError as exc:
             raise PersistenceError(
                 f"reading subscription {subscription!r} of {topic} failed: {exc}", retriable=exc.retriable
             ) from None
+
+    # ------------------------------------------------------------------ actions
+    def abort_transaction(self, txn_id: TxnID | str) -> None:
+        """Abort a transaction by id through its coordinator (the client's ``service_url``), e.g. one
+        whose client is gone and that holds back readers until its timeout. Aborting one already
+        aborted is fine; one committing or committed raises ``InvalidTxnStatusError``."""
+        self._client.resume_transaction(_txn_id(txn_id)).abort()
+
+
+def _txn_id(txn_id: TxnID | str) -> TxnID:
+    return txn_id if isinstance(txn_id, TxnID) else TxnID.parse(txn_id)
 
 
 _NOT_ENDED = frozenset({"OPEN", "COMMITTING", "ABORTING"})

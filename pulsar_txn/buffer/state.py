@@ -294,6 +294,23 @@ class TxnBufferState:
             del self.aborted[txn]
         self.discarded = [r for r in self.discarded if r[1] >= log_start_offset]
 
+    def txn_stats(self, txn: TxnID) -> dict[str, object]:
+        """``transaction-in-buffer-stats``: what this partition knows of ``txn``. ``state`` OPEN (its
+        first message is ``start_position``), COMMITTED, ABORTED, ENDED (below its TC's low
+        watermark: ended, the outcome no longer kept here) or NONE (no message or marker of it here)."""
+        start = self.ongoing.get(txn)
+        if start is not None:
+            state = "OPEN"
+        elif txn in self.aborted:
+            state = "ABORTED"
+        elif txn in self.ended:
+            state = "COMMITTED" if self.ended[txn] else "ABORTED"
+        elif txn.least_bits <= self.lwm.get(txn.most_bits, -1):
+            state = "ENDED"
+        else:
+            state = "NONE"
+        return {"txn_id": str(txn), "state": state, "start_position": start, "aborted": state == "ABORTED"}
+
     def stats(self) -> dict[str, object]:
         return {
             "topic": self.topic,

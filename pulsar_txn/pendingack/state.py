@@ -212,6 +212,31 @@ class PendingAckState:
             counts[t] = counts.get(t, 0) + 1
         return counts
 
+    def txn_stats(self, txn: TxnID) -> dict[str, object]:
+        """``transaction-in-pending-ack-stats``: ``txn``'s pending acks here."""
+        return {
+            "txn_id": str(txn),
+            "cumulative_ack_position": self._cum.get(txn),
+            "individual_ack_count": len(self._by_txn.get(txn, ())),
+        }
+
+    def position_stats(self, offset: int) -> dict[str, object]:
+        """``position-stats-in-pending-ack``: ``state`` MarkDelete (below the mark-delete position),
+        Acked (acknowledged individually beyond it), PendingAck (held by an open transaction:
+        ``txns``) or NotInPendingAck."""
+        cursor = self.cursor
+        txns = [self._individual[offset], *self._more.get(offset, ())] if offset in self._individual else []
+        if offset < cursor.mark_delete:
+            state = "MarkDelete"
+        elif cursor.is_acked(offset):
+            state = "Acked"
+        elif self.is_pending(offset):
+            state = "PendingAck"
+            txns += [t for t, p in self._cum.items() if offset <= p and t not in txns]
+        else:
+            state = "NotInPendingAck"
+        return {"state": state, "txns": [str(t) for t in txns]}
+
     def pending_count(self) -> int:
         """Pending message ids, each counted once however many transactions hold it."""
         return len(self._individual) + bool(self._cum)

@@ -59,18 +59,27 @@ def recover_partition(
     return fold
 
 
-def pending_ack_stats(client: Client, topic: str, subscription: str) -> dict[str, Any]:
+def recover_subscription(client: Client, topic: str, subscription: str) -> dict[str, PendingAckFold]:
+    """Per partition of ``topic`` (or the one partition it names), keyed by full partition name: the
+    subscription's recovered cursor and pending acks."""
     name = TopicName.parse(topic)
     count = client._partition_count(name)
     parts = [name.partition] if name.partition is not None else list(range(count))
     committed = group_offsets(client.kafka, subscription, [(name.kafka_topic, p) for p in parts])
+    return {
+        str(name.base.with_partition(p)): recover_partition(
+            client, name.base, subscription, p, committed.get((name.kafka_topic, p)), 0
+        )
+        for p in parts
+    }
+
+
+def pending_ack_stats(client: Client, topic: str, subscription: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for p in parts:
-        fold = recover_partition(client, name.base, subscription, p, committed.get((name.kafka_topic, p)), 0)
-        cursor = fold.state.cursor
-        out[str(name.base.with_partition(p))] = {
+    for partition_name, fold in recover_subscription(client, topic, subscription).items():
+        out[partition_name] = {
             **fold.state.stats(),
-            "acked_ranges": cursor.acked.ranges(),
+            "acked_ranges": fold.state.cursor.acked.ranges(),
             "pending_ack_log_replay_start": fold.replay_start(),
             "recovery_state": "Ready",
         }

@@ -193,4 +193,57 @@ def test_cli_prints_metrics_slow_transactions_and_metadata(
     assert json.loads(capsys.readouterr().out)["status"] == "OPEN"
     assert cli.main(["transaction-metadata", "--config", str(config), "--txn-id", "(0,999999)"]) == 2
     assert "not in TC 0's log" in capsys.readouterr().err
-    txn.abort()
+    abort = ["abort-transaction", "--config", str(config), "--service-url", str(c.coordinator.url)]
+    assert cli.main([*abort, "--txn-id", str(txn.txn_id)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"txn_id": str(txn.txn_id), "status": "ABORTED"}
+
+
+def test_a_transaction_in_the_buffer_and_pending_acks_then_aborted_by_the_admin(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    admin = _admin(c)
+    topic, sub = f"tin_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send(b"plain")
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msg = consumer.receive(5000)
+    part = f"persistent://public/default/{topic}-partition-0"
+
+    held = c.client.transaction(60)
+    sent = producer.send(b"in-txn", txn=held)
+    consumer.acknowledge(msg, txn=held)
+    held.prepare_async().result(30)  # the ack record is stored
+    with c.client.transaction(60) as committed:
+        producer.send(b"committed", txn=committed)
+    elsewhere = c.client.transaction(60)
+
+    stats = admin.transaction_in_buffer_stats(held.txn_id, topic)
+    assert stats == {
+        part: {"txn_id": str(held.txn_id), "state": "OPEN", "start_position": sent.offset, "aborted": False}
+    }
+    assert admin.transaction_in_buffer_stats(committed.txn_id, topic)[part]["state"] == "COMMITTED"
+    assert admin.transaction_in_buffer_stats(str(elsewhere.txn_id), topic)[part]["state"] == "NONE"
+    assert admin.transaction_in_pending_ack_stats(held.txn_id, topic, sub)[part] == {
+        "txn_id": str(held.txn_id),
+        "cumulative_ack_position": None,
+        "individual_ack_count": 1,
+    }
+    position = admin.position_stats_in_pending_ack(topic, sub, msg.message_id)
+    assert position == {"state": "PendingAck", "txns": [str(held.txn_id)]}
+
+    admin.abort_transaction(held.txn_id)
+    assert admin.transaction_status(held.txn_id) == "ABORTED"
+    assert admin.transaction_in_buffer_stats(held.txn_id, topic)[part]["aborted"] is True
+    assert wait_until(
+        lambda: admin.position_stats_in_pending_ack(topic, sub, msg.message_id)["state"] == "NotInPendingAck",
+        10,
+        what="the abort in the pending-ack log",
+    )
+    again = consumer.receive(5000)  # the abort gave it back
+    assert again.message_id == msg.message_id
+    consumer.acknowledge(again)
+    consumer.close()  # commits the cursor
+    assert admin.position_stats_in_pending_ack(topic, sub, msg.message_id)["state"] == "MarkDelete"
+    elsewhere.abort()
