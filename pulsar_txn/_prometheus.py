@@ -194,6 +194,39 @@ def _partition_labels(name: str, part: Mapping[str, Any]) -> _Labels:
     return (("topic", name),)
 
 
+_PIPELINE_COUNTERS = (
+    ("pulsar_txn_pipeline_processed_total", "processed", "Input messages whose transaction committed."),
+    ("pulsar_txn_pipeline_transactions_total", "transactions", "Batches committed."),
+    (
+        "pulsar_txn_pipeline_failed_batches_total",
+        "failed_batches",
+        "Batches whose transaction did not commit.",
+    ),
+    (
+        "pulsar_txn_pipeline_sessions_total",
+        "sessions",
+        "Sessions (subscribe + fence): 1 + restarts after failures.",
+    ),
+    ("pulsar_txn_pipeline_fenced_total", "fenced", "Transactions of a previous run aborted at start-up."),
+)
+
+
+def render_pipeline(progress: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """An exactly-once pipeline's progress (``PipelineProgress`` as a dict)."""
+    out = _Exposition()
+    lbl = tuple(labels.items())
+    for name, key, help_text in _PIPELINE_COUNTERS:
+        out.add(name, "counter", help_text, progress.get(key), lbl)
+    out.add(
+        "pulsar_txn_pipeline_last_commit_timestamp_seconds",
+        "gauge",
+        "When the last batch committed (Unix time); alert when it stops moving while input waits.",
+        progress.get("last_commit_at"),
+        lbl,
+    )
+    return out.render()
+
+
 def families(text: str) -> Iterable[str]:
     """The metric family names in a rendered exposition (for tests and tooling)."""
     return (line.split()[2] for line in text.splitlines() if line.startswith("# TYPE "))

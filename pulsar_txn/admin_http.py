@@ -8,9 +8,11 @@ serves a handful of GETs.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -107,3 +109,41 @@ class AdminHttpServer:
         except Exception as exc:  # an admin read must never take the service down
             log.exception("admin route %s failed", parts[1])
             return "500 Internal Server Error", {"error": type(exc).__name__}
+
+
+class AdminHttpThread:
+    """An ``AdminHttpServer`` on an event loop of its own, in a daemon thread: for processes without
+    an event loop (the pipeline). ``start`` returns once it listens; ``stop`` closes it."""
+
+    def __init__(self, server: AdminHttpServer) -> None:
+        self.server = server
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 10.0) -> str:
+        loop = self._loop = asyncio.new_event_loop()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.server.start())
+            except BaseException as exc:  # e.g. the port is taken: the caller hears of it
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            loop.run_forever()
+            loop.run_until_complete(self.server.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="admin-http", daemon=True)
+        self._thread.start()
+        started.result(timeout)
+        return self.server.url
+
+    def stop(self, timeout: float = 5.0) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)

@@ -73,6 +73,7 @@ class PipelineProgress:
     sessions: int = 0  # subscribe + fence cycles (1 + restarts after failures)
     fenced: int = 0  # transactions of a previous run aborted at start-up
     started: float = field(default_factory=time.monotonic)
+    last_commit_at: float | None = None  # wall-clock time (time.time()) of the last committed batch
 
     @property
     def rate(self) -> float:
@@ -301,6 +302,7 @@ class ExactlyOncePipeline:
     def _committed(self, size: int) -> None:
         progress = self.progress
         progress.processed += size
+        progress.last_commit_at = time.time()
         progress.transactions += 1
         if self._on_progress is not None:
             self._on_progress(progress)

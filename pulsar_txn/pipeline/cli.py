@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import threading
 import time
 
+from pulsar_txn import _prometheus
+from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread, TextBody
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
@@ -30,6 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--snapshot-topic", help="transaction-buffer snapshot topic, if not the default")
     p.add_argument("--work-ms", type=float, default=0.0, help="simulated processing time per message")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve GET /metrics (Prometheus) on this port (0: any free one); bearer token from "
+        "PULSAR_TXN_AUTH_TOKEN if set",
+    )
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,15 +83,39 @@ def run(args: argparse.Namespace) -> int:
                 return upper(msg)
 
         pipeline = ExactlyOncePipeline(client, settings, transform, on_progress=show)
+        metrics = _metrics_server(args, pipeline)
         try:
             progress = pipeline.run(stop)
         except PipelineFenced as exc:
             print(f"stopped: {exc}; " + _line(pipeline.progress), flush=True)
             return 1
         finally:
+            if metrics is not None:
+                metrics.stop()
             pipeline.close()
     print("done: " + _line(progress), flush=True)
     return 0
+
+
+def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> AdminHttpThread | None:
+    """``GET /metrics`` with the pipeline's progress, if ``--metrics-port`` was given."""
+    if args.metrics_port is None:
+        return None
+    labels = {"instance_id": args.instance_id, "input": args.input, "output": args.output}
+
+    def metrics() -> TextBody:
+        progress = dataclasses.asdict(pipeline.progress)
+        return TextBody(_prometheus.render_pipeline(progress, labels), _prometheus.CONTENT_TYPE)
+
+    server = AdminHttpServer(
+        {"/metrics": metrics},
+        host=args.metrics_host,
+        port=args.metrics_port,
+        auth_token=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
+    )
+    thread = AdminHttpThread(server)
+    print(f"metrics: {thread.start()}/metrics", flush=True)
+    return thread
 
 
 def _line(p: PipelineProgress) -> str:

@@ -3,7 +3,10 @@ transactions fail midway and when a run is abandoned with a transaction open."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import urllib.request
 
 import pytest
 
@@ -11,7 +14,7 @@ from pulsar_txn.errors import ConfigError
 from pulsar_txn.message import Message
 from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineSettings, verify_exactly_once
 from pulsar_txn.pipeline.app import upper
-from tests.conftest import Cluster
+from tests.conftest import REPO, Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +122,46 @@ def _no_abort(process):  # type: ignore[no-untyped-def]
 def test_pipeline_rejects_same_input_and_output() -> None:
     with pytest.raises(ConfigError):
         PipelineSettings("t", "t")
+
+
+def test_pipeline_command_serves_its_progress_as_prometheus_metrics(cluster, uid: str) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 300)
+    cmd = [sys.executable, "-m", "pulsar_txn.cli", "pipeline", "--service-url", c.coordinator.url]
+    cmd += ["--bootstrap-servers", c.client.kafka.bootstrap_servers, "--input", f"in_{uid}"]
+    cmd += ["--output", f"out_{uid}", "--subscription", f"pipe_{uid}", "--instance-id", f"p-{uid}"]
+    cmd += ["--num-tcs", str(c.config.num_tcs), "--snapshot-topic", c.config.snapshot_topic]
+    cmd += ["--idle-exit", "4", "--metrics-port", "0", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO, text=True)
+    drain: threading.Thread | None = None
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not (lines and lines[-1].startswith("metrics: http://")) and len(lines) < 50:
+            lines.append(proc.stdout.readline())  # log lines first (created topics...)
+            assert lines[-1], f"the pipeline exited before serving metrics: {lines}"
+        url = lines[-1].split(" ", 1)[1].strip()
+        out = proc.stdout
+        drain = threading.Thread(target=lambda: lines.extend(out), daemon=True)  # never let the pipe fill
+        drain.start()
+        lbl = f'{{instance_id="p-{uid}",input="in_{uid}",output="out_{uid}"}}'
+
+        def processed() -> str | None:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+            return text if f"pulsar_txn_pipeline_processed_total{lbl} 300" in text else None
+
+        text = wait_until(processed, 60, what="all 300 inputs committed")
+        assert f"pulsar_txn_pipeline_failed_batches_total{lbl} 0" in text
+        assert f"pulsar_txn_pipeline_last_commit_timestamp_seconds{lbl} " in text
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if drain is not None:
+            drain.join(10)  # ends at EOF, now that the process is gone
+        if proc.stdout is not None:
+            proc.stdout.close()
+    verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
+    assert verdict.ok, str(verdict)

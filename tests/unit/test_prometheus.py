@@ -4,12 +4,15 @@ Pulsar's execution-latency buckets."""
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pytest
 
 from pulsar_txn import _prometheus
 from pulsar_txn._admin_cli import parse_duration_ms
+from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread, TextBody
 from pulsar_txn.coordinator.stats import LatencyBuckets, TcCounters
 from pulsar_txn.errors import ConfigError
 
@@ -111,3 +114,36 @@ def test_durations_read_like_pulsar_admins(text: str, ms: int) -> None:
 def test_a_bad_duration_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not a duration"):
         parse_duration_ms("soon")
+
+
+def test_pipeline_metrics_served_from_a_thread_need_the_token() -> None:
+    progress = {"processed": 300, "transactions": 3, "failed_batches": 1, "sessions": 2, "fenced": 0}
+    labels = {"instance_id": "p-0", "input": "in", "output": "out"}
+    server = AdminHttpServer(
+        {
+            "/metrics": lambda: TextBody(
+                _prometheus.render_pipeline(progress, labels), _prometheus.CONTENT_TYPE
+            )
+        },
+        auth_token="tok",
+    )
+    thread = AdminHttpThread(server)
+    url = thread.start()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/metrics", timeout=5)
+        assert refused.value.code == 401
+        refused.value.close()
+        request = urllib.request.Request(url + "/metrics", headers={"Authorization": "Bearer tok"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.headers["Content-Type"] == _prometheus.CONTENT_TYPE
+            samples = _samples(response.read().decode())
+    finally:
+        thread.stop()
+    lbl = '{instance_id="p-0",input="in",output="out"}'
+    assert samples[f"pulsar_txn_pipeline_processed_total{lbl}"] == 300
+    assert samples[f"pulsar_txn_pipeline_failed_batches_total{lbl}"] == 1
+    # No commit yet: no timestamp sample rather than a made-up one.
+    assert not any(k.startswith("pulsar_txn_pipeline_last_commit") for k in samples)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "/metrics", timeout=2)  # stopped: nothing listens any more
