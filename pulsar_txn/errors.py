@@ -144,6 +144,10 @@ class InvalidTopicName(PulsarTxnError, ValueError):
     server_error = ServerError.InvalidTopicName
 
 
+class InvalidTxnID(PulsarTxnError, ValueError):
+    """Text that is not a TxnID's printed form ``(0,3)``, or bytes that are not a TxnID."""
+
+
 class TooManyRequests(PulsarTxnError):
     """The coordinator is overloaded; retry after a pause."""
 

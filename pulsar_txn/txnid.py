@@ -7,6 +7,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from pulsar_txn.errors import InvalidTxnID
+
 _U64 = (1 << 64) - 1
 _PACK = struct.Struct(">QQ")
 _TEXT = re.compile(r"^\((\d+),(\d+)\)$")
@@ -48,7 +50,7 @@ class TxnID:
     def from_bytes(cls, data: bytes) -> TxnID:
         """The inverse of ``to_bytes``."""
         if len(data) != _PACK.size:
-            raise ValueError(f"a TxnID is {_PACK.size} bytes, got {len(data)}")
+            raise InvalidTxnID(f"a TxnID is {_PACK.size} bytes, got {len(data)}")
         most, least = _PACK.unpack(data)
         return cls(most, least)
 
@@ -57,7 +59,7 @@ class TxnID:
         """Parse the printed form ``(0,3)``."""
         match = _TEXT.match(text.strip().replace(" ", ""))
         if match is None:
-            raise ValueError(f"not a TxnID: {text!r} (expected like '(0,3)')")
+            raise InvalidTxnID(f"not a TxnID: {text!r} (expected like '(0,3)')")
         return cls(int(match.group(1)), int(match.group(2)))
 
 

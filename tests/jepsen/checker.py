@@ -26,10 +26,16 @@ Rules (anomaly kinds):
 * ``double-ack``: two committed transactions acknowledged the same input (isolation, invariant 5).
 * ``xfer-read-mismatch``: a consumer delivered a value other than the one committed at its offset.
 * ``lost-input``: after the final drain an input has no output (an aborted ack never redelivered).
+* ``uncommitted-unexpected``: a READ_UNCOMMITTED consumer delivered a value nobody wrote (a marker,
+  forged or not, or another control record, delivered as data).
+* ``uncommitted-order``: its deliveries on a partition are not in increasing offset order.
+* ``uncommitted-skip``: it passed a committed message without delivering it, or delivered another
+  value at that offset (READ_UNCOMMITTED reads everything the committed read does, and more).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -92,12 +98,14 @@ def check(
     input_topic: str | None = None,
     transfers: Iterable[tuple[str, str]] = (),
     drained: bool = False,
+    uncommitted: Mapping[tuple[str, int], list[Read]] | None = None,
 ) -> Report:
     """``final``: per (topic, partition), the committed messages in offset order, read after the run.
     ``inputs``: values written to ``input_topic`` before the run (the transfers' other inputs are
     the plain sends to it). ``transfers``: (subscription, output topic) of each consume-process-
     produce group; each must hold every input exactly once. ``drained``: the transfers ran until
-    nothing was left to process."""
+    nothing was left to process. ``uncommitted``: what READ_UNCOMMITTED consumers delivered, per
+    (consumer, incarnation)."""
     ops = list(ops)
     report = Report()
     where: dict[str, list[Location]] = defaultdict(list)
@@ -112,6 +120,9 @@ def check(
     _check_writes(ops, where, inputs, report)
     _check_observations(observations, final, ops, report)
     _check_txn_ids(ops, report)
+    if uncommitted:
+        written = inputs | {w[2] for op in ops for w in op.writes}
+        _check_uncommitted(uncommitted, final, written, report)
     if input_topic is not None:
         for (topic, _p), messages in final.items():
             if topic == input_topic:
@@ -203,6 +214,41 @@ def _check_observations(
                         "read-order",
                         f"{reader}#{inc} delivery #{i} on {tp[0]}[{tp[1]}] was {(offset, value)},"
                         f" committed: {want}",
+                    )
+                    break
+
+
+def _check_uncommitted(
+    uncommitted: Mapping[tuple[str, int], list[Read]],
+    final: Mapping[tuple[str, int], list[tuple[int, str]]],
+    written: set[str],
+    report: Report,
+) -> None:
+    committed_values = {v for messages in final.values() for _o, v in messages}
+    for (consumer, inc), seen in uncommitted.items():
+        per_partition: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+        for topic, partition, offset, value in seen:
+            per_partition[(topic, partition)].append((offset, value))
+        for tp, delivered in per_partition.items():
+            report.counts["observed_uncommitted"] += len(delivered)
+            report.counts["uncommitted_only"] += sum(v not in committed_values for _o, v in delivered)
+            where = f"{consumer}#{inc} on {tp[0]}[{tp[1]}]"
+            unexpected = [(o, v) for o, v in delivered if v not in written]
+            if unexpected:
+                report.add("uncommitted-unexpected", f"{where}: {unexpected[:3]}")
+            offsets = [o for o, _v in delivered]
+            if any(b <= a for a, b in itertools.pairwise(offsets)):
+                report.add("uncommitted-order", f"{where}: offsets {offsets[:20]}")
+                continue
+            got = dict(delivered)
+            last = offsets[-1]
+            for offset, value in final.get(tp, []):
+                if offset > last:
+                    break
+                if got.get(offset) != value:
+                    report.add(
+                        "uncommitted-skip",
+                        f"{where}: committed {value!r}@{offset}, delivered {got.get(offset)!r}",
                     )
                     break
 

@@ -3,7 +3,8 @@ checker (``tests/jepsen/checker.py``).
 
 1. Topics: two data topics (3 and 2 partitions), an input topic filled with ``prefill`` plain
    messages, an output topic. A coordinator in its own process (4 TCs, TB service on).
-2. Two writers, transfer consumers (two Failover subscriptions) and a reader run for ``seconds``
+2. Two writers, transfer consumers (two Failover subscriptions), a reader and a READ_UNCOMMITTED
+   consumer of the data topics run for ``seconds``
    while the nemesis, every 0.7-2.5 s, SIGKILLs the coordinator (restarted after a moment), SIGSTOPs
    it for up to 2.5 s (clients time out, transactions time out), or SIGKILLs a client process
    (restarted at once as a new incarnation), or has a third transfer consumer join or leave the
@@ -49,6 +50,7 @@ FAULT_WEIGHTS = [
     *["kill-writer"] * 5,
     *["kill-xfer"] * 5,
     *["kill-reader"] * 4,
+    *["kill-dirty"] * 2,
     *["churn-xfer"] * 5,
     *["forge-markers"] * 3,
 ]
@@ -322,7 +324,7 @@ def run(
             # A SIGKILLed dynamic member would hold its partitions for good on the embedded broker.
             _Worker("xfer", "xb", churn, workdir, env, killable=False),
         ]
-        readers = [_Worker("reader", "r1", base, workdir, env)]
+        readers = [_Worker("reader", "r1", base, workdir, env), _Worker("dirty", "d1", base, workdir, env)]
         workers = [*writers, *xfers, *readers]
         stopped.extend(workers)
         for w in workers:
@@ -402,7 +404,8 @@ def run(
         final = _read_everything(client, [*data_topics, input_topic, *output_topics])
         ops, torn_ops = load_ops(history.glob("ops-*.jsonl"))
         observations, torn_obs = load_observations(history.glob("obs-*.jsonl"))
-        result.torn_lines = torn_ops + torn_obs
+        uncommitted, torn_dirty = load_observations(history.glob("dirty-*.jsonl"))
+        result.torn_lines = torn_ops + torn_obs + torn_dirty
         logged: dict[str, str] = {}
         for tc in range(NUM_TCS):
             for txn_id, meta in admin.list_transactions(tc).items():
@@ -418,6 +421,7 @@ def run(
             input_topic=input_topic,
             transfers=[crash_sub, churn_sub],
             drained=result.drained,
+            uncommitted=uncommitted,
         )
         timeline = "\n".join(f"  {t:7.2f}s {what}" for t, what in result.events)
         (workdir / "report.txt").write_text(f"{result.summary()}\nfaults:\n{timeline}\n")

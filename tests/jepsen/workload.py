@@ -12,6 +12,8 @@ Roles, each recording what it does (``tests/jepsen/history.py``) through the pub
   a dynamic member: SIGTERM makes it finish its batch, close (leave the group) and exit, which moves
   partitions between the consumers (a rebalance).
 * ``reader``: Readers of every topic from the earliest message, recording each delivery.
+* ``dirty``: a READ_UNCOMMITTED subscription of the data topics (PIP-298), recording each delivery:
+  open and aborted transactions' records too, never a marker.
 
 Every role stops at ``deadline`` (time.time()). Any of them may be SIGKILLed at any moment; a
 restart is a new incarnation (``inc``), with values of its own.
@@ -232,6 +234,33 @@ def reader(s: dict[str, Any], obs: Observations) -> None:
                 obs.seen(batch)
 
 
+def dirty(s: dict[str, Any], obs: Observations) -> None:
+    """A READ_UNCOMMITTED subscription of the data topics, never acknowledging: it must deliver every
+    data record (committed, aborted or open) in offset order and never a control record."""
+    # A subscription of its own per incarnation: a SIGKILLed member is never evicted on the embedded
+    # broker, so an Exclusive subscription of the same name would answer ConsumerBusy.
+    name = f"jepsen-dirty-{s['seed']}-{s['proc']}-{s['inc']}-{os.getpid()}"
+    with _client(s) as client:
+        consumer = client.subscribe(
+            s["data_topics"],
+            name,
+            initial_position="Earliest",
+            subscription_isolation_level=pulsar_txn.SubscriptionIsolationLevel.READ_UNCOMMITTED,
+        )
+        while time.time() < s["deadline"]:
+            try:
+                msgs = consumer.batch_receive(200, 100)
+            except PulsarTxnError as exc:  # e.g. the broker is slow: try again
+                logging.warning("batch_receive: %s", exc)
+                continue
+            obs.seen(
+                [
+                    (m.message_id.topic, m.message_id.partition, m.message_id.offset, m.data().decode())
+                    for m in msgs
+                ]
+            )
+
+
 def main(argv: list[str]) -> int:
     role, settings_path = argv[0], Path(argv[1])
     s = json.loads(settings_path.read_text())
@@ -242,6 +271,8 @@ def main(argv: list[str]) -> int:
     try:
         if role == "reader":
             reader(s, Observations(history / f"obs-{s['proc']}.jsonl", s["proc"], s["inc"]))
+        elif role == "dirty":
+            dirty(s, Observations(history / f"dirty-{s['proc']}.jsonl", s["proc"], s["inc"]))
         else:
             rec = Recorder(history / f"ops-{s['proc']}.jsonl", s["proc"], s["inc"])
             {"writer": writer, "xfer": xfer}[role](s, rec, rng)

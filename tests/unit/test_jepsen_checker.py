@@ -185,3 +185,18 @@ def test_histories_survive_a_torn_last_line(tmp_path: Path) -> None:
     )
     seen, torn = load_observations([tmp_path / "obs-r1.jsonl"])
     assert (seen, torn) == ({("r1", 1): [(D, 0, 0, "a")]}, 0)
+
+
+def test_a_read_uncommitted_consumer_sees_aborted_values_in_order_but_never_a_marker() -> None:
+    ops = [op(1, "ok", (0, "a")), op(2, "fail", (0, "x")), op(3, "ok", (0, "b"))]
+    final = {(D, 0): [(0, "a"), (3, "b")]}  # x at 1, the markers at 2 and 4
+    fine = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 3, "b")], ("d1", 2): [(D, 0, 0, "a")]}
+    report = check(ops, {}, final, uncommitted=fine)
+    assert report.valid, report.summary()
+    assert report.counts["uncommitted_only"] == 1 and report.counts["observed_uncommitted"] == 4
+    marker = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 2, "\x00marker")]}
+    assert kinds(check(ops, {}, final, uncommitted=marker)) == {"uncommitted-unexpected"}
+    backwards = {("d1", 1): [(D, 0, 1, "x"), (D, 0, 0, "a")]}
+    assert kinds(check(ops, {}, final, uncommitted=backwards)) == {"uncommitted-order"}
+    skipped = {("d1", 1): [(D, 0, 1, "x"), (D, 0, 3, "b")]}  # passed the committed "a"
+    assert kinds(check(ops, {}, final, uncommitted=skipped)) == {"uncommitted-skip"}

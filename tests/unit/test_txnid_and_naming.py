@@ -1,6 +1,6 @@
 import pytest
 
-from pulsar_txn.errors import InvalidTopicName
+from pulsar_txn.errors import InvalidTopicName, InvalidTxnID, PulsarTxnError
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnID
 
@@ -13,7 +13,7 @@ def test_txnid_prints_like_pulsar() -> None:
 def test_txnid_bytes_round_trip_and_reject_wrong_length() -> None:
     tid = TxnID(2**64 - 1, 42)
     assert TxnID.from_bytes(tid.to_bytes()) == tid
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidTxnID):
         TxnID.from_bytes(b"short")
 
 
@@ -22,9 +22,11 @@ def test_txnid_orders_by_tc_then_sequence() -> None:
 
 
 @pytest.mark.parametrize("bad", ["(1)", "1,2", "(a,b)", "(-1,2)"])
-def test_txnid_parse_rejects_garbage(bad: str) -> None:
-    with pytest.raises(ValueError):
+def test_txnid_parse_rejects_garbage_with_a_typed_error(bad: str) -> None:
+    with pytest.raises(InvalidTxnID, match="not a TxnID") as raised:
         TxnID.parse(bad)
+    assert isinstance(raised.value, PulsarTxnError) and isinstance(raised.value, ValueError)
+    assert not raised.value.retriable
 
 
 def test_topic_names_map_to_kafka() -> None:
