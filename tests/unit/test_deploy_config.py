@@ -1,5 +1,6 @@
 """The shipped deployment config must stay valid against the typed configuration."""
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -25,3 +26,17 @@ def test_secrets_never_appear_in_config_reprs() -> None:
     for text in (repr(kafka), str(kafka), repr(coordinator), str(coordinator)):
         for secret in ("hunter2", "sekret", "tok-123", "mac-key"):
             assert secret not in text
+
+
+def test_prometheus_scrapes_the_admin_port_of_every_compose_coordinator() -> None:
+    compose = (DOCKER / "docker-compose.yml").read_text()
+    scrape = (DOCKER / "config" / "prometheus.yml").read_text()
+    coordinators = sorted(set(re.findall(r"^  (coordinator-\d+):$", compose, re.MULTILINE)))
+    assert coordinators == ["coordinator-1", "coordinator-2"]
+    targets = re.search(r"targets: \[(.*)\]", scrape)
+    assert targets is not None
+    assert sorted(t.strip(' "') for t in targets.group(1).split(",")) == [f"{c}:8080" for c in coordinators]
+    admin_port = re.search(
+        r"^admin_port\s*=\s*(\d+)", (DOCKER / "config" / "coordinator.toml").read_text(), re.M
+    )
+    assert admin_port is not None and admin_port.group(1) == "8080"
