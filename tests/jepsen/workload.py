@@ -153,7 +153,9 @@ def xfer(s: dict[str, Any], rec: Recorder, rng: random.Random) -> None:
             writes: list[Write] = []
             for msg in batch:
                 mid = msg.message_id
-                value = msg.data().decode()
+                value = msg.data().decode(
+                    errors="backslashreplace"
+                )  # a delivered marker is a finding, not a crash
                 reads.append((s["input_topic"], mid.partition, mid.offset, value))
                 writes.append((s["output_topic"], mid.partition, f"{value}{OUTPUT_SEPARATOR}{op_key}"))
             intent = "commit" if drain or rng.random() >= 0.15 else "abort"
@@ -230,7 +232,9 @@ def reader(s: dict[str, Any], obs: Observations) -> None:
                         logging.warning("read_next: %s", exc)
                         break
                     mid = msg.message_id
-                    batch.append((topic, mid.partition, mid.offset, msg.data().decode()))
+                    batch.append(
+                        (topic, mid.partition, mid.offset, msg.data().decode(errors="backslashreplace"))
+                    )
                 obs.seen(batch)
 
 
@@ -255,7 +259,12 @@ def dirty(s: dict[str, Any], obs: Observations) -> None:
                 continue
             obs.seen(
                 [
-                    (m.message_id.topic, m.message_id.partition, m.message_id.offset, m.data().decode())
+                    (
+                        m.message_id.topic,
+                        m.message_id.partition,
+                        m.message_id.offset,
+                        m.data().decode(errors="backslashreplace"),
+                    )
                     for m in msgs
                 ]
             )
