@@ -20,6 +20,7 @@ PUBLIC_MODULES = [
     "pulsar_txn.schema",
     "pulsar_txn.txnid",
     "pulsar_txn.errors",
+    "pulsar_txn.admin",
     "pulsar_txn.asyncio",
     "pulsar_txn.compat",
 ]
