@@ -14,7 +14,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError
+from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError, end_offsets
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
@@ -382,11 +382,18 @@ class Client:
         )
         return state
 
-    def _sentinel_offset(self, topic: str, partition: int, position: MessageId) -> int:
+    def _sentinel_offset(
+        self, topic: str, partition: int, position: MessageId, *, uncommitted: bool = False
+    ) -> int:
         """Where ``EARLIEST`` / ``LATEST`` put a reader or a cursor on a partition: its start, or its
         maxReadPosition now (from a state scanned to the partition's end, as a consumer's Latest:
-        later messages, and those of transactions open now, are read)."""
-        return 0 if position == EARLIEST else self._buffer_state(topic, partition).max_read_position
+        later messages, and those of transactions open now, are read). ``uncommitted`` (a
+        READ_UNCOMMITTED subscription, which reads past maxReadPosition): LATEST is the end now."""
+        if position == EARLIEST:
+            return 0
+        if uncommitted:
+            return end_offsets(self.kafka, [(topic, partition)])[(topic, partition)]
+        return self._buffer_state(topic, partition).max_read_position
 
     def _partition_count(self, topic: TopicName) -> int:
         name = topic.kafka_topic

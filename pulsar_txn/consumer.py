@@ -218,10 +218,8 @@ class Consumer(Generic[T]):
                 f"subscription_isolation_level must be one of "
                 f"{[m.value for m in SubscriptionIsolationLevel]}, not {subscription_isolation_level!r}"
             ) from None
-        options = dataclasses.replace(
-            client._buffer_options(),
-            read_uncommitted=self.isolation_level is SubscriptionIsolationLevel.READ_UNCOMMITTED,
-        )
+        self._uncommitted = self.isolation_level is SubscriptionIsolationLevel.READ_UNCOMMITTED
+        options = dataclasses.replace(client._buffer_options(), read_uncommitted=self._uncommitted)
         self._reader = CommittedReader(client.kafka, {}, store=client._snapshots(), options=options)
         self._pa_reader: PartitionReader | None = None
         self._incoming: deque[Message[T]] = deque()
@@ -314,7 +312,9 @@ class Consumer(Generic[T]):
             return
         default_start = 0
         if committed is None and self._initial is InitialPosition.Latest:
-            default_start = self._client._sentinel_offset(topic, partition, LATEST)
+            default_start = self._client._sentinel_offset(
+                topic, partition, LATEST, uncommitted=self._uncommitted
+            )
         name = self._kafka_topics[topic]
         fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
@@ -1054,7 +1054,8 @@ class Consumer(Generic[T]):
             with self._lock:
                 tps = list(self._parts)
             for tp in tps:
-                self._seek_to(new_message_id(*tp, self._client._sentinel_offset(*tp, message_id)))
+                offset = self._client._sentinel_offset(*tp, message_id, uncommitted=self._uncommitted)
+                self._seek_to(new_message_id(*tp, offset))
             return
         if not message_id.topic and len(self.topics) == 1:
             message_id = new_message_id(self.topics[0].kafka_topic, message_id.partition, message_id.offset)

@@ -25,7 +25,7 @@ from pulsar_txn.errors import (
     TransactionConflict,
     TransactionHasOperationFailed,
 )
-from pulsar_txn.message import Message, MessageId
+from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
 from tests.conftest import REPO, Cluster, receive_all, wait_until
@@ -820,7 +820,25 @@ def test_read_uncommitted_subscription_delivers_open_and_aborted_messages_never_
     )
     producer.send(b"p3")
     assert [m.data for m in receive_all(again)] == [b"p3"]
+    # Latest is the partition's end for this level, not max_read_position (still pinned by the open
+    # transaction, which would hand a new subscriber everything written since).
+    latest = c.client.subscribe(topic, f"rul_{uid}", subscription_isolation_level="READ_UNCOMMITTED")
+    assert receive_all(latest) == []
+    producer.send(b"p4")
+    assert [m.data for m in receive_all(latest)] == [b"p4"]
+    latest.seek(EARLIEST)
+    assert [m.data for m in receive_all(latest)][:2] == [b"p1", b"open-1"]
+    latest.seek(LATEST)
+    producer.send(b"p5")
+    assert [m.data for m in receive_all(latest)] == [b"p5"]
     still_open.commit()
-    assert [m.data for m in receive_all(committed_reader)] == [b"open-1", b"p2", b"committed-1", b"p3"]
+    assert [m.data for m in receive_all(committed_reader)] == [
+        b"open-1",
+        b"p2",
+        b"committed-1",
+        b"p3",
+        b"p4",
+        b"p5",
+    ]
     with pytest.raises(ConfigError, match="subscription_isolation_level"):
         c.client.subscribe(topic, f"bad_{uid}", subscription_isolation_level="DIRTY")
