@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +57,8 @@ def _with_admin(args: argparse.Namespace, use: Callable[[TransactionsAdmin], Any
         marker_secret=secret,
         snapshot_topic=config.snapshot_topic,
         log_topic=config.log_topic,
-        authentication=_token(),
+        # build_configs already merged PULSAR_TXN_AUTH_TOKEN into the config's auth_token.
+        authentication=config.auth_token.get_secret_value() if config.auth_token else None,
     )
     try:
         result = use(TransactionsAdmin(client, log_topic=config.log_topic))
@@ -94,7 +96,11 @@ def cmd_position_stats_in_pending_ack(args: argparse.Namespace) -> int:
     from pulsar_txn.message import MessageId
     from pulsar_txn.naming import TopicName
 
-    mid = MessageId(TopicName.parse(args.topic).kafka_topic, args.partition, args.offset)
+    name = TopicName.parse(args.topic)
+    partition = name.partition if args.partition is None else args.partition
+    if name.partition is not None and partition != name.partition:
+        raise ConfigError(f"--topic names partition {name.partition}, --partition says {args.partition}")
+    mid = MessageId(name.kafka_topic, partition or 0, args.offset)
     return _with_admin(
         args, lambda admin: admin.position_stats_in_pending_ack(args.topic, args.subscription, mid)
     )
@@ -103,7 +109,13 @@ def cmd_position_stats_in_pending_ack(args: argparse.Namespace) -> int:
 def cmd_abort_transaction(args: argparse.Namespace) -> int:
     def abort(admin: TransactionsAdmin) -> dict[str, str]:
         admin.abort_transaction(args.txn_id)
-        return {"txn_id": args.txn_id, "status": admin.transaction_status(args.txn_id)}
+        # The coordinator answers once the markers are written; its terminal record follows.
+        deadline = time.monotonic() + 10
+        status = admin.transaction_status(args.txn_id)
+        while status == "ABORTING" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = admin.transaction_status(args.txn_id)
+        return {"txn_id": args.txn_id, "status": status}
 
     return _with_admin(args, abort)
 
@@ -148,7 +160,7 @@ def add_commands(sub: Any) -> None:
     _kafka_args(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--subscription", required=True)
-    p.add_argument("--partition", type=int, default=0)
+    p.add_argument("--partition", type=int, help="default: the one --topic names, else 0")
     p.add_argument("--offset", type=int, required=True)
     p.set_defaults(func=cmd_position_stats_in_pending_ack)
 

@@ -243,6 +243,10 @@ class TransactionsAdmin:
         """``pulsar-admin transactions position-stats-in-pending-ack``: where a message stands in the
         subscription: ``state`` MarkDelete, Acked, PendingAck (with the ``txns`` holding it) or
         NotInPendingAck."""
+        if message_id.partition < 0 or message_id.offset < 0:
+            raise ConfigError(
+                f"not a message position: partition {message_id.partition}, offset {message_id.offset}"
+            )
         name = TopicName.parse(topic).base.with_partition(message_id.partition)
         fold = self._recover(str(name), subscription)[str(name)]
         return fold.state.position_stats(message_id.offset)

@@ -24,7 +24,7 @@ class TxnID:
 
     def __post_init__(self) -> None:
         if not (0 <= self.most_bits <= _U64 and 0 <= self.least_bits <= _U64):
-            raise ValueError(f"TxnID bits out of range: ({self.most_bits},{self.least_bits})")
+            raise InvalidTxnID(f"TxnID bits out of range: ({self.most_bits},{self.least_bits})")
 
     @property
     def tc_id(self) -> int:

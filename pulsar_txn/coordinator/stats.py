@@ -54,10 +54,16 @@ class LatencyBuckets:
     <= ``bounds[i]`` and above the bound before it; the last counts everything above the largest."""
 
     bounds: tuple[int, ...] = EXECUTION_LATENCY_BUCKETS_MS
-    counts: list[int] = field(default_factory=lambda: [0] * (len(EXECUTION_LATENCY_BUCKETS_MS) + 1))
+    counts: list[int] = field(default_factory=list)
+    total_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
 
     def add(self, ms: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, ms)] += 1
+        self.total_ms += ms
 
     def snapshot(self) -> dict[str, int]:
         labels = [str(b) for b in self.bounds] + ["overflow"]

@@ -60,7 +60,9 @@ def test_token_authentication_rejects_wrong_tokens_and_accepts_the_right_one(
 def test_stats_are_readable_from_python_and_from_the_cli_as_json(
     embedded: Factory, coord_config: ConfigFactory
 ) -> None:
-    ec = embedded(coord_config(static_tc_ids=(0,), num_tcs=1, admin_port=0, auth_token="t0k-9f2c"), serve=True)
+    ec = embedded(
+        coord_config(static_tc_ids=(0,), num_tcs=1, admin_port=0, auth_token="t0k-9f2c"), serve=True
+    )
     assert ec.url is not None and ec.admin_url is not None
     with SyncTcClient(ec.url, auth_token="t0k-9f2c", operation_timeout=10) as client:
         client.end_txn(client.new_txn(0), TxnAction.COMMIT)
