@@ -127,20 +127,23 @@ def _tc(out: _Exposition, labels: _Labels, tc: Mapping[str, Any]) -> None:
     out.add(
         "pulsar_txn_active_count", "gauge", "Transactions not yet ended.", tc.get("ongoing_txn_size"), labels
     )
-    out.add(
-        "pulsar_txn_low_watermark",
-        "gauge",
-        "Every transaction at or below it has ended.",
-        tc.get("low_water_mark"),
-        labels,
-    )
+    if tc.get("state") == "Ready":  # not known while recovering
+        out.add(
+            "pulsar_txn_low_watermark",
+            "gauge",
+            "Every transaction at or below it has ended.",
+            tc.get("low_water_mark"),
+            labels,
+        )
     for name, key, help_text in _TC_COUNTERS:
         out.add(name, "counter", help_text, tc.get(key), labels)
     append = tc.get("append_log_latency") or {}
     out.add("pulsar_txn_append_log_total", "counter", "Transaction log writes.", append.get("count"), labels)
     for name, key, help_text in _TC_LATENCIES:
         _summary(out, name, help_text, tc.get(key) or {}, labels)
-    for bound, count in (tc.get("execution_latency_buckets") or {}).items():
+    buckets: Mapping[str, int] = tc.get("execution_latency_buckets") or {}
+    for bound, count in buckets.items():
+        # Pulsar's names: a count per bucket since start (not cumulative across buckets).
         out.add(
             f"pulsar_txn_execution_latency_le_{bound}",
             "gauge",
@@ -150,11 +153,41 @@ def _tc(out: _Exposition, labels: _Labels, tc: Mapping[str, Any]) -> None:
             count,
             labels,
         )
+    _histogram(
+        out,
+        "pulsar_txn_execution_latency_ms",
+        "Transactions, from open to ended (markers written), in ms.",
+        buckets,
+        tc.get("execution_latency_sum_ms"),
+        labels,
+    )
+
+
+def _histogram(
+    out: _Exposition,
+    name: str,
+    help_text: str,
+    buckets: Mapping[str, int],
+    total: Any,
+    labels: _Labels,
+) -> None:
+    """A Prometheus histogram (cumulative ``le`` buckets, ``+Inf``, ``_sum``, ``_count``) from
+    per-bucket counts keyed by upper bound (``overflow``: the rest)."""
+    if not buckets:
+        return
+    running = 0
+    for bound, count in buckets.items():
+        running += count
+        le = "+Inf" if bound == "overflow" else bound
+        out.add(name, "histogram", help_text, running, (*labels, ("le", le)), "_bucket")
+    out.add(name, "histogram", help_text, total, labels, "_sum")
+    out.add(name, "histogram", help_text, running, labels, "_count")
 
 
 def _summary(out: _Exposition, name: str, help_text: str, window: Mapping[str, Any], labels: _Labels) -> None:
-    for quantile, key in _QUANTILES:
-        out.add(name, "summary", help_text, window.get(key), (*labels, ("quantile", quantile)))
+    if window.get("count"):  # no quantile samples before the first observation (not a made-up 0)
+        for quantile, key in _QUANTILES:
+            out.add(name, "summary", help_text, window.get(key), (*labels, ("quantile", quantile)))
     out.add(name, "summary", help_text, window.get("sum_ms"), labels, "_sum")
     out.add(name, "summary", help_text, window.get("count"), labels, "_count")
 

@@ -38,11 +38,15 @@ class AdminHttpServer:
         host: str = "127.0.0.1",
         port: int = 0,
         auth_token: str | None = None,
+        path_tokens: dict[str, str] | None = None,
     ) -> None:
+        """``auth_token``: required on every path (if set). ``path_tokens``: a further token accepted on
+        one path (e.g. a read-only scraper's on ``/metrics``); a path with either needs one of them."""
         self._routes = routes
         self._host = host
         self._port = port
         self._token = auth_token
+        self._path_tokens = dict(path_tokens or {})
         self._server: asyncio.Server | None = None
 
     @property
@@ -90,18 +94,22 @@ class AdminHttpServer:
         parts = lines[0].split(" ")
         # Authentication comes first: an unauthenticated request learns nothing, not even which
         # methods or paths exist.
-        if self._token is not None:
+        path = parts[1].split("?", 1)[0] if len(parts) == 3 else ""
+        tokens = [t for t in (self._token, self._path_tokens.get(path)) if t is not None]
+        if tokens:
             auth = next(
                 (ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")),
                 "",
-            )
-            if not hmac.compare_digest(auth.encode(), f"Bearer {self._token}".encode()):
+            ).encode()
+            # Every candidate compared (no early exit): the time taken says nothing about which matched.
+            matches = [hmac.compare_digest(auth, f"Bearer {t}".encode()) for t in tokens]
+            if not any(matches):
                 log.warning("admin request from %s refused: missing or wrong bearer token", peer)
                 return "401 Unauthorized", {"error": "missing or wrong bearer token"}
         if len(parts) != 3 or parts[0] != "GET":
             log.info("admin request from %s refused: not a GET (%r)", peer, lines[0][:80])
             return "405 Method Not Allowed", {"error": "only GET is served"}
-        route = self._routes.get(parts[1].split("?", 1)[0])
+        route = self._routes.get(path)
         if route is None:
             return "404 Not Found", {"error": f"no such path; try one of {sorted(self._routes)}"}
         try:

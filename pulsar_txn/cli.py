@@ -30,6 +30,7 @@ log = logging.getLogger("pulsar_txn.cli")
 _SECRET_ENV = {
     "auth_token": "PULSAR_TXN_AUTH_TOKEN",
     "marker_secret": "PULSAR_TXN_MARKER_SECRET",
+    "metrics_token": "PULSAR_TXN_METRICS_TOKEN",
 }
 
 

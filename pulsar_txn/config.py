@@ -93,12 +93,15 @@ class CoordinatorConfig(BaseModel):
     advertised_url: str | None = None
     auth_token: SecretStr | None = None
     admin_port: int | None = Field(default=None, ge=0, le=65535)
+    # A read-only credential for GET /metrics (a scraper's), accepted there besides auth_token, which
+    # also ends transactions. Unset: /metrics takes auth_token (or nothing, without one).
+    metrics_token: SecretStr | None = None
     recovery_timeout_ms: int = Field(default=60_000, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> CoordinatorConfig:
         # An empty secret would silently turn token auth / marker authentication off: refuse it.
-        for name in ("auth_token", "marker_secret"):
+        for name in ("auth_token", "marker_secret", "metrics_token"):
             secret = getattr(self, name)
             if secret is not None and not secret.get_secret_value():
                 raise ValueError(f"{name} must not be empty (leave it unset to turn it off)")

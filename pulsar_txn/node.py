@@ -82,6 +82,9 @@ async def start_node(
             host=config.host,
             port=config.admin_port,
             auth_token=token,
+            path_tokens={"/metrics": config.metrics_token.get_secret_value()}
+            if config.metrics_token
+            else None,
         )
         await admin.start()
     try:

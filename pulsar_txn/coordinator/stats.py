@@ -93,4 +93,5 @@ class TcCounters:
             "append_log_latency": self.append_log.snapshot(),
             "end_txn_latency": self.end_txn.snapshot(),
             "execution_latency_buckets": self.execution_latency.snapshot(),
+            "execution_latency_sum_ms": self.execution_latency.total_ms,
         }

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         help="serve GET /metrics (Prometheus) on this port (0: any free one); bearer token from "
-        "PULSAR_TXN_AUTH_TOKEN if set",
+        "PULSAR_TXN_METRICS_TOKEN, else PULSAR_TXN_AUTH_TOKEN, if set",
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
 
@@ -111,7 +111,10 @@ def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> 
         {"/metrics": metrics},
         host=args.metrics_host,
         port=args.metrics_port,
-        auth_token=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
+        # A scraper's read-only token if given; else the client's, which also ends transactions.
+        auth_token=os.environ.get("PULSAR_TXN_METRICS_TOKEN")
+        or os.environ.get("PULSAR_TXN_AUTH_TOKEN")
+        or None,
     )
     thread = AdminHttpThread(server)
     print(f"metrics: {thread.start()}/metrics", flush=True)

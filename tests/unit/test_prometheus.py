@@ -61,6 +61,19 @@ def test_coordinator_metrics_keep_pulsars_names_per_coordinator_id() -> None:
     assert samples['pulsar_txn_execution_latency_le_20{coordinator_id="1"}'] == 1
     assert samples['pulsar_txn_execution_latency_le_overflow{coordinator_id="1"}'] == 0
     assert samples['pulsar_txn_tc_ready{coordinator_id="0"}'] == 0
+    # The same buckets as a Prometheus histogram: cumulative, +Inf, _sum and _count.
+    assert samples['pulsar_txn_execution_latency_ms_bucket{coordinator_id="1",le="10"}'] == 1
+    assert samples['pulsar_txn_execution_latency_ms_bucket{coordinator_id="1",le="20"}'] == 2
+    assert samples['pulsar_txn_execution_latency_ms_bucket{coordinator_id="1",le="+Inf"}'] == 2
+    assert samples['pulsar_txn_execution_latency_ms_count{coordinator_id="1"}'] == 2
+    assert samples['pulsar_txn_execution_latency_ms_sum{coordinator_id="1"}'] == 22
+    assert "# TYPE pulsar_txn_execution_latency_ms histogram" in text
+    # Nothing made up: no END_TXN yet means no quantiles (count 0 only); a recovering TC has no
+    # low watermark.
+    assert not any(k.startswith("pulsar_txn_end_txn_latency_ms{") for k in samples)
+    assert samples['pulsar_txn_end_txn_latency_ms_count{coordinator_id="1"}'] == 0
+    assert 'pulsar_txn_low_watermark{coordinator_id="0"}' not in samples
+    assert samples['pulsar_txn_low_watermark{coordinator_id="1"}'] == 3
     assert samples["pulsar_txn_coordinator_owned_tcs"] == 2
     # One HELP/TYPE per family, coordinators in id order.
     names = list(_prometheus.families(text))

@@ -16,7 +16,7 @@ import pytest
 
 from pulsar_txn import cli
 from pulsar_txn.admin import TransactionsAdmin
-from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.admin_http import AdminHttpServer, TextBody
 from pulsar_txn.errors import PulsarTxnError
 
 T = TypeVar("T")
@@ -193,3 +193,40 @@ def test_cli_coordinator_stats_does_not_follow_a_redirect_with_the_token(
     assert seen_admin and seen_admin[0].get("Authorization") == f"Bearer {TOKEN}"
     assert all(TOKEN not in json.dumps(h) for h in seen_elsewhere)
     assert code == 2 and "302" in capsys.readouterr().err
+
+
+def test_a_read_only_metrics_token_opens_metrics_and_nothing_else() -> None:
+    metrics_token = "scrape-only-7c1"
+    calls: list[str] = []
+
+    def metrics() -> TextBody:
+        calls.append("/metrics")
+        return TextBody("pulsar_txn_up 1\n")
+
+    routes = Routes()
+    table = {**routes.table(), "/metrics": metrics}
+
+    async def go(path: str, token: str | None) -> int:
+        server = AdminHttpServer(table, auth_token=TOKEN, path_tokens={"/metrics": metrics_token})
+        await server.start()
+        try:
+            head = (
+                f"GET {path} HTTP/1.1\r\n" + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n"
+            )
+            host, port = server.url.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(head.encode())
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            return int(raw.split(b" ", 2)[1])
+        finally:
+            await server.stop()
+
+    assert run(go("/metrics", metrics_token)) == 200
+    assert run(go("/metrics", TOKEN)) == 200  # the full token works everywhere
+    assert run(go("/metrics", None)) == 401
+    assert run(go("/metrics", "wrong")) == 401
+    assert run(go(STATS, metrics_token)) == 401  # read-only: not the coordinator's other routes
+    assert routes.calls == [] and calls == ["/metrics", "/metrics"]
