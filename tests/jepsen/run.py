@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kafka_store import Appender, KafkaConfig, free_port
+from kafka_store import Appender, KafkaConfig, end_offsets, free_port, read_range
 from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin, TxnAction, TxnID
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
+from pulsar_txn.buffer.reader import is_control
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from tests.conftest import REPO, CoordinatorProcess
@@ -248,10 +249,25 @@ def _read_everything(client: Client, topics: list[str]) -> dict[tuple[str, int],
             except Timeout:
                 continue
             mid = msg.message_id
-            final[(topic, mid.partition)].append((mid.offset, msg.data().decode()))
+            final[(topic, mid.partition)].append((mid.offset, msg.data().decode(errors="backslashreplace")))
             reached[mid.partition] = mid.offset
         reader.close()
     return final
+
+
+def _read_raw(kafka: KafkaConfig, topics: dict[str, int]) -> dict[tuple[str, int], list[tuple[int, str]]]:
+    """Every data record of each topic (name -> partitions), as Kafka holds it, control records left
+    out: what a READ_UNCOMMITTED consumer must deliver."""
+    tps = [(topic, p) for topic, count in topics.items() for p in range(count)]
+    ends = end_offsets(kafka, tps)
+    return {
+        tp: [
+            (rec.offset, (rec.value or b"").decode(errors="backslashreplace"))
+            for rec in read_range(kafka, tp[0], tp[1], 0, ends[tp])
+            if not is_control(rec.headers)
+        ]
+        for tp in tps
+    }
 
 
 def run(
@@ -402,6 +418,7 @@ def run(
         _wait_no_open_txns(admin, txn_topics, TXN_TIMEOUT_S + 60)
         # ---------------------------------------------------------------- the final state
         final = _read_everything(client, [*data_topics, input_topic, *output_topics])
+        raw = _read_raw(kafka, data_topics)
         ops, torn_ops = load_ops(history.glob("ops-*.jsonl"))
         observations, torn_obs = load_observations(history.glob("obs-*.jsonl"))
         uncommitted, torn_dirty = load_observations(history.glob("dirty-*.jsonl"))
@@ -422,6 +439,7 @@ def run(
             transfers=[crash_sub, churn_sub],
             drained=result.drained,
             uncommitted=uncommitted,
+            raw=raw,
         )
         timeline = "\n".join(f"  {t:7.2f}s {what}" for t, what in result.events)
         (workdir / "report.txt").write_text(f"{result.summary()}\nfaults:\n{timeline}\n")

@@ -246,7 +246,7 @@ def dirty(s: dict[str, Any], obs: Observations) -> None:
     name = f"jepsen-dirty-{s['seed']}-{s['proc']}-{s['inc']}-{os.getpid()}"
     with _client(s) as client:
         consumer = client.subscribe(
-            s["data_topics"],
+            list(s["data_topics"]),
             name,
             initial_position="Earliest",
             subscription_isolation_level=pulsar_txn.SubscriptionIsolationLevel.READ_UNCOMMITTED,

@@ -196,7 +196,23 @@ def test_a_read_uncommitted_consumer_sees_aborted_values_in_order_but_never_a_ma
     assert report.counts["uncommitted_only"] == 1 and report.counts["observed_uncommitted"] == 4
     marker = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 2, "\x00marker")]}
     assert kinds(check(ops, {}, final, uncommitted=marker)) == {"uncommitted-unexpected"}
-    backwards = {("d1", 1): [(D, 0, 1, "x"), (D, 0, 0, "a")]}
-    assert kinds(check(ops, {}, final, uncommitted=backwards)) == {"uncommitted-order"}
+    backwards = {("d1", 1): [(D, 0, 1, "x"), (D, 0, 0, "a")]}  # a run that starts at "x"
+    assert kinds(check(ops, {}, final, uncommitted=backwards)) == {"uncommitted-skip"}
     skipped = {("d1", 1): [(D, 0, 1, "x"), (D, 0, 3, "b")]}  # passed the committed "a"
     assert kinds(check(ops, {}, final, uncommitted=skipped)) == {"uncommitted-skip"}
+
+
+def test_against_the_raw_partition_a_read_uncommitted_consumer_may_skip_nothing() -> None:
+    ops = [op(1, "ok", (0, "a")), op(2, "fail", (0, "x")), op(3, "ok", (0, "b"))]
+    final = {(D, 0): [(0, "a"), (3, "b")]}
+    raw = {(D, 0): [(0, "a"), (1, "x"), (3, "b")]}  # the markers (2, 4) left out
+    filtering = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 3, "b")]}  # reads like READ_COMMITTED
+    assert check(ops, {}, final, uncommitted=filtering).valid  # the committed view cannot tell
+    assert kinds(check(ops, {}, final, uncommitted=filtering, raw=raw)) == {"uncommitted-skip"}
+    # Starting over (a group re-join: nothing was acknowledged) is fine, from the first record.
+    restarted = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 3, "b")]}
+    report = check(ops, {}, final, uncommitted=restarted, raw=raw)
+    assert report.valid, report.summary()
+    assert report.counts["uncommitted_restarts"] == 1
+    resumed_midway = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 1, "x")]}
+    assert kinds(check(ops, {}, final, uncommitted=resumed_midway, raw=raw)) == {"uncommitted-skip"}
