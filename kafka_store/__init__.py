@@ -33,6 +33,7 @@ from kafka_store.reader import (
     PartitionReader,
     StoredRecord,
     end_offsets,
+    offsets_for_time,
     read_range,
     replay_compacted,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "group_admin",
     "group_offsets",
     "list_groups",
+    "offsets_for_time",
     "read_range",
     "replay_compacted",
 ]

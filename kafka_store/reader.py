@@ -301,6 +301,20 @@ class PartitionReader:
             raise _translate(exc, f"watermarks of {topic}[{partition}]") from None
         return int(low), int(high)
 
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset whose record timestamp is at or after ``timestamp_ms`` (Kafka's
+        ListOffsets by time); the partition's end if there is none."""
+        try:
+            found = self.consumer.offsets_for_times(
+                [TopicPartition(topic, partition, timestamp_ms)], timeout=self._timeout
+            )
+        except KafkaException as exc:
+            raise _translate(exc, f"offset for time {timestamp_ms} of {topic}[{partition}]") from None
+        tp = found[0]
+        if tp.error is not None:
+            raise StoreError(f"offset for time {timestamp_ms} of {topic}[{partition}]: {tp.error}")
+        return int(tp.offset) if tp.offset >= 0 else self.watermarks(topic, partition)[1]
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
@@ -314,6 +328,17 @@ def _translate(exc: KafkaException, what: str) -> StoreError:
     if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
         return BrokerUnavailableError(f"{what}: {err.str()}")
     return translate_kafka_error(err, what)
+
+
+def offsets_for_time(
+    config: KafkaConfig, partitions: Iterable[tuple[str, int]], timestamp_ms: int
+) -> dict[tuple[str, int], int]:
+    """Per partition, the first offset with a timestamp at or after ``timestamp_ms`` (else its end)."""
+    reader = PartitionReader(config)
+    try:
+        return {tp: reader.offset_for_time(*tp, timestamp_ms) for tp in partitions}
+    finally:
+        reader.close()
 
 
 def end_offsets(config: KafkaConfig, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:

@@ -299,7 +299,7 @@ class AsyncConsumer(Generic[T]):
         """Redeliver the message after the consumer's negative-ack delay."""
         await self._pool.run(self.sync.negative_acknowledge, message)
 
-    async def seek(self, message_id: MessageId) -> None:
+    async def seek(self, message_id: MessageId | int) -> None:
         """Reset the subscription's cursor on that partition to ``message_id``."""
         self._stash.clear()
         await self._pool.run(self.sync.seek, message_id)
@@ -344,7 +344,7 @@ class AsyncReader(Generic[T]):
         async with self._lock:
             return await self._pool.run(self.sync.has_message_available)
 
-    async def seek(self, message_id: MessageId) -> None:
+    async def seek(self, message_id: MessageId | int) -> None:
         """Read that partition again from ``message_id``."""
         async with self._lock:
             await self._pool.run(self.sync.seek, message_id)

@@ -30,6 +30,7 @@ from kafka_store import (
     delete_group,
     describe_group,
     end_offsets,
+    offsets_for_time,
     read_range,
 )
 from pulsar_txn._boundary import public_errors
@@ -1044,12 +1045,22 @@ class Consumer(Generic[T]):
         return result
 
     # ------------------------------------------------------------------ position and lifecycle
-    def seek(self, message_id: MessageId) -> None:
+    def seek(self, message_id: MessageId | int) -> None:
         """Reset the subscription's cursor on that partition to ``message_id``; ``EARLIEST`` /
         ``LATEST``: on every partition assigned to this consumer, to its start / to now. An id
-        without a topic means the subscription's topic (if it has one).
+        without a topic means the subscription's topic (if it has one). An ``int`` is a publish time
+        (ms since the epoch, Pulsar's ``seek(timestamp)``): every assigned partition goes to its
+        first message published at or after it.
 
         Acks beyond the new position are forgotten, as Pulsar's seek does."""
+        if isinstance(message_id, int) and not isinstance(message_id, bool):
+            with self._lock:
+                tps = list(self._parts)
+            for tp, offset in offsets_for_time(self._client.kafka, tps, message_id).items():
+                self._seek_to(new_message_id(*tp, offset))
+            return
+        if not isinstance(message_id, MessageId):
+            raise ConfigError(f"seek takes a MessageId or a publish time in ms, not {message_id!r}")
         if message_id in (EARLIEST, LATEST):
             with self._lock:
                 tps = list(self._parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
-from kafka_store import read_range
+from kafka_store import offsets_for_time, read_range
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import ConfigError, Timeout
@@ -71,10 +71,18 @@ class Reader(Generic[T]):
             self._buffer.extend(Message.from_record(r, schema=self.schema) for r in self._committed.poll(0.2))
         return bool(self._buffer)
 
-    def seek(self, message_id: MessageId) -> None:
+    def seek(self, message_id: MessageId | int) -> None:
         """Read that partition again from ``message_id``; ``EARLIEST`` / ``LATEST``: every partition
-        from its start / from now on. An id without a topic means this reader's topic."""
+        from its start / from now on. An id without a topic means this reader's topic. An ``int`` is
+        a publish time (ms since the epoch): every partition from its first message published at or
+        after it."""
         self._buffer.clear()
+        if isinstance(message_id, int) and not isinstance(message_id, bool):
+            for tp, offset in offsets_for_time(self._client.kafka, self._tps, message_id).items():
+                self._committed.seek(*tp, offset)
+            return
+        if not isinstance(message_id, MessageId):
+            raise ConfigError(f"seek takes a MessageId or a publish time in ms, not {message_id!r}")
         if message_id in (EARLIEST, LATEST):
             for tp in self._tps:
                 self._committed.seek(*tp, self._client._sentinel_offset(*tp, message_id))

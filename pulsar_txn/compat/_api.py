@@ -15,6 +15,7 @@ from pulsar_txn import producer as _producer
 from pulsar_txn import reader as _reader
 from pulsar_txn.compat import _params
 from pulsar_txn.compat._ids import Message, MessageId, native_id
+from pulsar_txn.compat._listener import ListenerThread
 from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
 from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
@@ -145,7 +146,7 @@ class Client:
         policy = given.get("batch_receive_policy")
         if policy is not None and not isinstance(policy, BatchReceivePolicy):
             raise ConfigError("batch_receive_policy: use pulsar_txn.compat.ConsumerBatchReceivePolicy")
-        return Consumer(native, self.native, policy)
+        return Consumer(native, self.native, policy, _listener_of(given, "message_listener"))
 
     def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
         """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
@@ -161,7 +162,7 @@ class Client:
             ),
             [topic],
         )
-        return Reader(reader, self.native)
+        return Reader(reader, self.native, _listener_of(given, "reader_listener"))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
@@ -272,13 +273,29 @@ class Consumer(Generic[T]):
     take this library's transactions."""
 
     def __init__(
-        self, native: _consumer.Consumer[T], client: _client.Client, batch_policy: BatchReceivePolicy | None
+        self,
+        native: _consumer.Consumer[T],
+        client: _client.Client,
+        batch_policy: BatchReceivePolicy | None,
+        listener: Callable[[Consumer[T], Message[T]], Any] | None = None,
     ) -> None:
         self.native = native
         self._client = client
         self._batch = batch_policy or BatchReceivePolicy()
         self._open = True
         self._names = _TopicNames(client)
+        self._listener: ListenerThread | None = None
+        if listener is not None:
+            self._listener = ListenerThread(
+                native.subscription,
+                lambda ms: self._names.wrap(native.receive(ms)),
+                lambda msg: listener(self, msg),
+            )
+            self._listener.start()
+
+    def _no_listener(self, call: str) -> None:
+        if self._listener is not None:
+            raise ConfigError(f"cannot {call}() when a message_listener is set (as pulsar-client)")
 
     def topic(self) -> str:
         """The subscribed topic (topics joined by commas)."""
@@ -297,11 +314,14 @@ class Consumer(Generic[T]):
         return self._open
 
     def receive(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next message; ``Timeout`` after ``timeout_millis`` (None: wait)."""
+        """The next message; ``Timeout`` after ``timeout_millis`` (None: wait). Refused when a
+        ``message_listener`` is set."""
+        self._no_listener("receive")
         return self._names.wrap(self.native.receive(timeout_millis))
 
     def batch_receive(self) -> list[Message[T]]:
         """Up to the batch receive policy's count of messages, within its timeout."""
+        self._no_listener("batch_receive")
         count = self._batch.max_num_message if self._batch.max_num_message > 0 else 100
         return [self._names.wrap(m) for m in self.native.batch_receive(count, self._batch.timeout_ms)]
 
@@ -322,7 +342,7 @@ class Consumer(Generic[T]):
         self.native.redeliver_unacknowledged_messages()
 
     def seek(self, messageid: Any) -> None:
-        """Move the subscription to a MessageId (a publish time is not supported)."""
+        """Move the subscription to a MessageId, or to a publish time (ms since the epoch)."""
         self.native.seek(_seek_target(messageid))
 
     def get_last_message_id(self) -> MessageId:
@@ -333,38 +353,65 @@ class Consumer(Generic[T]):
         return MessageId.wrap(max(known, key=lambda m: m.offset)) if known else MessageId.earliest
 
     def pause_message_listener(self) -> None:
-        """Not supported: raises ``OperationNotSupported``."""
-        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["pause_message_listener"])
+        """Stop calling the message listener until ``resume_message_listener`` (a call under way
+        finishes); messages wait in the subscription meanwhile."""
+        if self._listener is None:
+            raise ConfigError("pause_message_listener(): this consumer has no message_listener")
+        self._listener.pause()
 
     def resume_message_listener(self) -> None:
-        """Not supported: raises ``OperationNotSupported``."""
-        raise _params.OperationNotSupported(_params.UNSUPPORTED_CALLS["resume_message_listener"])
+        """Call the message listener again."""
+        if self._listener is None:
+            raise ConfigError("resume_message_listener(): this consumer has no message_listener")
+        self._listener.resume()
 
     def unsubscribe(self) -> None:
         """Delete the subscription and close the consumer."""
+        self._stop_listener()
         self.native.unsubscribe()
         self._open = False
 
     def close(self) -> None:
         """Close the consumer (its acknowledgements are kept)."""
+        self._stop_listener()
         self.native.close()
         self._open = False
+
+    def _stop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
 
 
 class Reader(Generic[T]):
     """pulsar-client's Reader."""
 
-    def __init__(self, native: _reader.Reader[T], client: _client.Client) -> None:
+    def __init__(
+        self,
+        native: _reader.Reader[T],
+        client: _client.Client,
+        listener: Callable[[Reader[T], Message[T]], Any] | None = None,
+    ) -> None:
         self.native = native
         self._names = _TopicNames(client)
         self._open = True
+        self._listener: ListenerThread | None = None
+        if listener is not None:
+            self._listener = ListenerThread(
+                str(native.topic),
+                lambda ms: self._names.wrap(native.read_next(ms)),
+                lambda msg: listener(self, msg),
+            )
+            self._listener.start()
 
     def topic(self) -> str:
         """The topic read."""
         return str(self.native.topic)
 
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next committed message; ``Timeout`` after ``timeout_millis`` (None: wait for one)."""
+        """The next committed message; ``Timeout`` after ``timeout_millis`` (None: wait for one).
+        Refused when a ``reader_listener`` is set."""
+        if self._listener is not None:
+            raise ConfigError("cannot read_next() when a reader_listener is set (as pulsar-client)")
         while True:
             try:
                 return self._names.wrap(self.native.read_next(timeout_millis))
@@ -377,7 +424,7 @@ class Reader(Generic[T]):
         return self.native.has_message_available()
 
     def seek(self, messageid: Any) -> None:
-        """Move the reader to a MessageId (a publish time is not supported)."""
+        """Move the reader to a MessageId, or to a publish time (ms since the epoch)."""
         self.native.seek(_seek_target(messageid))
 
     def is_connected(self) -> bool:
@@ -386,6 +433,8 @@ class Reader(Generic[T]):
 
     def close(self) -> None:
         """Close the reader."""
+        if self._listener is not None:
+            self._listener.stop()
         self.native.close()
         self._open = False
 
@@ -405,10 +454,17 @@ class _TopicNames:
         return Message(msg, self._plain[kafka_topic])
 
 
-def _seek_target(messageid: Any) -> _message.MessageId:
-    """The native id a ``seek`` goes to; pulsar-client's seek to a publish time is refused."""
-    if isinstance(messageid, int):
-        raise _params.OperationNotSupported("seek to a publish time is not supported; seek to a MessageId")
+def _listener_of(given: Mapping[str, Any], name: str) -> Any:
+    listener = given.get(name)
+    if listener is not None and not callable(listener):
+        raise ConfigError(f"{name} must be callable (listener(consumer_or_reader, message))")
+    return listener
+
+
+def _seek_target(messageid: Any) -> _message.MessageId | int:
+    """Where a ``seek`` goes: a native id, or a publish time (an ``int``, ms) as pulsar-client takes it."""
+    if isinstance(messageid, int) and not isinstance(messageid, bool):
+        return messageid
     return native_id(messageid)
 
 

@@ -7,7 +7,7 @@ One table per call. Every parameter of pulsar-client's signature is in exactly o
 * **ignored**: a tuning knob of Pulsar's broker protocol or C++ client with no counterpart on Kafka
   (queue sizes, batching, stats intervals, thread counts); accepted, has no effect;
 * **unsupported**: a behaviour this library does not provide (encryption, chunking, delayed
-  delivery, TLS to the coordinator, listeners...). Accepted only at pulsar-client's default value;
+  delivery, TLS to the coordinator...). Accepted only at pulsar-client's default value;
   anything else raises ``OperationNotSupported`` at once, instead of silently behaving differently.
 
 The migration checker (``pulsar_txn.compat.check``) reads the same tables, so what it reports for a
@@ -179,7 +179,7 @@ SUBSCRIBE = _table(
     [
         ("consumer_type", MAPPED),
         ("schema", MAPPED),
-        ("message_listener", _off(None)),
+        ("message_listener", MAPPED),
         ("receiver_queue_size", IGNORED),
         ("max_total_receiver_queue_size_across_partitions", IGNORED),
         ("consumer_name", MAPPED),
@@ -202,7 +202,7 @@ SUBSCRIBE = _table(
         ("dead_letter_policy", MAPPED),
         ("crypto_failure_action", IGNORED),
     ],
-    notes={"message_listener": "call receive() in a thread of your own"},
+    notes={"message_listener": "called on a listener thread of the consumer; receive() is then refused"},
 )
 
 CREATE_READER = _table(
@@ -210,7 +210,7 @@ CREATE_READER = _table(
     ("topic", "start_message_id"),
     [
         ("schema", MAPPED),
-        ("reader_listener", _off(None)),
+        ("reader_listener", MAPPED),
         ("receiver_queue_size", IGNORED),
         ("reader_name", IGNORED),
         ("subscription_role_prefix", IGNORED),
@@ -219,7 +219,7 @@ CREATE_READER = _table(
         ("start_message_id_inclusive", MAPPED),
         ("crypto_failure_action", IGNORED),
     ],
-    notes={"reader_listener": "call read_next() in a thread of your own"},
+    notes={"reader_listener": "called on a listener thread of the reader; read_next() is then refused"},
 )
 
 _SEND_PARAMS: list[tuple[str, str | tuple[Any, ...]]] = [
@@ -249,8 +249,5 @@ TABLES: dict[str, CallTable] = {
 }
 """The tables by call name."""
 
-UNSUPPORTED_CALLS: dict[str, str] = {
-    "pause_message_listener": "no message listeners",
-    "resume_message_listener": "no message listeners",
-}
+UNSUPPORTED_CALLS: dict[str, str] = {}
 """pulsar-client methods that exist here only to raise ``OperationNotSupported``."""

@@ -189,8 +189,6 @@ class _Visitor(ast.NodeVisitor):
                 self._check_args(node, table, strict=func.attr not in ("send", "send_async", "subscribe"))
             elif func.attr in _params.UNSUPPORTED_CALLS:
                 self.add(node, "unsupported", f"{func.attr}(): {_params.UNSUPPORTED_CALLS[func.attr]}")
-            elif func.attr == "seek" and node.args and _is_int_literal(node.args[0]):
-                self.add(node, "unsupported", "seek(<publish time>): only seek to a MessageId is supported")
         self.generic_visit(node)
 
     def _check_args(self, node: ast.Call, table: _params.CallTable, strict: bool = True) -> None:
@@ -221,10 +219,6 @@ class _Visitor(ast.NodeVisitor):
                 )
             elif status == "unknown" and strict and arg not in _params.NATIVE_CLIENT_OPTIONS:
                 self.add(value, "missing", f"{table.call}() has no parameter {arg!r}")
-
-
-def _is_int_literal(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
 
 
 def _static_value(node: ast.expr, allowed: tuple[object, ...], visitor: _Visitor) -> bool | None:

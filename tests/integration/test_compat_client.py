@@ -5,6 +5,8 @@ pulsar-client itself), Pulsar's exclusive reader start, and transactions on top.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -122,8 +124,8 @@ def test_options_the_compat_module_cannot_honour_fail_at_once_with_operation_not
     client = _with_topics(cluster(), {topic: 1})
     with pytest.raises(pulsar.OperationNotSupported, match="chunking_enabled"):
         client.create_producer(topic, chunking_enabled=True)
-    with pytest.raises(pulsar.OperationNotSupported, match="message_listener"):
-        client.subscribe(topic, f"s-{uid}", message_listener=lambda consumer, msg: None)
+    with pytest.raises(pulsar.OperationNotSupported, match="is_read_compacted"):
+        client.subscribe(topic, f"s-{uid}", is_read_compacted=True)
     with pytest.raises(pulsar.NotAllowedError, match="not supported"):
         client.subscribe(topic, f"s-{uid}", consumer_type=real_pulsar.ConsumerType.Shared)
     producer = client.create_producer(topic)
@@ -234,6 +236,10 @@ def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: Clus
     assert first[0].topic_name() == f"persistent://public/default/{plain}"  # no -partition-0
     consumer.seek(pulsar.MessageId.earliest)
     assert consumer.receive(10_000).data() == b"m0"  # acks beyond the new position are forgotten
+    since = first[2].publish_timestamp()
+    consumer.seek(since)  # pulsar-client's seek(<publish time in ms>)
+    expected = next(m for m in first if m.publish_timestamp() >= since)  # m2, or an earlier one in that ms
+    assert consumer.receive(10_000).data() == expected.data()
     consumer.close()
 
     client.create_producer(parted).send(b"p", partition_key="k")
@@ -294,4 +300,55 @@ def test_missing_topics_are_created_as_a_pulsar_broker_does_unless_turned_off(
     with pytest.raises(pulsar.TopicNotFound):
         strict.create_producer(f"absent_{uid}")
     strict.close()
+    client.close()
+
+
+def test_message_and_reader_listeners_are_called_on_a_thread_of_their_own(
+    cluster: ClusterFactory, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = f"compat_listen_{uid}"
+    client = _with_topics(cluster(), {topic: 1})
+    producer = client.create_producer(topic)
+    got: list[bytes] = []
+
+    def on_message(consumer: Any, msg: Any) -> None:  # pulsar-client's listener signature
+        if msg.data() == b"boom":
+            raise RuntimeError("the application's listener failed")
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+
+    consumer = client.subscribe(
+        topic, f"s-{uid}", initial_position=pulsar.InitialPosition.Earliest, message_listener=on_message
+    )
+    for payload in (b"m0", b"boom", b"m1"):
+        producer.send(payload)
+    wait_until(lambda: got == [b"m0", b"m1"], 20, what="the listener's calls")
+    assert "the application's listener failed" in caplog.text  # logged; the next message followed
+    with pytest.raises(pulsar.InvalidConfiguration, match="message_listener"):
+        consumer.receive(100)
+    consumer.pause_message_listener()
+    time.sleep(0.5)  # a receive under way when paused may still hand over one message
+    paused_at = len(got)
+    producer.send(b"m2")
+    time.sleep(1.0)
+    assert len(got) == paused_at  # nothing while paused
+    consumer.resume_message_listener()
+    wait_until(lambda: got[-1:] == [b"m2"], 20, what="delivery after resume")
+    consumer.close()
+    assert not any(
+        t.name.startswith("pulsar-listener-") and t.is_alive()
+        for t in threading.enumerate()
+        if "s-" + uid in t.name
+    )
+
+    read: list[bytes] = []
+    reader = client.create_reader(
+        topic, pulsar.MessageId.earliest, reader_listener=lambda r, msg: read.append(msg.data())
+    )
+    wait_until(lambda: read == [b"m0", b"boom", b"m1", b"m2"], 20, what="the reader listener's calls")
+    with pytest.raises(pulsar.InvalidConfiguration, match="reader_listener"):
+        reader.read_next(100)
+    reader.close()
+    with pytest.raises(pulsar.InvalidConfiguration, match="callable"):
+        client.subscribe(topic, f"t-{uid}", message_listener="not a function")
     client.close()

@@ -28,7 +28,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
-from tests.conftest import REPO, Cluster, receive_all, wait_until
+from tests.conftest import REPO, Cluster, read_all, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -402,6 +402,34 @@ def test_seek_and_unsubscribe(cluster: ClusterFactory, uid: str) -> None:
     consumer.unsubscribe()
     fresh = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
     assert len(receive_all(fresh)) == 5
+
+
+def test_seek_to_a_publish_time_goes_to_the_first_message_published_at_or_after_it(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"seekt_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(6):
+        producer.send(f"m{i}", partition_key=f"k{i}")
+        time.sleep(0.02)  # distinct publish times (ms)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = sorted(receive_all(consumer), key=lambda m: m.publish_timestamp)
+    assert len(msgs) == 6 and len({m.message_id.partition for m in msgs}) == 2
+    for m in msgs:
+        consumer.acknowledge(m)
+    since = msgs[3].publish_timestamp
+    consumer.seek(since)  # Pulsar's seek(timestamp), on every partition
+    assert _values(receive_all(consumer)) == _values(msgs[3:])
+    consumer.seek(msgs[-1].publish_timestamp + 60_000)  # after everything: nothing until new ones
+    assert receive_all(consumer) == []
+    reader = c.client.create_reader(topic, EARLIEST)
+    assert len(read_all(reader)) == 6
+    reader.seek(since)
+    assert _values(read_all(reader)) == _values(msgs[3:])
+    with pytest.raises(ConfigError, match="publish time"):
+        consumer.seek("yesterday")  # type: ignore[arg-type]
 
 
 def test_shared_subscriptions_say_not_supported_yet(cluster: ClusterFactory, uid: str) -> None:

@@ -47,9 +47,9 @@ def test_the_checker_reports_each_call_by_line_with_what_it_does_here() -> None:
     ]  # access_mode=ProducerAccessMode.Shared is the default: not reported
     assert any("deliver_after" in m and m.startswith("unsupported") for m in by_line[8])
     assert any("ConsumerType.Shared" in m and m.startswith("unsupported") for m in by_line[9])
-    assert sorted(m.split(":")[0] for m in by_line[10]) == ["check", "ignored"]  # a name: value unknown
-    assert by_line[11] == ["unsupported: pause_message_listener(): no message listeners"]
-    assert by_line[12] == ["unsupported: seek(<publish time>): only seek to a MessageId is supported"]
+    assert [m.split(":")[0] for m in by_line[10]] == ["ignored"]  # message_listener works here
+    assert 11 not in by_line  # pause_message_listener() too
+    assert 12 not in by_line  # seek(<publish time>) works here
     assert by_line[13] == ["missing: pulsar.KeySharedPolicy has no equivalent in pulsar_txn.compat"]
 
 
@@ -115,14 +115,15 @@ def test_positional_arguments_are_checked_by_pulsar_clients_parameter_order() ->
     source = """\
 import pulsar
 c = pulsar.Client("pulsar://h:6650", None, 30, 4, bootstrap_servers="k:9092")
-c.subscribe("t", "s", pulsar.ConsumerType.Exclusive, None, on_message)
+c.subscribe("t", "s", pulsar.ConsumerType.Exclusive, None, on_message, 10, 100, "n", 0, 30000, 60000, keep)
 c.create_producer("t", "name", None, None, 30000)
 p.send(b"x", {"a": "b"}, "key", "ordering")
 p.send(b"x", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 """
     found = _kinds(source)
     assert (2, "ignored", "Client(io_threads=...) has no effect here") in found
-    assert any(line == 3 and kind == "check" and "message_listener" in m for line, kind, m in found)
+    assert any(line == 3 and kind == "ignored" and "receiver_queue_size" in m for line, kind, m in found)
+    assert any(line == 3 and kind == "check" and "is_read_compacted" in m for line, kind, m in found)
     assert any(line == 4 and kind == "ignored" and "send_timeout_millis" in m for line, kind, m in found)
     assert any(line == 5 and kind == "ignored" and "ordering_key" in m for line, kind, m in found)
     assert any(line == 6 and kind == "missing" and "positional" in m for line, kind, m in found)
