@@ -86,6 +86,11 @@ def cmd_transaction_in_buffer_stats(args: argparse.Namespace) -> int:
     return _with_admin(args, lambda admin: admin.transaction_in_buffer_stats(args.txn_id, args.topic))
 
 
+def cmd_pending_ack_stats(args: argparse.Namespace) -> int:
+    """A subscription's cursor and pending acks as a consumer taking it over would recover them."""
+    return _with_admin(args, lambda admin: admin.pending_ack_stats(args.topic, args.subscription))
+
+
 def cmd_transaction_in_pending_ack_stats(args: argparse.Namespace) -> int:
     return _with_admin(
         args, lambda admin: admin.transaction_in_pending_ack_stats(args.txn_id, args.topic, args.subscription)
@@ -146,6 +151,12 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--txn-id", required=True, help='e.g. "(0,3)"')
     p.add_argument("--topic", required=True, help="topic or topic-partition-N")
     p.set_defaults(func=cmd_transaction_in_buffer_stats)
+
+    p = sub.add_parser("pending-ack-stats", help="a subscription's cursor and pending acks as JSON")
+    _kafka_args(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--subscription", required=True)
+    p.set_defaults(func=cmd_pending_ack_stats)
 
     p = sub.add_parser(
         "transaction-in-pending-ack-stats", help="one transaction's pending acks in a subscription"

@@ -157,21 +157,6 @@ def cmd_tb_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pending_ack_stats(args: argparse.Namespace) -> int:
-    """A subscription's cursor and pending acks as a consumer taking it over would recover them."""
-    from pulsar_txn.client import Client
-    from pulsar_txn.pendingack.stats import pending_ack_stats
-
-    kafka, config = build_configs(args)
-    secret = config.marker_secret.get_secret_value() if config.marker_secret else None
-    client = Client("pulsar://unused:6650", kafka=kafka, num_tcs=config.num_tcs, marker_secret=secret)
-    try:
-        print(json.dumps(pending_ack_stats(client, args.topic, args.subscription), indent=2, sort_keys=True))
-    finally:
-        client.close()
-    return 0
-
-
 def cmd_delete_topic(args: argparse.Namespace) -> int:
     """``pulsar-admin topics delete``: the topic, its subscriptions, their pending-ack logs and its
     TB snapshots; prints what was deleted and kept as JSON."""
@@ -262,13 +247,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
     p.add_argument("--topic", required=True, help="topic or topic-partition-N")
     p.set_defaults(func=cmd_tb_stats)
-
-    p = sub.add_parser("pending-ack-stats", help="a subscription's cursor and pending acks as JSON")
-    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
-    p.add_argument("--config", help="JSON or TOML file with [kafka] and [coordinator] sections")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--subscription", required=True)
-    p.set_defaults(func=cmd_pending_ack_stats)
 
     p = sub.add_parser("delete-topic", help="delete a topic with its subscriptions and pending-ack logs")
     p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")

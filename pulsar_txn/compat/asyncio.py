@@ -185,7 +185,7 @@ class Consumer(Generic[T]):
         self.sync.redeliver_unacknowledged_messages()
 
     async def seek(self, messageid: Any) -> None:
-        """Move the subscription to a MessageId."""
+        """Move the subscription to a MessageId, or to a publish time (ms since the epoch)."""
         await _run(self.sync.seek, messageid)
 
     async def get_last_message_id(self) -> MessageId:
@@ -225,7 +225,7 @@ class Reader(Generic[T]):
         return await _run(self.sync.has_message_available)
 
     async def seek(self, messageid: Any) -> None:
-        """Move the reader to a MessageId."""
+        """Move the reader to a MessageId, or to a publish time (ms since the epoch)."""
         await _run(self.sync.seek, messageid)
 
     async def close(self) -> None:
