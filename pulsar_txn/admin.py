@@ -30,7 +30,7 @@ from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.txnid import TxnID
 
 if TYPE_CHECKING:
-    from pulsar_txn.buffer.state import TxnBufferState
+    from pulsar_txn.buffer.reader import LoadedState
     from pulsar_txn.client import Client
     from pulsar_txn.coordinator.records import TxnMeta
     from pulsar_txn.message import MessageId
@@ -189,10 +189,16 @@ class TransactionsAdmin:
     def transaction_buffer_stats(self, topic: str) -> dict[str, dict[str, Any]]:
         """``pulsar-admin transactions transaction-buffer-stats``, per partition (full partition name):
         ``max_read_position``, ``ongoing_txn_size``, ``aborted_txn_size``, ``committed_txns``,
-        ``aborted_txns``, ``last_snapshot_offset`` (where recovery started; None = from offset 0)."""
+        ``aborted_txns``, ``last_snapshot_offset`` (where recovery started; None = from offset 0),
+        ``last_snapshot_time`` (ms since the epoch; None without a snapshot)."""
         return {
-            name: {**state.stats(), "recovery_state": "Ready", "last_snapshot_offset": from_snapshot}
-            for name, (state, from_snapshot) in self._buffer_states(topic).items()
+            name: {
+                **loaded.state.stats(),
+                "recovery_state": "Ready",
+                "last_snapshot_offset": loaded.from_snapshot,
+                "last_snapshot_time": loaded.snapshot_time,
+            }
+            for name, loaded in self._buffer_states(topic).items()
         }
 
     def transaction_in_buffer_stats(self, txn_id: TxnID | str, topic: str) -> dict[str, dict[str, Any]]:
@@ -200,25 +206,25 @@ class TransactionsAdmin:
         COMMITTED, ABORTED, ENDED, NONE), ``start_position`` (its first message, while open),
         ``aborted``."""
         tid = _txn_id(txn_id)
-        return {name: state.txn_stats(tid) for name, (state, _s) in self._buffer_states(topic).items()}
+        return {name: loaded.state.txn_stats(tid) for name, loaded in self._buffer_states(topic).items()}
 
-    def _buffer_states(self, topic: str) -> dict[str, tuple[TxnBufferState, int | None]]:
-        from pulsar_txn.buffer.reader import load_state
+    def _buffer_states(self, topic: str) -> dict[str, LoadedState]:
+        from pulsar_txn.buffer.reader import load_states
 
         client = self._client
         name = TopicName.parse(topic)
-        count = client._partition_count(name)
-        parts = [name.partition] if name.partition is not None else list(range(count))
-        store, options = client._snapshots(), client._buffer_options()
+        parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
         try:
-            return {
-                str(name.base.with_partition(p)): load_state(
-                    client.kafka, name.kafka_topic, p, store=store, options=options
-                )
-                for p in parts
-            }
+            loaded = load_states(
+                client.kafka,
+                name.kafka_topic,
+                parts,
+                store=client._snapshots(),
+                options=client._buffer_options(),
+            )
         except StoreError as exc:
             raise PersistenceError(f"reading {topic} failed: {exc}", retriable=exc.retriable) from None
+        return {str(name.base.with_partition(p)): loaded[p] for p in parts}
 
     def pending_ack_stats(self, topic: str, subscription: str) -> dict[str, dict[str, Any]]:
         """``pulsar-admin transactions pending-ack-stats``, per partition: ``pending_ack_count``,

@@ -127,34 +127,9 @@ def cmd_standalone(args: argparse.Namespace) -> int:
 
 def cmd_tb_stats(args: argparse.Namespace) -> int:
     """Computed from Kafka (latest snapshot + scan), so it works with or without a coordinator."""
-    from pulsar_txn.buffer.reader import BufferOptions, load_state
-    from pulsar_txn.buffer.snapshot import SnapshotStore
-    from pulsar_txn.naming import TopicName
+    from pulsar_txn._admin_cli import _with_admin
 
-    kafka, config = build_configs(args)
-    name = TopicName.parse(args.topic)
-    store = SnapshotStore(kafka, topic=config.snapshot_topic, partitions=config.snapshot_partitions)
-    secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
-    options = BufferOptions(num_tcs=config.num_tcs, marker_secret=secret)
-    from kafka_store import TopicAdmin
-
-    partitions = (
-        [name.partition]
-        if name.partition is not None
-        else range(TopicAdmin(kafka).partition_count(name.kafka_topic))
-    )
-    out = {}
-    for p in partitions:
-        loaded = store.load(name.kafka_topic, p, num_tcs=config.num_tcs, marker_secret=secret)
-        state, from_snapshot = load_state(kafka, name.kafka_topic, p, store=store, options=options)
-        out[str(name.with_partition(p))] = {
-            **state.stats(),
-            "recovery_state": "Ready",
-            "last_snapshot_offset": from_snapshot,
-            "last_snapshot_time": loaded[1] if loaded else None,
-        }
-    print(json.dumps(out, indent=2, sort_keys=True))
-    return 0
+    return _with_admin(args, lambda admin: admin.transaction_buffer_stats(args.topic))
 
 
 def cmd_delete_topic(args: argparse.Namespace) -> int:

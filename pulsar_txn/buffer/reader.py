@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kafka_store import KafkaConfig, PartitionReader, StoredRecord, StoreError, end_offsets, read_range
 from pulsar_txn.buffer.marker import CTL_HEADER
@@ -68,6 +69,48 @@ def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> i
     return count
 
 
+class LoadedState(NamedTuple):
+    """A partition's TB state at its end, and where it came from."""
+
+    state: TxnBufferState
+    from_snapshot: int | None
+    """The snapshot's ``scanned_to`` where the scan started (None: no snapshot, scanned from 0)."""
+    snapshot_time: int | None
+    """When that snapshot was taken (ms since the epoch), None without one."""
+
+
+def load_states(
+    kafka: KafkaConfig,
+    topic: str,
+    partitions: Sequence[int],
+    *,
+    store: SnapshotStore | None = None,
+    options: BufferOptions | None = None,
+    end: int | None = None,
+) -> dict[int, LoadedState]:
+    """The TB state of each partition at its end (or ``end``): latest snapshot + scan of what
+    follows. The snapshots are loaded together (one replay per snapshot-topic partition)."""
+    opts = options or BufferOptions()
+    loaded = (
+        store.load_many(
+            [(topic, p) for p in partitions], num_tcs=opts.num_tcs, marker_secret=opts.marker_secret
+        )
+        if store
+        else {}
+    )
+    out: dict[int, LoadedState] = {}
+    for p in partitions:
+        snap = loaded.get((topic, p))
+        if snap is not None:
+            state, taken = snap
+            out[p] = LoadedState(state, state.scanned_to, taken)
+        else:
+            state = TxnBufferState(topic, p, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+            out[p] = LoadedState(state, None, None)
+        scan(state, kafka, end)
+    return out
+
+
 def load_state(
     kafka: KafkaConfig,
     topic: str,
@@ -79,19 +122,9 @@ def load_state(
 ) -> tuple[TxnBufferState, int | None]:
     """The TB state at the partition's end (or ``end``): latest snapshot + scan of what follows.
     Returns the state and the snapshot's ``scanned_to`` (None without a snapshot)."""
-    opts = options or BufferOptions()
-    loaded = (
-        store.load(topic, partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
-        if store
-        else None
-    )
-    if loaded is not None:
-        state, _taken = loaded
-        from_snapshot: int | None = state.scanned_to
-    else:
-        state = TxnBufferState(topic, partition, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
-        from_snapshot = None
-    scan(state, kafka, end)
+    state, from_snapshot, _taken = load_states(
+        kafka, topic, [partition], store=store, options=options, end=end
+    )[partition]
     return state, from_snapshot
 
 

@@ -631,6 +631,16 @@ def test_e9_buffer_stats_after_one_committed_one_aborted_one_open_transaction(
     stats = json.loads(out.stdout)[f"persistent://public/default/{topic}-partition-0"]
     assert (stats["committed_txns"], stats["aborted_txns"], stats["ongoing_txn_size"]) == (1, 1, 1)
     assert stats["aborted_txn_size"] == 1 and stats["max_read_position"] == 4
+    # After a snapshot, the stats say where recovery starts and when that snapshot was taken.
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    before_ms = int(time.time() * 1000)
+    store.write(load_state(kafka, topic, 0)[0]).result(15)
+    out = subprocess.run(
+        [*cmd, "--config", str(cfg)], capture_output=True, text=True, cwd=REPO, timeout=60, check=True
+    )
+    stats = json.loads(out.stdout)[f"persistent://public/default/{topic}-partition-0"]
+    assert stats["last_snapshot_offset"] == 5 and stats["max_read_position"] == 4
+    assert before_ms - 1000 <= stats["last_snapshot_time"] <= int(time.time() * 1000)
 
 
 def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_its_name(
