@@ -138,6 +138,13 @@ class TopicNotFound(PulsarTxnError):
     server_error = ServerError.TopicNotFound
 
 
+class SubscriptionNotFound(PulsarTxnError):
+    """The topic has no such subscription (no consumer group with its cursor or members, no
+    pending-ack log)."""
+
+    server_error = ServerError.SubscriptionNotFound
+
+
 class InvalidTopicName(PulsarTxnError, ValueError):
     """A topic name Pulsar would not accept."""
 
@@ -251,6 +258,7 @@ _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.ServiceNotReady: ServiceNotReady,
     ServerError.UnsupportedVersionError: UnsupportedVersionError,
     ServerError.TopicNotFound: TopicNotFound,
+    ServerError.SubscriptionNotFound: SubscriptionNotFound,
     ServerError.InvalidTopicName: InvalidTopicName,
     ServerError.IncompatibleSchema: IncompatibleSchema,
     ServerError.TooManyRequests: TooManyRequests,

@@ -55,6 +55,7 @@ from pulsar_txn.errors import (
     NotAllowedError,
     ProducerFenced,
     Result,
+    SubscriptionNotFound,
     Timeout,
     TopicNotFound,
     TransactionConflict,
@@ -99,7 +100,6 @@ ProducerBusy = _never_raised("ProducerBusy")
 ProducerNotInitialized = _never_raised("ProducerNotInitialized")
 ProducerQueueIsFull = _never_raised("ProducerQueueIsFull")
 ReadError = _never_raised("ReadError")
-SubscriptionNotFound = _never_raised("SubscriptionNotFound")
 TooManyLookupRequestException = _never_raised("TooManyLookupRequestException")
 TopicTerminated = _never_raised("TopicTerminated")
 BrokerMetadataError = _never_raised("BrokerMetadataError")

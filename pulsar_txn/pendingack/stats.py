@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafka_store import TopicNotFoundError, group_offsets, read_range
+from kafka_store import TopicAdmin, TopicNotFoundError, describe_group, group_offsets, read_range
+from pulsar_txn.errors import SubscriptionNotFound
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold
 from pulsar_txn.pendingack.state import PendingAckState
@@ -66,12 +67,22 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
     count = client._partition_count(name)
     parts = [name.partition] if name.partition is not None else list(range(count))
     committed = group_offsets(client.kafka, subscription, [(name.kafka_topic, p) for p in parts])
+    if not committed and not _exists(client, name, subscription):
+        raise SubscriptionNotFound(f"{topic} has no subscription {subscription!r}")
     return {
         str(name.base.with_partition(p)): recover_partition(
             client, name.base, subscription, p, committed.get((name.kafka_topic, p)), 0
         )
         for p in parts
     }
+
+
+def _exists(client: Client, name: TopicName, subscription: str) -> bool:
+    """A subscription with no cursor committed yet still exists while its consumers are in the
+    group, or once it has a pending-ack log (as Pulsar's subscription exists from its creation)."""
+    if TopicAdmin(client.kafka).topic_exists(pending_ack_topic(name.base, subscription)):
+        return True
+    return bool(describe_group(client.kafka, subscription))
 
 
 def pending_ack_stats(client: Client, topic: str, subscription: str) -> dict[str, Any]:

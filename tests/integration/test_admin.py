@@ -101,6 +101,25 @@ def test_a_missing_topic_is_reported_not_created(cluster: ClusterFactory, uid: s
     assert not c.client._admin.topic_exists(f"missing_{uid}")
 
 
+def test_stats_of_a_missing_subscription_say_so_and_a_new_one_has_stats_before_any_ack(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    from pulsar_txn import SubscriptionNotFound
+
+    c = cluster()
+    admin = _admin(c)
+    topic = f"subnf_{uid}"
+    c.client.create_topic(topic, 1)
+    with pytest.raises(SubscriptionNotFound, match=f"no subscription 'nosub_{uid}'"):
+        admin.pending_ack_stats(topic, f"nosub_{uid}")
+    consumer = c.client.subscribe(topic, f"sub_{uid}")
+    part = f"persistent://public/default/{topic}-partition-0"
+    # Subscribed, nothing acked nor committed yet: its stats exist while it has members.
+    stats = wait_until(lambda: admin.pending_ack_stats(topic, f"sub_{uid}"), 10, what="member")
+    assert stats[part]["pending_ack_count"] == 0
+    consumer.close()
+
+
 def test_metrics_count_commits_aborts_and_open_transactions_behind_the_token(
     cluster: ClusterFactory, uid: str
 ) -> None:
