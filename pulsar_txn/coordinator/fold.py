@@ -64,6 +64,12 @@ class TcLogFold:
         epoch = int(fields["epoch"])
         if epoch < self.epoch:
             self.stale_keys.add(key)
+            # Its state is ignored, but the sequence it used is not handed out again: never a
+            # second transaction under a TxnID a deposed owner may have written data for.
+            if kind is TXN_META:
+                self.next_seq = max(self.next_seq, int(fields["seq"]) + 1)
+            elif kind is SEQ_HIGH_WATER:
+                self.next_seq = max(self.next_seq, int(fields["next_seq"]))
             return None
         self.epoch = epoch  # a record newer than any claim seen: its claim was lost, trust its epoch
         if kind is TXN_META:

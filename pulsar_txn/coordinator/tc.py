@@ -206,16 +206,14 @@ class TransactionCoordinator:
             self._replayed.set()
         await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
         fold = self._fold
-        if fold.epoch != offset:
-            log.warning(
-                "TC %d: claim at %d superseded by claim at %d during recovery", self.tc_id, offset, fold.epoch
-            )
-            self._fence(fold.epoch)
-            raise CoordinatorFencedError(f"TC {self.tc_id} was claimed by another instance while recovering")
+        self._check_claim_held(offset)
         self.epoch = offset
         self._txns = fold.txns
         self._keys_by_seq = fold.keys_by_seq
         self._next_seq = fold.next_seq
+        stale = list(fold.stale_keys)
+        await self._adopt(stale)
+        self._check_claim_held(offset)  # the tail kept folding while we wrote
         now = _now_ms()
         for seq, meta in sorted(self._txns.items()):
             if meta.status is TxnStatus.OPEN:
@@ -227,7 +225,6 @@ class TransactionCoordinator:
             else:
                 self._retire_queue.append((meta.ended_at_ms + self._config.end_txn_retention_ms, seq))
         self._retire_queue = deque(sorted(self._retire_queue))
-        stale = list(fold.stale_keys)
         self._verified = self._last_read
         self.state = TcState.READY
         self.recover_ended_ms = now
@@ -244,6 +241,40 @@ class TransactionCoordinator:
             self._next_seq,
             now - self.recover_started_ms,
         )
+
+    def _check_claim_held(self, offset: int) -> None:
+        if self._fold.epoch != offset:
+            log.warning(
+                "TC %d: claim at %d superseded by claim at %d during recovery",
+                self.tc_id,
+                offset,
+                self._fold.epoch,
+            )
+            self._fence(self._fold.epoch)
+            raise CoordinatorFencedError(f"TC {self.tc_id} was claimed by another instance while recovering")
+
+    async def _adopt(self, stale: list[bytes]) -> None:
+        """Rewrite what the log must keep under our own epoch's keys, before anything is tombstoned.
+
+        A deposed owner's late write goes under the key of its own earlier, valid records of that
+        transaction (``txn/<tc>/<seq>@<its epoch>``): tombstoning the stale key, or compaction keeping
+        only the key's last record, would take the valid state with it. So every unfinished
+        transaction, and every finished one sharing a key with a stale record, gets a record under
+        our key; and the sequence high-water goes first, so no compaction makes sequences go back."""
+        shared = {seq for seq, keys in self._keys_by_seq.items() if keys.intersection(stale)}
+        adopt = [
+            meta for seq, meta in sorted(self._txns.items()) if not meta.status.is_terminal or seq in shared
+        ]
+        records: list[tuple[bytes, bytes | None]] = [
+            (seq_key(self.tc_id, self.epoch), encode_seq_high_water(self.tc_id, self.epoch, self._next_seq))
+        ]
+        for meta in adopt:
+            key = txn_key(meta.txn_id, self.epoch)
+            self._keys_by_seq.setdefault(meta.txn_id.least_bits, set()).add(key)
+            records.append((key, meta.encode(self.epoch)))
+        await self._persist(records, confirm=False)
+        for keys in self._keys_by_seq.values():
+            keys.difference_update(stale)  # tombstoned next; each seq keeps our key or a valid one
 
     # ---------------------------------------------------------------- fencing and lifecycle
     def _fence(self, claim_offset: int) -> None:

@@ -415,3 +415,64 @@ def test_a_repeated_add_partition_is_answered_only_once_the_partition_is_logged(
     ec2.run(ec2.service.end_txn(txn, TxnAction.COMMIT))
     marked = topic if kind == "partition" else f"{topic}-sub__transaction_pending_ack"
     assert [m[1:3] for m in _markers(kafka, marked, 0)] == [(txn, TxnAction.COMMIT)]
+
+
+def _compacted(kafka: KafkaConfig, topic: str, tc: int) -> list[Any]:
+    """What compaction may leave of a TC's log: the last record of each key, tombstones dropped."""
+    last = {rec.key: rec for rec in read_range(kafka, topic, tc)}
+    return sorted((r for r in last.values() if r.value is not None), key=lambda r: r.offset)
+
+
+def test_a_deposed_owners_late_write_never_makes_a_later_owner_forget_an_open_txn(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """A late write of a deposed owner goes under the key of that owner's own valid records of the
+    transaction. Neither the next owners' tombstone of that stale key nor compaction (which keeps a
+    key's last record) may take the transaction's valid state with it."""
+    from kafka_store import Appender
+    from pulsar_txn.coordinator.fold import TcLogFold
+    from pulsar_txn.coordinator.records import txn_key
+
+    topic = f"latewrite_{uid}"
+    admin.ensure_topic(topic, 2)
+    cfg = coord_config(static_tc_ids=(0,), max_txn_timeout_ms=3_600_000)
+    a = embedded(cfg)
+    txn = a.run(a.service.new_txn(0, 3_600_000))
+    a.run(a.service.add_partitions(txn, [f"{topic}-partition-0"]))
+    tc_a = a.service.coordinator(0)
+    meta_a, epoch_a = tc_a.get(txn).copy(), tc_a.epoch  # type: ignore[union-attr]
+    a.stop()
+    b = embedded(cfg)  # claims TC 0: owner A is deposed
+    # A, not knowing yet, logs one more ADD under its own epoch: byte for byte what its _write_meta
+    # writes, under the same key as its valid records of this transaction.
+    late = meta_a.copy()
+    late.partitions.append(f"{topic}-partition-1")
+    app = Appender(kafka)
+    app.append(cfg.log_topic, 0, late.encode(epoch_a), key=txn_key(txn, epoch_a)).result(10)
+    app.close()
+    b.stop()
+    c = embedded(cfg)  # sees the late write as stale and tombstones its key
+    assert c.service.coordinator(0).get(txn).status is TxnStatus.OPEN  # type: ignore[union-attr]
+    wait_until(
+        lambda: any(
+            r.key == txn_key(txn, epoch_a) and r.value is None for r in read_range(kafka, cfg.log_topic, 0)
+        ),
+        10,
+        what="the stale key's tombstone",
+    )
+    c.stop()
+    d = embedded(cfg)
+    tc_d = d.service.coordinator(0)
+    meta = tc_d.get(txn)
+    assert meta is not None and meta.status is TxnStatus.OPEN
+    assert meta.partitions == [f"{topic}-partition-0"]  # the stale ADD is not part of it
+    assert tc_d.low_watermark() < txn.least_bits
+    # Compaction keeps each key's last record: the open transaction survives, and its sequence is
+    # never handed out again.
+    fold = TcLogFold(0)
+    for rec in _compacted(kafka, cfg.log_topic, 0):
+        fold.apply(rec.offset, rec.key, rec.value)
+    assert fold.txns[txn.least_bits].status is TxnStatus.OPEN and fold.next_seq > txn.least_bits
+    d.run(d.service.end_txn(txn, TxnAction.COMMIT))
+    assert [(t, a) for _o, t, a, _l in _markers(kafka, topic, 0)] == [(txn, TxnAction.COMMIT)]
+    assert _markers(kafka, topic, 1) == []

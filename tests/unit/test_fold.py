@@ -71,14 +71,16 @@ def test_writes_before_the_new_claim_stay_valid() -> None:
     assert log.fold().txns[0].status is TxnStatus.COMMITTING
 
 
-def test_compaction_keeps_the_verdict_because_keys_carry_the_epoch() -> None:
+def test_compaction_keeps_the_verdict_held_under_the_new_owners_key() -> None:
     log = Log()
     e1 = log.claim("a")
     log.txn(_meta(0), e1)
     e2 = log.claim("b")
     log.txn(_meta(0, TxnStatus.ABORTING), e2)
     log.txn(_meta(0, TxnStatus.COMMITTING), e1)  # stale
-    # Compaction keeps the last record per key; nothing stale shares a key with a valid record.
+    # Compaction keeps the last record per key. The stale write shares its key with a's valid
+    # record and shadows it, so the state must live under b's key too: a new owner rewrites every
+    # unfinished transaction under its own epoch when it takes over (TransactionCoordinator._adopt).
     latest: dict[bytes | None, tuple[int, bytes | None, bytes | None]] = {}
     for rec in log.records:
         latest[rec[1]] = rec
@@ -123,3 +125,15 @@ def test_state_at_offset_x_is_a_function_of_records_below_x() -> None:
     two = log.fold(log.records[:4])
     assert one.txns == two.txns
     assert set(one.txns) == {0, 1, 2}
+
+
+def test_a_stale_write_still_moves_next_seq_so_its_txn_id_is_never_handed_out_again() -> None:
+    log = Log()
+    e1 = log.claim("a")
+    log.txn(_meta(0), e1)
+    log.claim("b")
+    log.txn(_meta(1), e1)  # zombie "a" allocated seq 1 after losing the TC
+    log.raw(seq_key(0, e1), encode_seq_high_water(0, e1, 5))  # and wrote a high-water (stale too)
+    f = log.fold()
+    assert sorted(f.txns) == [0] and len(f.stale_keys) == 2
+    assert f.next_seq == 5
