@@ -103,3 +103,14 @@ def pending_ack_topic(topic: TopicName, subscription: str) -> str:
     Pulsar names it ``<topic>-<sub>__transaction_pending_ack``; so do we.
     """
     return f"{topic.base.kafka_topic}-{subscription}__transaction_pending_ack"
+
+
+def check_subscription(topic: str, subscription: str) -> None:
+    """``InvalidTopicName`` unless ``topic`` parses and the subscription's pending-ack log name is a
+    valid Kafka topic name (it embeds the subscription name)."""
+    name = pending_ack_topic(TopicName.parse(topic), subscription)
+    if not subscription or not _KAFKA_OK.match(name):
+        raise InvalidTopicName(
+            f"subscription {subscription!r} of {topic!r}: its pending-ack log {name!r} is not a valid "
+            "Kafka topic name"
+        )

@@ -16,6 +16,7 @@ from kafka_store import Appender, ProduceError, StoreError, TopicAdmin, TopicNot
 from pulsar_txn._loop_inbox import inbox
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.errors import InvalidTopicName
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -63,7 +64,7 @@ class KafkaTxnEndpoints:
         self._num_tcs = num_tcs
         self._partition_counts: dict[str, int] = {}
         self._missing_grace = missing_topic_grace_ms / 1000
-        self._missing_since: dict[str, float] = {}  # topic -> when a failed marker write found it gone
+        self._missing_since: dict[tuple[str, int], float] = {}  # when a failed marker write found it gone
 
     async def _write_marker(self, topic: str, partition: int, marker: TxnMarker) -> None:
         value, headers = marker_record(marker, topic, partition, self._secret)
@@ -87,10 +88,11 @@ class KafkaTxnEndpoints:
         try:
             await done
         except StoreError:
-            if not await self._gone_for_good(topic):
+            if not await self._gone_for_good(topic, partition):
                 raise  # the caller retries
-            # Deleted since the transaction wrote there: its records went with it, so there is
-            # nothing left to end. Retrying forever would also pin the TC's low watermark.
+            # Deleted since the transaction wrote there (or re-created with fewer partitions): its
+            # records went with it, so there is nothing left to end. Retrying forever would also pin
+            # the TC's low watermark.
             log.warning(
                 "%s[%d] has been missing for %.0fs (deleted): no %s marker for %s needed there",
                 topic,
@@ -100,14 +102,25 @@ class KafkaTxnEndpoints:
                 marker.txn_id,
             )
 
-    async def _gone_for_good(self, topic: str) -> bool:
-        """After a failed marker write: has ``topic`` been missing from the topic list (which names
-        every topic and creates none) for the grace period? A deleted topic shows up as a write
-        timeout (the producer waits for it to appear) or as an unknown topic."""
-        if await asyncio.to_thread(lambda: topic in self._admin.list_topics()):
-            self._missing_since.pop(topic, None)
+    async def _gone_for_good(self, topic: str, partition: int) -> bool:
+        """After a failed marker write: has the partition been missing for the grace period? Its
+        topic is not in the topic list (which names every topic and creates none), or has fewer
+        partitions now (deleted and created again smaller). A deleted topic shows up as a write
+        timeout (the producer waits for it to appear) or as an unknown topic or partition."""
+
+        def present() -> bool:
+            if topic not in self._admin.list_topics():
+                return False
+            try:
+                return partition < self._admin.partition_count(topic)
+            except TopicNotFoundError:
+                return False
+
+        key = (topic, partition)
+        if await asyncio.to_thread(present):
+            self._missing_since.pop(key, None)
             return False
-        since = self._missing_since.setdefault(topic, time.monotonic())
+        since = self._missing_since.setdefault(key, time.monotonic())
         return time.monotonic() - since >= self._missing_grace
 
     async def end_on_partition(
@@ -119,7 +132,13 @@ class KafkaTxnEndpoints:
         *,
         recovering: bool = False,
     ) -> None:
-        name = TopicName.parse(partition)
+        try:
+            name = TopicName.parse(partition)
+        except InvalidTopicName as exc:
+            # Refused when added since session 20; a log written before may still name one. No
+            # data can be there, so there is nothing to end (retrying would pin the low watermark).
+            log.error("%s: participant %r is no topic (%s): no marker needed", txn_id, partition, exc)
+            return
         if recovering and await asyncio.to_thread(
             self._ended_there, name.kafka_topic, name.kafka_partition, txn_id
         ):
@@ -150,8 +169,14 @@ class KafkaTxnEndpoints:
     async def end_on_subscription(
         self, topic: str, subscription: str, txn_id: TxnID, action: TxnAction, low_watermark: int
     ) -> None:
-        name = TopicName.parse(topic)
-        ack_topic = pending_ack_topic(name, subscription)
+        try:
+            name = TopicName.parse(topic)
+            ack_topic = pending_ack_topic(name, subscription)
+        except InvalidTopicName as exc:
+            log.error(
+                "%s: %r of %r is no subscription (%s); nothing to end", txn_id, subscription, topic, exc
+            )
+            return
         count = self._partition_counts.get(ack_topic)
         if count is None or (name.partition is not None and name.partition >= count):  # new, or grown
             try:

@@ -46,6 +46,7 @@ from pulsar_txn.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
+from pulsar_txn.naming import TopicName, check_subscription
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -472,11 +473,19 @@ class TransactionCoordinator:
     async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add partitions")
+        for p in partitions:
+            if p not in meta.partitions:
+                # A name no marker can ever be written to would hold the end (and the low
+                # watermark) for good: InvalidTopicName, before anything is logged.
+                TopicName.parse(p)
         await self._add(meta, meta.partitions, partitions)
 
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add subscriptions")
+        for topic, sub in subscriptions:
+            if (topic, sub) not in meta.subscriptions:
+                check_subscription(topic, sub)
         await self._add(meta, meta.subscriptions, subscriptions)
 
     async def _add(self, meta: TxnMeta, have: list[_T], wanted: list[_T]) -> None:

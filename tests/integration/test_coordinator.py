@@ -476,3 +476,30 @@ def test_a_deposed_owners_late_write_never_makes_a_later_owner_forget_an_open_tx
     d.run(d.service.end_txn(txn, TxnAction.COMMIT))
     assert [(t, a) for _o, t, a, _l in _markers(kafka, topic, 0)] == [(txn, TxnAction.COMMIT)]
     assert _markers(kafka, topic, 1) == []
+
+
+def test_participants_no_marker_can_reach_are_refused_or_given_up_so_the_end_completes(
+    embedded: Factory, coord_config: ConfigFactory, admin: TopicAdmin, uid: str
+) -> None:
+    """A name that is no topic is refused when added; a partition beyond the topic's partitions
+    (e.g. deleted and created again smaller) is given up after the grace period, as a deleted topic
+    is: the end completes and the low watermark moves on."""
+    from pulsar_txn.errors import InvalidTopicName
+
+    topic = f"fewer_{uid}"
+    admin.ensure_topic(topic, 1)
+    ec = embedded(coord_config(static_tc_ids=(0,), end_missing_topic_grace_ms=500))
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    with pytest.raises(InvalidTopicName):
+        ec.run(s.add_partitions(txn, ["bad name!"]))
+    with pytest.raises(InvalidTopicName, match="pending-ack log"):
+        ec.run(s.add_subscriptions(txn, [(topic, "bad sub/x")]))
+    ec.run(s.add_partitions(txn, [f"{topic}-partition-0", f"{topic}-partition-7"]))
+    later = ec.run(s.new_txn(0, 0))
+    ec.run(s.end_txn(later, TxnAction.COMMIT))
+    ec.run(asyncio.wait_for(s.end_txn(txn, TxnAction.COMMIT), 30))
+    tc = s.coordinator(0)
+    assert tc.get(txn).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
+    assert [(t, a) for _o, t, a, _l in _markers(ec.kafka, topic, 0)][-1] == (txn, TxnAction.COMMIT)
+    wait_until(lambda: tc.low_watermark() >= later.least_bits, 10, what="low watermark past both")
