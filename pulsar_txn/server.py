@@ -20,6 +20,7 @@ from pulsar_txn.errors import ProtocolError, PulsarTxnError, ServerError, Transa
 from pulsar_txn.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
+    TC_ASSIGN_TOPIC,
     TC_CONNECT_MIN_PROTOCOL_VERSION,
     BaseCommand,
     CommandAddPartitionToTxnResponse,
@@ -29,6 +30,7 @@ from pulsar_txn.protocol import (
     CommandError,
     CommandLookupTopicResponse,
     CommandNewTxnResponse,
+    CommandPartitionedTopicMetadataResponse,
     CommandPing,
     CommandPong,
     CommandTcClientConnectResponse,
@@ -38,6 +40,7 @@ from pulsar_txn.protocol import (
     FrameTooLargeError,
     LookupType,
     Message,
+    PartitionedMetadataResult,
     encode_command,
     parse_tc_assign_topic,
     type_name,
@@ -171,6 +174,7 @@ class _Connection:
             CommandType.ADD_SUBSCRIPTION_TO_TXN: self._add_subscription_to_txn,
             CommandType.END_TXN: self._end_txn,
             CommandType.LOOKUP: self._lookup,
+            CommandType.PARTITIONED_METADATA: self._partitioned_metadata,
         }
 
     async def run(self) -> None:
@@ -436,6 +440,26 @@ class _Connection:
             return wrap(response(**ids, error=error, message=message))
         return wrap(response(**ids))
 
+    async def _partitioned_metadata(self, base: BaseCommand) -> BaseCommand:
+        """Pulsar's clients learn how many TCs there are from the TC-assign topic's partitions."""
+        cmd = _need(base.partition_metadata)
+        if cmd.topic.strip() == TC_ASSIGN_TOPIC:
+            return wrap(
+                CommandPartitionedTopicMetadataResponse(
+                    request_id=cmd.request_id,
+                    partitions=self._api.num_tcs,
+                    response=PartitionedMetadataResult.Success,
+                )
+            )
+        return wrap(
+            CommandPartitionedTopicMetadataResponse(
+                request_id=cmd.request_id,
+                response=PartitionedMetadataResult.Failed,
+                error=ServerError.TopicNotFound,
+                message=f"topic {cmd.topic} is not served here: a coordinator serves {TC_ASSIGN_TOPIC} only",
+            )
+        )
+
     async def _lookup(self, base: BaseCommand) -> BaseCommand:
         cmd = _need(base.lookup_topic)
         response = CommandLookupTopicResponse(request_id=cmd.request_id)
@@ -474,6 +498,7 @@ _WITH_BODY = frozenset(
         CommandType.ADD_SUBSCRIPTION_TO_TXN,
         CommandType.END_TXN,
         CommandType.LOOKUP,
+        CommandType.PARTITIONED_METADATA,
     }
 )
 

@@ -166,6 +166,31 @@ class CommandLookupTopicResponse(Message):
     proxy_through_service_url: bool = pb(8, Kind.BOOL, default=False)
 
 
+class PartitionedMetadataResult(IntEnum):
+    """CommandPartitionedTopicMetadataResponse.LookupType."""
+
+    Success = 0
+    Failed = 1
+
+
+@message
+class CommandPartitionedTopicMetadata(Message):
+    topic: str = pb(1, Kind.STRING)
+    request_id: int = pb(2, Kind.UINT64)
+    original_principal: str | None = pb(3, Kind.STRING, default=None)
+    original_auth_data: str | None = pb(4, Kind.STRING, default=None, secret=True)
+    original_auth_method: str | None = pb(5, Kind.STRING, default=None)
+
+
+@message
+class CommandPartitionedTopicMetadataResponse(Message):
+    partitions: int | None = pb(1, Kind.UINT32, default=None)
+    request_id: int = pb(2, Kind.UINT64)
+    response: int | None = pb(3, Kind.ENUM, default=None, enum_type=PartitionedMetadataResult)
+    error: int | None = pb(4, Kind.ENUM, default=None, enum_type=ServerError)
+    message: str | None = pb(5, Kind.STRING, default=None)
+
+
 # -- transactions -----------------------------------------------------------------------------------
 
 
@@ -268,6 +293,12 @@ class BaseCommand(Message):
     error: CommandError | None = pb(14, Kind.MESSAGE, default=None, msg_type=CommandError)
     ping: CommandPing | None = pb(18, Kind.MESSAGE, default=None, msg_type=CommandPing)
     pong: CommandPong | None = pb(19, Kind.MESSAGE, default=None, msg_type=CommandPong)
+    partition_metadata: CommandPartitionedTopicMetadata | None = pb(
+        21, Kind.MESSAGE, default=None, msg_type=CommandPartitionedTopicMetadata
+    )
+    partition_metadata_response: CommandPartitionedTopicMetadataResponse | None = pb(
+        22, Kind.MESSAGE, default=None, msg_type=CommandPartitionedTopicMetadataResponse
+    )
     lookup_topic: CommandLookupTopic | None = pb(23, Kind.MESSAGE, default=None, msg_type=CommandLookupTopic)
     lookup_topic_response: CommandLookupTopicResponse | None = pb(
         24, Kind.MESSAGE, default=None, msg_type=CommandLookupTopicResponse

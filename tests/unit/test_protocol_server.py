@@ -518,6 +518,39 @@ def test_lookup_answers_connect_redirect_or_failed() -> None:
     run(scenario())
 
 
+def test_partitioned_metadata_of_the_tc_assign_topic_is_the_number_of_tcs() -> None:
+    """Pulsar's Java client learns how many TCs there are this way before TC_CLIENT_CONNECT."""
+    from pulsar_txn.protocol import (
+        TC_ASSIGN_TOPIC,
+        CommandPartitionedTopicMetadata,
+        PartitionedMetadataResult,
+    )
+
+    async def scenario() -> None:
+        async with serving(FakeApi(num_tcs=4)) as server, connected(server) as raw:
+            await raw.send(CommandPartitionedTopicMetadata(topic=TC_ASSIGN_TOPIC, request_id=7))
+            await raw.send(
+                CommandPartitionedTopicMetadata(topic="persistent://public/default/t", request_id=8)
+            )
+            first, second = (
+                (await raw.recv()).partition_metadata_response,
+                (await raw.recv()).partition_metadata_response,
+            )
+            assert first is not None and second is not None
+            assert (first.request_id, first.response, first.partitions) == (
+                7,
+                PartitionedMetadataResult.Success,
+                4,
+            )
+            assert (second.request_id, second.response, second.error) == (
+                8,
+                PartitionedMetadataResult.Failed,
+                ServerError.TopicNotFound,
+            )
+
+    run(scenario())
+
+
 # -- robustness -------------------------------------------------------------------------------------
 
 
