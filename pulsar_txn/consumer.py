@@ -595,27 +595,43 @@ class Consumer(Generic[T]):
         self._redelivery_counts.pop(key, None)
 
     def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> None:
-        if not mids:
-            raise NotAllowedError("nothing to acknowledge")
-        if kind is AckKind.CUMULATIVE and len(mids) != 1:
-            err = NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
-            txn.record_failure(err)
-            raise err
-        if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
-            raise NotAllowedError("acknowledge messages of one partition per call")
-        first = mids[0]
-        name = self._kafka_topics[first.topic]
-        # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
-        # the TC then ends it in that partition's pending-ack log only, not in all of them.
-        sub_topic = name.base
-        if self._client._partition_count(name) > 1:
-            sub_topic = name.base.with_partition(first.partition)
+        """As in Pulsar, every transactional ack is an operation of the transaction: one that fails,
+        for whatever reason, makes its commit abort (an application catching the error cannot
+        commit the output of messages whose acks did not take)."""
+        try:
+            sub_topic = self._txn_ack_topic(kind, mids)
+        except PulsarTxnError as exc:
+            txn.record_failure(exc)
+            raise
         # Counted from here until tracked: a commit beginning meanwhile waits for this ack's write.
         registered = txn.begin_ack(str(sub_topic), self.subscription)
         try:
             self._ack_counted(txn, kind, mids, registered)
+        except PulsarTxnError as exc:
+            txn.record_failure(exc)  # before op_finished: a commit waiting on it then sees the failure
+            raise
         finally:
-            txn.op_finished(None)  # a failure that must stop the commit was recorded as such
+            txn.op_finished(None)
+
+    def _txn_ack_topic(self, kind: AckKind, mids: Sequence[MessageId]) -> TopicName:
+        """What the transaction registers for these acks (raises if they cannot be made here)."""
+        if not mids:
+            raise NotAllowedError("nothing to acknowledge")
+        if kind is AckKind.CUMULATIVE and len(mids) != 1:
+            raise NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
+        if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
+            raise NotAllowedError("acknowledge messages of one partition per call")
+        first = mids[0]
+        name = self._kafka_topics.get(first.topic)
+        if name is None:
+            raise NotAllowedError(
+                f"cannot acknowledge {first}: {first.topic!r} is not subscribed by {self.subscription!r}"
+            )
+        # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
+        # the TC then ends it in that partition's pending-ack log only, not in all of them.
+        if self._client._partition_count(name) > 1:
+            return name.base.with_partition(first.partition)
+        return name.base
 
     def _ack_counted(
         self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId], registered: Future[None]
@@ -629,20 +645,14 @@ class Consumer(Generic[T]):
         try:
             self._ensure_pa_topic(part)
         except StoreError as exc:
-            failure = PersistenceError(
+            raise PersistenceError(
                 f"cannot create pending-ack log {part.pa_topic}: {exc}", retriable=True
-            )
-            txn.record_failure(failure)
-            raise failure from None
+            ) from None
         with self._lock:
             # Again: a rebalance may have revoked (or re-opened) the partition meanwhile. The batch is
             # made under the same lock, so a revocation either writes it or refuses this ack.
             part = self._part_for(first)
-            try:
-                part.pending.check(txn.txn_id, kind, offsets)
-            except PulsarTxnError as exc:
-                txn.record_failure(exc)
-                raise
+            part.pending.check(txn.txn_id, kind, offsets)
             part.pending.apply_ack(txn.txn_id, kind, offsets)
             self._txn_parts.setdefault(txn.txn_id, {})[part.tp] = part
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])

@@ -870,3 +870,42 @@ def test_read_uncommitted_subscription_delivers_open_and_aborted_messages_never_
     ]
     with pytest.raises(ConfigError, match="subscription_isolation_level"):
         c.client.subscribe(topic, f"bad_{uid}", subscription_isolation_level="DIRTY")
+
+
+def test_a_txn_ack_refused_because_its_partition_moved_makes_the_commit_abort(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Pulsar registers every transactional ack with its transaction, so one that fails fails the
+    commit. Here too, even when the application catches the ack's error: C1's ack of a message whose
+    partition moved to C2 is refused, and C1's commit of its output aborts instead. The same for an
+    ack of a topic the consumer does not subscribe to (a typed error, not a KeyError)."""
+    c = cluster()
+    topic, sub, out = f"mvack_{uid}", f"sub_{uid}", f"mvout_{uid}"
+    _setup(c, topic, 20, partitions=2)
+    c.client.create_topic(out, 1)
+    c1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    msgs = receive_all(c1)
+    assert len(msgs) == 20
+    c2 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    _split_between(c1, c2, 2)
+    moved = next(m for m in msgs if (m.message_id.topic, m.message_id.partition) in c2.assigned_partitions())
+    producer = c.client.create_producer(out)
+    txn = c.client.transaction(60)
+    producer.send(b"output of " + moved.data, txn=txn)
+    with pytest.raises(NotAllowedError):
+        c1.acknowledge(moved, txn=txn)
+    with pytest.raises(TransactionHasOperationFailed):
+        txn.commit()
+    assert read_all(c.client.create_reader(out)) == []
+    foreign = MessageId(f"other_{uid}", 0, 0)
+    txn2 = c.client.transaction(60)
+    producer.send(b"more output", txn=txn2)
+    with pytest.raises(NotAllowedError, match="not subscribed"):
+        c1.acknowledge(foreign, txn=txn2)
+    with pytest.raises(NotAllowedError, match="not subscribed"):
+        c1.acknowledge_cumulative(foreign, txn=txn2)
+    with pytest.raises(TransactionHasOperationFailed):
+        txn2.commit()
+    assert read_all(c.client.create_reader(out)) == []
+    c1.close()
+    c2.close()
