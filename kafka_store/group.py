@@ -282,7 +282,10 @@ class SubscriptionGroup:
         instance_id: str | None = None,
         session_timeout_ms: int = 6000,
         on_lost: Callable[[list[tuple[str, int]]], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
+        """``on_tick``: called on the group's thread about every 50 ms (between polls), e.g. to retry
+        work of an assignment callback that failed."""
         extra: dict[str, Any] = {
             "client.id": client_id,
             "auto.offset.reset": "earliest",
@@ -299,6 +302,7 @@ class SubscriptionGroup:
         # Lost, not revoked: the group went on without this member (evicted, fenced), so the
         # partitions may already be another member's. Default: handled like a revocation.
         self._on_lost = on_lost or on_revoke
+        self._on_tick = on_tick
         self._consumer = Consumer(conf)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -341,6 +345,8 @@ class SubscriptionGroup:
                 log.warning("subscription %s poll: %s", self.group_id, exc)
             self._wake.clear()  # before taking the queue: a commit handed over after it wakes the wait
             self._run_commits()
+            if self._on_tick is not None:
+                self._on_tick()
             # Not poll(0.05): a commit handed over must not wait for the poll to time out (a
             # transaction's commit waits for one). Rebalance callbacks are served as often as before.
             self._wake.wait(0.05)

@@ -122,6 +122,7 @@ class _Part:
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
+_REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
 
 
 @dataclass
@@ -234,6 +235,8 @@ class Consumer(Generic[T]):
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
         self._pa_topics_ready: set[str] = set()
         self._retained: dict[TP, _Part] = {}
+        # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.
+        self._reopen: dict[TP, tuple[float, float]] = {}
         self._ack_batches: dict[tuple[TxnID, TP, AckKind], _AckBatch] = {}
         self._refetch_due: list[tuple[TP, list[int]]] = []  # see _after_outcome; read by the upkeep thread
         self._closed = False
@@ -252,6 +255,7 @@ class Consumer(Generic[T]):
             client_id=client_id,
             instance_id=instance_id,
             on_lost=self._on_lost,
+            on_tick=self._retry_failed_opens,
         )
         self._group.start()
         if not self._assigned_once.wait(subscribe_timeout):
@@ -289,14 +293,47 @@ class Consumer(Generic[T]):
                 held = [tp for tp in partitions if tp in self._parts]
                 for tp in held:
                     self._parts[tp].dirty = True  # still ours: keep its state, re-commit it
-            fresh = [tp for tp in partitions if tp not in held]
-            committed = self._group.committed(fresh) if fresh else {}
-            for tp in fresh:
-                self._open_partition(tp, committed.get(tp))
-        except (PulsarTxnError, StoreError):
-            log.exception("subscription %s: opening partitions failed", self.subscription)
+            self._open_partitions([tp for tp in partitions if tp not in held])
         finally:
             self._assigned_once.set()
+
+    def _open_partitions(self, fresh: list[TP]) -> None:
+        """Open each partition, or note it for a retry (a storage error must not leave a partition
+        assigned to us in Kafka and read by nobody)."""
+        if not fresh:
+            return
+        try:
+            committed = self._group.committed(fresh)
+        except StoreError as exc:
+            for tp in fresh:
+                self._open_failed(tp, exc)
+            return
+        for tp in fresh:
+            try:
+                self._open_partition(tp, committed.get(tp))
+            except (PulsarTxnError, StoreError) as exc:
+                self._open_failed(tp, exc)
+            else:
+                self._reopen.pop(tp, None)
+
+    def _open_failed(self, tp: TP, exc: Exception) -> None:
+        backoff = min(_REOPEN_MAX_BACKOFF_S, 2 * self._reopen[tp][1]) if tp in self._reopen else 0.2
+        self._reopen[tp] = (time.monotonic() + backoff, backoff)
+        log.warning(
+            "subscription %s: opening %s[%d] failed (%s); retrying in %.1f s",
+            self.subscription,
+            *tp,
+            exc,
+            backoff,
+        )
+
+    def _retry_failed_opens(self) -> None:
+        """On the group thread (as assignment callbacks are): partitions whose opening failed."""
+        if not self._reopen:
+            return
+        now = time.monotonic()
+        due = [tp for tp, (at, _b) in self._reopen.items() if at <= now and tp not in self._parts]
+        self._open_partitions(due)
 
     def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None) -> None:
         topic, partition = tp
@@ -361,6 +398,8 @@ class Consumer(Generic[T]):
         # take _lock. A revocation (not a loss) holds the group's rebalance until this returns, so
         # the next owner's recovery comes after these writes: their transactions may still commit.
         revoked = set(partitions)
+        for tp in revoked:
+            self._reopen.pop(tp, None)
         gone: list[_Part] = []
         self._write_ack_batches(revoked)
         with self._read_lock, self._lock, self._pa_lock:

@@ -909,3 +909,30 @@ def test_a_txn_ack_refused_because_its_partition_moved_makes_the_commit_abort(
     assert read_all(c.client.create_reader(out)) == []
     c1.close()
     c2.close()
+
+
+def test_a_partition_whose_opening_failed_is_retried_not_left_unread(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka assigned the partition to this consumer; a storage error while recovering its state
+    must not leave it assigned and read by nobody: the consumer retries, then delivers."""
+    import pulsar_txn.consumer as consumer_module
+    from kafka_store import StoreError
+
+    c = cluster()
+    topic, sub = f"reopen_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    real = consumer_module.recover_partition
+    calls = [0]
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] <= 2:
+            raise StoreError("simulated fetch time-out", retriable=True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(consumer_module, "recover_partition", flaky)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    got = receive_all(consumer, 5000)
+    consumer.close()
+    assert sorted(m.data for m in got) == [f"m{i:04d}".encode() for i in range(5)] and calls[0] == 3
