@@ -229,6 +229,7 @@ class Consumer(Generic[T]):
         self._seq = itertools.count()
         self._unacked: dict[tuple[str, int, int], tuple[Message[T], float]] = {}
         self._in_txn: dict[tuple[str, int, int], Message[T]] = {}
+        self._cum_txns: set[tuple[TxnID, TP]] = set()  # transactions with a cumulative ack, per partition
         # Which offsets each transaction moved into _in_txn, per partition: an outcome then touches
         # its own messages, not every message held by every transaction in flight.
         self._txn_offsets: dict[TxnID, dict[TP, list[int]]] = {}
@@ -431,6 +432,7 @@ class Consumer(Generic[T]):
         heapq.heapify(self._redeliveries)
         self._unacked = {k: v for k, v in self._unacked.items() if (k[0], k[1]) != tp}
         self._in_txn = {k: v for k, v in self._in_txn.items() if (k[0], k[1]) != tp}
+        self._cum_txns = {k for k in self._cum_txns if k[1] != tp}
         for txn_id in list(self._txn_offsets):
             self._take_held(txn_id, tp)
 
@@ -693,6 +695,8 @@ class Consumer(Generic[T]):
             part = self._part_for(first)
             part.pending.check(txn.txn_id, kind, offsets)
             part.pending.apply_ack(txn.txn_id, kind, offsets)
+            if kind is AckKind.CUMULATIVE:
+                self._cum_txns.add((txn.txn_id, part.tp))
             self._txn_parts.setdefault(txn.txn_id, {})[part.tp] = part
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
             topic, partition = first.topic, first.partition
@@ -926,10 +930,22 @@ class Consumer(Generic[T]):
                 dropped.append(batch.written)
         if action is TxnAction.COMMIT:
             topic, partition = part.tp
+            counts = self._redelivery_counts
             for offset in held or ():
                 if part.cursor.is_acked(offset):
                     self._in_txn.pop((topic, partition, offset), None)
+                    counts.pop((topic, partition, offset), None)
+            if (txn_id, part.tp) in self._cum_txns:
+                self._cum_txns.discard((txn_id, part.tp))
+                # A cumulative commit also acked every lower message still held as unacked here.
+                md = part.cursor.mark_delete
+                below = [k for k in self._unacked if k[0] == topic and k[1] == partition and k[2] < md]
+                below += [k for k in counts if k[0] == topic and k[1] == partition and k[2] < md]
+                for k in below:
+                    self._unacked.pop(k, None)
+                    counts.pop(k, None)
             return
+        self._cum_txns.discard((txn_id, part.tp))
         missing = []
         for offset in released:
             key = (part.tp[0], part.tp[1], offset)
@@ -1122,18 +1138,54 @@ class Consumer(Generic[T]):
         self._seek_to(message_id)
 
     def _seek_to(self, message_id: MessageId) -> None:
-        with self._read_lock, self._lock:
-            part = self._parts.get((message_id.topic, message_id.partition))
+        tp = (message_id.topic, message_id.partition)
+        with self._lock:
+            part = self._parts.get(tp)
             if part is None:
                 raise NotAllowedError(
                     f"cannot seek to {message_id}: partition {message_id.topic}[{message_id.partition}] "
                     f"is not assigned to this consumer of {self.subscription!r}"
                 )
+        carried = self._carry_pending_acks(part)
+        with self._read_lock, self._lock:
+            if self._parts.get(tp) is not part:
+                part.fold.carry_end({})
+                raise NotAllowedError(f"cannot seek to {message_id}: the partition was revoked meanwhile")
+            part.fold.carry_end(carried)
             part.cursor.reset(message_id.offset)
             part.dirty = True
             self._reader.seek(message_id.topic, message_id.partition, message_id.offset)
             self._forget_partition(part.tp)
         self._flush_part(part)
+
+    def _carry_pending_acks(self, part: _Part) -> dict[TxnID, int]:
+        """Before a seek: write the partition's pending acks again at the end of its pending-ack log
+        (txn -> offset of its first such record). Recovery replays the log from the oldest pending
+        transaction's first record; without this, a transaction open across the seek kept replay
+        before the records of transactions that committed before it, and recovery applied those
+        commits to the sought cursor again: the messages the seek made deliverable were lost."""
+        self._write_ack_batches({part.tp})  # batched acks first: their records exist and are noted
+        with self._lock:
+            records = part.pending.pending_acks()
+            if not records:
+                return {}
+            part.fold.carry_begin()
+        try:
+            self._ensure_pa_topic(part)
+            appender = self._client._appender()
+            futures = []
+            for txn, kind, offsets in records:
+                value, headers = encode_pending_ack(txn, kind, offsets)
+                futures.append((txn, appender.append(part.pa_topic, part.tp[1], value, headers=headers)))
+            carried: dict[TxnID, int] = {}
+            for txn, fut in futures:
+                offset = fut.result(self._client.operation_timeout_seconds)
+                carried[txn] = min(offset, carried.get(txn, offset))
+        except (StoreError, PulsarTxnError, TimeoutError) as exc:
+            with self._lock:
+                part.fold.carry_end({})
+            raise PersistenceError(f"seek of {part.tp}: cannot carry its pending acks over: {exc}") from None
+        return carried
 
     def stats(self) -> dict[str, Any]:
         """Per-partition cursor and pending-ack counters of this consumer."""

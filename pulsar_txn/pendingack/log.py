@@ -82,6 +82,7 @@ class PendingAckFold:
         # (written late, e.g. after a timeout abort) must neither be pending nor pin replay_start.
         self._ended: dict[TxnID, None] = {}
         self._own: set[int] = set()  # offsets of ack records the live consumer wrote (see apply)
+        self._carrying: dict[TxnID, int] | None = None  # see carry_begin
 
     def replay_start(self) -> int:
         """Replaying from here rebuilds every unfinished transaction's acks."""
@@ -163,6 +164,24 @@ class PendingAckFold:
             self._own.add(offset)
         if txn not in self._ended:
             self.first_record.setdefault(txn, offset)
+        if self._carrying is not None:
+            self._carrying[txn] = min(offset, self._carrying.get(txn, offset))
+
+    def carry_begin(self) -> None:
+        """The pending acks are about to be written again at the log's end (a seek: see
+        ``carry_end``); from now, note where each transaction's ack records are written."""
+        self._carrying = {}
+
+    def carry_end(self, carried: dict[TxnID, int]) -> None:
+        """The pending acks were written again: ``carried`` is each transaction's first such record.
+        Replay may now start there, past every older record: in particular past the acks and
+        outcomes of transactions that ended before the seek, which would otherwise be applied to the
+        sought cursor again on recovery. A record of the transaction written meanwhile counts too."""
+        since, self._carrying = self._carrying or {}, None
+        for txn, offset in carried.items():
+            if txn in self._ended or txn not in self.first_record:
+                continue  # ended meanwhile: nothing pending to replay
+            self.first_record[txn] = min(offset, since.get(txn, offset))
 
     def read_all_but_own(self, end: int) -> bool:
         """Every record of the log below ``end`` was read here, or is an ack record this consumer

@@ -204,6 +204,13 @@ class PendingAckState:
         if not more:
             del self._more[offset]
 
+    def pending_acks(self) -> list[tuple[TxnID, AckKind, list[int]]]:
+        """Every pending ack as the records that would make it pending again (one per transaction
+        and kind)."""
+        out = [(t, AckKind.INDIVIDUAL, sorted(offsets)) for t, offsets in self._by_txn.items()]
+        out += [(t, AckKind.CUMULATIVE, [pos]) for t, pos in self._cum.items()]
+        return out
+
     # ------------------------------------------------------------------ introspection
     def pending_txns(self) -> dict[TxnID, int]:
         """txn -> pending message ids (its individual acks; a cumulative ack counts as one)."""

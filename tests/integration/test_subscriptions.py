@@ -936,3 +936,56 @@ def test_a_partition_whose_opening_failed_is_retried_not_left_unread(
     got = receive_all(consumer, 5000)
     consumer.close()
     assert sorted(m.data for m in got) == [f"m{i:04d}".encode() for i in range(5)] and calls[0] == 3
+
+
+def test_a_seek_survives_a_restart_while_a_transaction_is_open_across_it(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """O acks m9 and stays open; T acks m0-m4 and commits; then the consumer seeks back to the start.
+    O pins the pending-ack log's replay start before T's records, so recovery used to apply T's
+    commit to the sought cursor again: m0-m4 were lost after a restart. The seek carries the pending
+    acks over to the log's end, so the restarted subscription delivers what the live one did."""
+    c = cluster()
+    topic, sub = f"seekpin_{uid}", f"sub_{uid}"
+    _setup(c, topic, 10)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(10)), key=lambda m: m.message_id.offset)
+    o = c.client.transaction(120)
+    consumer.acknowledge(msgs[9], txn=o)
+    o.prepare_async().result(30)  # O's ack record is written; O stays open
+    t = c.client.transaction(120)
+    for m in msgs[:5]:
+        consumer.acknowledge(m, txn=t)
+    t.commit()
+    consumer.seek(EARLIEST)
+    live = sorted(m.data for m in receive_all(consumer))
+    assert live == [f"m{i:04d}".encode() for i in range(9)]  # m9 stays pending in O
+    consumer.close()
+    again = c.client.subscribe(topic, sub, initial_position="Earliest")
+    assert sorted(m.data for m in receive_all(again)) == live
+    again.close()
+    o.abort()
+
+
+def test_a_committed_txn_leaves_nothing_of_its_messages_in_the_consumers_bookkeeping(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A transactional cumulative ack acks every lower message, and redelivered messages acked in a
+    transaction are done: neither stays counted as unacked (or in the redelivery counts) for ever."""
+    c = cluster()
+    topic, sub = f"leak_{uid}", f"sub_{uid}"
+    _setup(c, topic, 40)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(40)), key=lambda m: m.message_id.offset)
+    t0 = c.client.transaction(60)
+    consumer.acknowledge(msgs[20:], txn=t0)
+    t0.abort()  # redelivered, counted once
+    again = [consumer.receive(5000) for _ in range(20)]
+    assert all(m.redelivery_count == 1 for m in again)
+    t = c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[19], txn=t)
+    consumer.acknowledge(again, txn=t)
+    t.commit()
+    assert consumer.stats()["unacked"] == 0
+    assert not consumer._redelivery_counts and not consumer._in_txn
+    consumer.close()
