@@ -175,11 +175,15 @@ class CommittedReader:
 
     # ------------------------------------------------------------------ setup
     def _ensure_started(self) -> None:
-        if self._scanner is not None:
-            return
-        self._scanner = self._partition_reader(idle_backoff_ms=self._kafka.idle_fetch_backoff_ms)
-        for tp, start in self._starts.items():
-            self._open(tp, start)
+        if self._scanner is None:
+            self._scanner = self._partition_reader(idle_backoff_ms=self._kafka.idle_fetch_backoff_ms)
+        if len(self._parts) < len(self._starts):
+            # First use, or an open failed (a storage error loading its snapshot or watermarks):
+            # open what is not open yet, so a failure is retried by the next call instead of leaving
+            # the partition unread for good.
+            for tp, start in list(self._starts.items()):
+                if tp not in self._parts:
+                    self._open(tp, start)
 
     def _partition_reader(self, idle_backoff_ms: int = 0) -> PartitionReader:
         """A reader for the scanner or a gap. librdkafka prefetches up to 100,000 messages per

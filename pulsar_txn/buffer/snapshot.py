@@ -294,9 +294,17 @@ class SnapshotStore:
                 if not self._of_this_partition(reader, topic, partition, scanned_to, anchor):
                     out[(topic, partition)] = None
                     continue
+                try:
+                    # Well-formed Avro can still hold what no state has (a negative TxnID, a
+                    # malformed pair): a snapshot is a cache, so such a one is ignored, not trusted.
+                    state = _state_of(head, aborted, topic, partition, num_tcs, marker_secret)
+                except (ValueError, TypeError, KeyError) as exc:
+                    log.warning("snapshot of %s/%d ignored: %s", topic, partition, exc)
+                    out[(topic, partition)] = None
+                    continue
                 self._segments_written[(topic, partition)] = int(head["aborted_segments"])
                 out[(topic, partition)] = (
-                    _state_of(head, aborted, topic, partition, num_tcs, marker_secret),
+                    state,
                     int(head["taken_at_ms"]),
                 )
         finally:
@@ -369,7 +377,7 @@ def _decode(
                 log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
                 return None
             aborted.update(_from_txn_offsets(seg["aborted"]))
-    except CodecError as exc:
+    except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
         log.warning("unreadable snapshot of %s ignored: %s", base, exc)
         return None
     return head, aborted
@@ -385,6 +393,8 @@ def _state_of(
 ) -> TxnBufferState:
     state = TxnBufferState(topic, partition, num_tcs=num_tcs, marker_secret=marker_secret)
     state.scanned_to = int(head["scanned_to"])
+    if state.scanned_to < 0:
+        raise ValueError(f"scanned_to {state.scanned_to} is negative")
     state.set_anchor(int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
     for t, o in _from_txn_offsets(head["ongoing"]).items():
         state.ongoing[t] = o

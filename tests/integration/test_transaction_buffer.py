@@ -700,3 +700,35 @@ def test_commit_completes_when_a_partition_of_the_transaction_was_deleted_meanwh
     assert time.monotonic() - started >= 1.0  # ... once the topic has been missing for the grace period
     assert _values(read_all(c.client.create_reader(kept))) == ["stays"]
     assert _markers(kafka, kept, 0) == [(txn.txn_id, TxnAction.COMMIT)]
+
+
+def test_a_partition_whose_opening_failed_is_opened_by_the_next_read_not_left_unread(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One storage error while a reader opens its partitions (here, loading one partition's
+    snapshot) is the caller's error for that read; the next read opens what is not open yet, so
+    every message is delivered."""
+    from kafka_store import BrokerUnavailableError
+    from pulsar_txn.errors import PulsarTxnError
+
+    c = cluster()
+    topic = f"reopen_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(6):
+        producer.send(f"v{i}", partition_key=str(i))
+    real = SnapshotStore.load
+    calls = [0]
+
+    def flaky(self: SnapshotStore, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:  # the second partition's
+            raise BrokerUnavailableError("injected: the snapshot topic did not answer")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SnapshotStore, "load", flaky)
+    reader = c.client.create_reader(topic)
+    with pytest.raises(PulsarTxnError):
+        reader.read_next(2000)
+    assert sorted(_values(read_all(reader))) == [f"v{i}" for i in range(6)]
+    reader.close()
