@@ -14,17 +14,25 @@ from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from kafka_store import Appender, KafkaConfig, LocalBroker, TopicAdmin, TopicNotFoundError, end_offsets
+from kafka_store import (
+    Appender,
+    KafkaConfig,
+    LocalBroker,
+    StoreError,
+    TopicAdmin,
+    TopicNotFoundError,
+    end_offsets,
+)
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
 from pulsar_txn._topic_delete import TopicDeleted, delete_topic
-from pulsar_txn.buffer.reader import BufferOptions, load_state
+from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, TopicNotFound
+from pulsar_txn.errors import ConfigError, TopicNotFound, from_store_error
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.producer import Producer
@@ -71,8 +79,10 @@ class Client:
     bounds every blocking call; ``authentication`` is a token (``AuthenticationToken`` or str) for
     the coordinator. ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the
     coordinators' settings (consumers look up, in the transaction log, transactions that stay
-    pending). No network I/O happens until the first producer, reader or transaction needs
-    it. Use as a context manager, or call ``close``.
+    pending). ``num_tcs``: the cluster's TC count; by default the transaction log's partition
+    count, learnt on first use, so reads fold exactly as the transaction-buffer service does. No
+    network I/O happens until the first producer, reader or transaction needs it. Use as a context
+    manager, or call ``close``.
     """
 
     def __init__(
@@ -373,7 +383,17 @@ class Client:
             return self._snapshot_store
 
     def _buffer_options(self) -> BufferOptions:
-        return BufferOptions(num_tcs=self._num_tcs or (1 << 16), marker_secret=self._secret)
+        return BufferOptions(num_tcs=self._tc_count(), marker_secret=self._secret)
+
+    def _tc_count(self) -> int:
+        """``num_tcs`` as given, else the transaction log's partition count (learnt once), so this
+        client's reads fold exactly as the TB service's do."""
+        if self._num_tcs is None:
+            try:
+                self._num_tcs = discover_num_tcs(self.kafka, self._log_topic)
+            except StoreError as exc:
+                raise from_store_error(exc, f"reading the partition count of {self._log_topic}") from None
+        return self._num_tcs or UNKNOWN_NUM_TCS
 
     def _buffer_state(self, topic: str, partition: int) -> TxnBufferState:
         """A partition's TB state now: its latest snapshot, then a scan to the partition's end."""

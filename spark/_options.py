@@ -13,6 +13,7 @@ from typing import Any, Literal
 from kafka_store import KafkaConfig
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.errors import ConfigError
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC
 
 EARLIEST = -2  # Spark's per-partition JSON uses -2 for earliest and -1 for latest
 LATEST = -1
@@ -37,7 +38,9 @@ class SourceOptions:
     transaction_filter: bool = True
     marker_secret: bytes | None = field(default=None, repr=False)
     snapshot_topic: str | None = DEFAULT_SNAPSHOT_TOPIC
-    num_tcs: int = 1 << 16
+    num_tcs: int | None = None
+    """None: the transaction log's partition count, as the TB service folds (``log_topic``)."""
+    log_topic: str = DEFAULT_LOG_TOPIC
     fetch_batch: int = 10_000
     poll_timeout_s: float = 30.0
 
@@ -165,7 +168,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             raise ConfigError("endingOffsets cannot be earliest (-2) for a batch read")
     secret = opts.get("markersecret")
     snapshot = opts.get("snapshottopic", DEFAULT_SNAPSHOT_TOPIC)
-    num_tcs = _positive_int(opts, "numTcs") or (1 << 16)
+    num_tcs = _positive_int(opts, "numTcs")
     return SourceOptions(
         kafka_conf=kafka_conf,
         subscription=(kind, value),
@@ -178,6 +181,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         marker_secret=secret.encode() if secret else None,
         snapshot_topic=snapshot if snapshot.strip().lower() not in ("", "none") else None,
         num_tcs=num_tcs,
+        log_topic=opts.get("logtopic", DEFAULT_LOG_TOPIC),
         fetch_batch=_positive_int(opts, "fetchBatch") or 10_000,
         poll_timeout_s=float(_positive_int(opts, "pollTimeoutMs") or 30_000) / 1000,
     )

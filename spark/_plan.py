@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from kafka_store import KafkaConfig, PartitionReader, StoreError, TopicAdmin
-from pulsar_txn.buffer.reader import BufferOptions, load_state, scan
+from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state, scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import ConfigError, DataLossError, TopicNotFound
+from pulsar_txn.errors import ConfigError, DataLossError, TopicNotFound, from_store_error
 from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,13 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.kafka = opts.kafka_config()
-        self._buffer = BufferOptions(num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
+        num_tcs = opts.num_tcs
+        if num_tcs is None and opts.transaction_filter:
+            try:
+                num_tcs = discover_num_tcs(self.kafka, opts.log_topic)
+            except StoreError as exc:
+                raise from_store_error(exc, f"reading the partition count of {opts.log_topic}") from None
+        self._buffer = BufferOptions(num_tcs=num_tcs or UNKNOWN_NUM_TCS, marker_secret=opts.marker_secret)
         self._store = (
             SnapshotStore(self.kafka, topic=opts.snapshot_topic)
             if opts.transaction_filter and opts.snapshot_topic

@@ -19,7 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kafka_store import KafkaConfig, PartitionReader, StoredRecord, StoreError, end_offsets, read_range
+from kafka_store import (
+    KafkaConfig,
+    PartitionReader,
+    StoredRecord,
+    StoreError,
+    TopicAdmin,
+    TopicNotFoundError,
+    end_offsets,
+    read_range,
+)
 from pulsar_txn.buffer.marker import CTL_HEADER
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
@@ -33,9 +42,13 @@ _MAX_GAP_READERS = 4
 _GAP_STALL_S = 10.0
 
 
+UNKNOWN_NUM_TCS = 1 << 16
+"""The TC count a reader assumes when it cannot learn it: every TxnID is then taken as real."""
+
+
 @dataclass
 class BufferOptions:
-    num_tcs: int = 1 << 16
+    num_tcs: int = UNKNOWN_NUM_TCS
     marker_secret: bytes | None = field(default=None, repr=False)
     window_max_records: int = 50_000
     fetch_batch: int = 5_000
@@ -48,6 +61,16 @@ class BufferOptions:
     # Pulsar's READ_UNCOMMITTED subscriptions (PIP-298): every data record up to the partition's end,
     # those of open and aborted transactions too; control records (markers) still never.
     read_uncommitted: bool = False
+
+
+def discover_num_tcs(kafka: KafkaConfig, log_topic: str) -> int | None:
+    """How many TCs the cluster has: one transaction-log partition each (None if the log does not
+    exist yet). Every reader of a partition must fold with the same count, the TB service's
+    (records naming a TC beyond it are discarded), or they disagree on what is readable."""
+    try:
+        return TopicAdmin(kafka).partition_count(log_topic)
+    except TopicNotFoundError:
+        return None
 
 
 def is_control(headers: Sequence[tuple[str, bytes]]) -> bool:

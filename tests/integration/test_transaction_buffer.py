@@ -732,3 +732,33 @@ def test_a_partition_whose_opening_failed_is_opened_by_the_next_read_not_left_un
         reader.read_next(2000)
     assert sorted(_values(read_all(reader))) == [f"v{i}" for i in range(6)]
     reader.close()
+
+
+def test_a_client_without_num_tcs_folds_with_the_clusters_tc_count_as_the_service_does(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """Readers agree only if they fold with the same TC count. A client not told ``num_tcs`` learns
+    it from the transaction log's partitions: a record naming TC 20 of a 4-TC cluster is discarded
+    (no TC will ever end it), not an open transaction holding the partition back for good."""
+    from pulsar_txn import Client
+
+    c = cluster(num_tcs=4)
+    topic = f"tccount_{uid}"
+    c.client.create_topic(topic, 1)
+    app = Appender(kafka)
+    app.append(topic, 0, b"TC 20 of 4", headers=[(TXN_HEADER, TxnID(20, 1).to_bytes())]).result(10)
+    app.close()
+    c.client.create_producer(topic).send("after")
+    plain = Client(
+        "pulsar://unused:6650",
+        kafka=kafka,
+        log_topic=c.config.log_topic,
+        snapshot_topic=c.config.snapshot_topic,
+    )
+    try:
+        assert plain._buffer_options().num_tcs == 4
+        assert _values(read_all(plain.create_reader(topic))) == ["after"]
+        service_view = load_state(kafka, topic, 0, options=BufferOptions(num_tcs=4))[0]
+        assert plain._buffer_state(topic, 0).max_read_position == service_view.max_read_position == 2
+    finally:
+        plain.close()
