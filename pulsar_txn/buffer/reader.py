@@ -299,6 +299,7 @@ class CommittedReader:
         """Up to ``max_records`` deliverable records (empty after ``timeout`` if none)."""
         self._ensure_started()
         deadline = time.monotonic() + timeout
+        scanned = False  # a poll with no time left still takes what the scanner has fetched
         while True:
             if self._scan_ahead_wanted():
                 self._scan_some(0)
@@ -306,9 +307,10 @@ class CommittedReader:
             if out:
                 return out
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and scanned:
                 return out
-            self._scan_some(min(remaining, 0.1))
+            self._scan_some(max(0.0, min(remaining, 0.1)))
+            scanned = True
 
     def _scan_some(self, timeout: float) -> int:
         assert self._scanner is not None

@@ -762,3 +762,24 @@ def test_a_client_without_num_tcs_folds_with_the_clusters_tc_count_as_the_servic
         assert plain._buffer_state(topic, 0).max_read_position == service_view.max_read_position == 2
     finally:
         plain.close()
+
+
+def test_read_next_with_no_wait_still_delivers_what_has_arrived(cluster: ClusterFactory, uid: str) -> None:
+    """``read_next(0)`` in a loop (a non-blocking poll) must make progress: each call takes what the
+    scanner has fetched by then. Before, a one-partition reader never scanned without time left."""
+    from pulsar_txn.errors import Timeout
+
+    c = cluster()
+    topic = f"poll0_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("hello")
+    reader = c.client.create_reader(topic)
+    got = None
+    for _ in range(500):  # bounded: ~5 s
+        try:
+            got = reader.read_next(0)
+            break
+        except Timeout:
+            time.sleep(0.01)
+    reader.close()
+    assert got is not None and got.data == b"hello"
