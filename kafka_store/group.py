@@ -344,9 +344,12 @@ class SubscriptionGroup:
             except (KafkaException, RuntimeError) as exc:
                 log.warning("subscription %s poll: %s", self.group_id, exc)
             self._wake.clear()  # before taking the queue: a commit handed over after it wakes the wait
-            self._run_commits()
-            if self._on_tick is not None:
-                self._on_tick()
+            try:
+                self._run_commits()
+                if self._on_tick is not None:
+                    self._on_tick()
+            except Exception:  # this thread serves rebalances and commits: it must live on
+                log.exception("subscription %s: group thread step failed; continuing", self.group_id)
             # Not poll(0.05): a commit handed over must not wait for the poll to time out (a
             # transaction's commit waits for one). Rebalance callbacks are served as often as before.
             self._wake.wait(0.05)
