@@ -390,7 +390,7 @@ class Client:
         client's reads fold exactly as the TB service's do."""
         if self._num_tcs is None:
             try:
-                self._num_tcs = discover_num_tcs(self.kafka, self._log_topic)
+                self._num_tcs = discover_num_tcs(self.kafka, self._log_topic, admin=self._admin)
             except StoreError as exc:
                 raise from_store_error(exc, f"reading the partition count of {self._log_topic}") from None
         return self._num_tcs or UNKNOWN_NUM_TCS

@@ -102,13 +102,7 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.kafka = opts.kafka_config()
-        num_tcs = opts.num_tcs
-        if num_tcs is None and opts.transaction_filter:
-            try:
-                num_tcs = discover_num_tcs(self.kafka, opts.log_topic)
-            except StoreError as exc:
-                raise from_store_error(exc, f"reading the partition count of {opts.log_topic}") from None
-        self._buffer = BufferOptions(num_tcs=num_tcs or UNKNOWN_NUM_TCS, marker_secret=opts.marker_secret)
+        self._buffer_options: BufferOptions | None = None  # the TC count is learnt on first use
         self._store = (
             SnapshotStore(self.kafka, topic=opts.snapshot_topic)
             if opts.transaction_filter and opts.snapshot_topic
@@ -116,6 +110,21 @@ class Planner:
         )
         self.states: dict[TopicPartition, TxnBufferState] = {}
         self._reader: PartitionReader | None = None
+
+    def _buffer(self) -> BufferOptions:
+        if self._buffer_options is None:
+            num_tcs = self.opts.num_tcs
+            if num_tcs is None:
+                try:
+                    num_tcs = discover_num_tcs(self.kafka, self.opts.log_topic)
+                except StoreError as exc:
+                    raise from_store_error(
+                        exc, f"reading the partition count of {self.opts.log_topic}"
+                    ) from None
+            self._buffer_options = BufferOptions(
+                num_tcs=num_tcs or UNKNOWN_NUM_TCS, marker_secret=self.opts.marker_secret
+            )
+        return self._buffer_options
 
     def partitions(self) -> list[TopicPartition]:
         return resolve_partitions(self.opts, self.kafka)
@@ -127,7 +136,7 @@ class Planner:
         already covers ``at_least`` is reused as it is."""
         state = self.states.get(tp)
         if state is None:
-            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer, end=end)
+            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer(), end=end)
             self.states[tp] = state
         elif (at_least is None or state.scanned_to < at_least) and (end is None or state.scanned_to < end):
             scan(state, self.kafka, end)

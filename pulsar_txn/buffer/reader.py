@@ -63,12 +63,13 @@ class BufferOptions:
     read_uncommitted: bool = False
 
 
-def discover_num_tcs(kafka: KafkaConfig, log_topic: str) -> int | None:
+def discover_num_tcs(kafka: KafkaConfig, log_topic: str, *, admin: TopicAdmin | None = None) -> int | None:
     """How many TCs the cluster has: one transaction-log partition each (None if the log does not
     exist yet). Every reader of a partition must fold with the same count, the TB service's
-    (records naming a TC beyond it are discarded), or they disagree on what is readable."""
+    (records naming a TC beyond it are discarded), or they disagree on what is readable.
+    ``admin``: a TopicAdmin to reuse."""
     try:
-        return TopicAdmin(kafka).partition_count(log_topic)
+        return (admin or TopicAdmin(kafka)).partition_count(log_topic)
     except TopicNotFoundError:
         return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafka_store import TopicAdmin, TopicNotFoundError, describe_group, group_offsets, read_range
+from kafka_store import TopicNotFoundError, describe_group, group_offsets, read_range
 from pulsar_txn.errors import SubscriptionNotFound
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold
@@ -80,7 +80,7 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
 def _exists(client: Client, name: TopicName, subscription: str) -> bool:
     """A subscription with no cursor committed yet still exists while its consumers are in the
     group, or once it has a pending-ack log (as Pulsar's subscription exists from its creation)."""
-    if TopicAdmin(client.kafka).topic_exists(pending_ack_topic(name.base, subscription)):
+    if client._admin.topic_exists(pending_ack_topic(name.base, subscription)):
         return True
     return bool(describe_group(client.kafka, subscription))
 
