@@ -145,6 +145,15 @@ def parse_assign(raw: str) -> list[TopicPartition]:
     return out
 
 
+_TIMESTAMP_OPTIONS = (
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+)
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate Spark options (names are case-insensitive, as in Spark) into ``SourceOptions``."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
@@ -154,6 +163,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     kind, value = _subscription(opts)
     if kind == "assign":
         parse_assign(value)
+    timed = sorted(k for k in _TIMESTAMP_OPTIONS if k.lower() in opts)
+    if timed:
+        # Accepting and ignoring them would read other offsets than the job asked for.
+        raise ConfigError(
+            f"option {timed[0]} is not supported: give startingOffsets / endingOffsets instead "
+            "(pulsar_txn's Consumer.seek(publish time) and kafka_store.offsets_for_time find offsets by time)"
+        )
     starting = parse_offsets(
         "startingOffsets", opts.get("startingoffsets"), "earliest" if not streaming else "latest"
     )

@@ -163,7 +163,15 @@ class Planner:
     def resolve(
         self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds], default: int
     ) -> dict[TopicPartition, int]:
-        """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON (missing -> default)."""
+        """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON, which must name
+        every partition read, as Spark's Kafka source requires (``default`` is unused then)."""
+        if isinstance(spec, dict):
+            missing = sorted(set(bounds) - set(spec))
+            if missing:
+                raise ConfigError(
+                    f"offsets JSON must name every partition read; missing {missing} "
+                    "(use -2 for earliest, -1 for latest)"
+                )
         out = {}
         for tp, b in bounds.items():
             if spec == "earliest":

@@ -7,6 +7,7 @@ state holding just the aborted set and discarded ranges the driver shipped for t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,10 +18,12 @@ import pyarrow.compute as pc
 from kafka_store import PartitionReader
 from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import DataLossError, Timeout
+from pulsar_txn.errors import DataLossError, InvalidTxnID, Timeout
 from pulsar_txn.txnid import TxnID
 from spark._plan import RangePartition
 from spark._schema import arrow_schema
+
+log = logging.getLogger(__name__)
 
 _TS_US = pa.timestamp("us", tz="UTC")
 
@@ -50,7 +53,10 @@ class RangeFilter:
 def _txn_name(raw: bytes, names: dict[bytes, str | None]) -> str | None:
     name = names.get(raw)
     if name is None and raw not in names:
-        name = str(TxnID.from_bytes(raw)) if len(raw) == 16 else None
+        try:
+            name = str(TxnID.from_bytes(raw)) if len(raw) == 16 else None
+        except InvalidTxnID:  # a raw read (transactionFilter=false) shows it as no transaction
+            name = None
         names[raw] = name
     return name
 
@@ -80,8 +86,13 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
         names: dict[bytes, str | None] = {}
         last_progress = time.monotonic()
         done = False
+        expected = start  # the next offset; a jump past the log start means retention deleted records
         while not done:
             msgs = reader.poll_messages(opts.fetch_batch, 0.2)
+            if msgs and msgs[0].offset() > expected:
+                _check_gap(reader, part, expected, msgs[0].offset())
+            if msgs:
+                expected = msgs[-1].offset() + 1
             if not msgs:
                 if reader.at_eof(topic, partition):
                     return  # nothing more below ``end`` (compaction gaps, or records deleted meanwhile)
@@ -97,6 +108,22 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 yield _record_batch(batch, topic, partition, schema, opts.include_headers)
     finally:
         reader.close()
+
+
+def _check_gap(reader: PartitionReader, part: RangePartition, expected: int, got: int) -> None:
+    """Records are missing between ``expected`` and ``got``. A compacted topic has such gaps; if the
+    log start has passed ``expected``, retention deleted records while this task read (the client
+    then resets to the earliest offset), which ``failOnDataLoss`` does not allow."""
+    low, _high = reader.watermarks(part.topic, part.partition)
+    if low <= expected:
+        return
+    lost_to = min(low, got, part.end) - 1
+    if part.options.fail_on_data_loss:
+        raise DataLossError(
+            f"{part.topic}[{part.partition}]: offsets {expected}..{lost_to} were deleted while they were "
+            "being read (set failOnDataLoss=false to skip them)"
+        )
+    log.warning("%s[%d]: offsets %d..%d are gone; skipped", part.topic, part.partition, expected, lost_to)
 
 
 def _columns(
@@ -129,7 +156,7 @@ def _columns(
             ctl = False
             for k, v in h:
                 if k == TXN_HEADER:
-                    txn = v
+                    txn = v if v is not None else b""  # a null value is a corrupt TxnID, as the fold has it
                 elif k == CTL_HEADER:
                     ctl = True
             if visible is not None and (ctl or (txn is not None and not visible(o, txn))):

@@ -102,7 +102,7 @@ def test_batch_read_returns_exactly_committed_records_while_txns_are_open_or_abo
 
     # startingOffsets per partition: skip the first two offsets of partition 0.
     part0 = sorted((r for r in _batch(spark, opts) if r.partition == 0), key=lambda r: r.offset)
-    tail = _batch(spark, {**opts, "startingOffsets": f'{{"{topic}":{{"0":{part0[2].offset}}}}}'})
+    tail = _batch(spark, {**opts, "startingOffsets": f'{{"{topic}":{{"0":{part0[2].offset},"1":-2}}}}'})
     assert sorted(r.value for r in tail if r.partition == 0) == sorted(r.value for r in part0[2:])
 
 

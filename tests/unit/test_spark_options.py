@@ -115,3 +115,22 @@ def test_start_below_log_start_fails_with_data_loss_unless_failondataloss_is_fal
         strict.check_start(("t", 0), 2, 5)
     lenient = Planner(parse_options({**BASE, "failOnDataLoss": "false"}, streaming=False))
     assert lenient.check_start(("t", 0), 2, 5) == 5
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["startingTimestamp", "startingOffsetsByTimestamp", "endingTimestamp", "endingOffsetsByTimestamp"],
+)
+def test_timestamp_offset_options_are_refused_rather_than_ignored(option: str) -> None:
+    with pytest.raises(ConfigError, match=option):
+        parse_options({**BASE, option: "1700000000000"}, streaming=False)
+
+
+def test_offsets_json_must_name_every_partition_read_as_sparks_kafka_source_requires() -> None:
+    from spark._plan import Bounds, Planner
+
+    planner = Planner(parse_options(BASE, streaming=False))
+    bounds = {("t", 0): Bounds(0, 10), ("t", 1): Bounds(2, 8)}
+    with pytest.raises(ConfigError, match=r"missing \[\('t', 1\)\]"):
+        planner.resolve({("t", 0): 5}, bounds, EARLIEST)
+    assert planner.resolve({("t", 0): 5, ("t", 1): EARLIEST}, bounds, EARLIEST) == {("t", 0): 5, ("t", 1): 2}

@@ -48,6 +48,7 @@ _step = st.one_of(
     st.tuples(st.just("commit"), st.integers(0, 5)),
     st.tuples(st.just("abort"), st.integers(0, 5)),
     st.just(("corrupt", 0)),
+    st.just(("null", 0)),
     st.just(("ctl", 0)),
 )
 
@@ -67,9 +68,16 @@ def _build(steps: list[tuple[str, int]]) -> list[_Msg]:
             msgs.append(_Msg(o, value, list(headers)))
         elif kind == "corrupt":
             msgs.append(_Msg(o, b"c", [(TXN_HEADER, b"short")]))
+        elif kind == "null":  # a foreign producer's null header value: the client returns None
+            msgs.append(_Msg(o, b"n", [(TXN_HEADER, None)]))  # type: ignore[list-item]
         else:
             msgs.append(_Msg(o, b"x", [(CTL_HEADER, b"other")]))
     return msgs
+
+
+def _stored(headers: Headers | None) -> Headers:
+    """Headers as the driver's fold gets them from kafka_store (a null value is empty bytes)."""
+    return [(k, v if v is not None else b"") for k, v in headers or []]
 
 
 @settings(max_examples=300, deadline=None)
@@ -80,7 +88,7 @@ def test_executor_filter_delivers_exactly_what_is_visible_per_the_tb_state(
     msgs = _build(steps)
     state = TxnBufferState("t", 0)
     for m in msgs:
-        state.apply(m.offset(), m.headers(), m.value())
+        state.apply(m.offset(), _stored(m.headers()), m.value())
     limit = state.max_read_position
     start = data.draw(st.integers(0, limit))
     planner = Planner(parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"}, streaming=False))
@@ -93,7 +101,7 @@ def test_executor_filter_delivers_exactly_what_is_visible_per_the_tb_state(
         m.offset()
         for m in msgs[start:limit]
         if not any(k == CTL_HEADER for k, _ in m.headers() or [])
-        and state.is_visible(m.offset(), m.headers())
+        and state.is_visible(m.offset(), _stored(m.headers()))
     ]
     assert cols[0] == expected
     assert done == (len(msgs) > start)  # reached the range end (or past it)
@@ -110,3 +118,30 @@ def test_raw_mode_keeps_every_record_markers_included() -> None:
     assert cols[5] == [None, "(0,11)", "(0,11)", "(0,12)"]
     assert cols[4] == [0, 0, 0, 0]  # librdkafka create-time (1) -> Spark's 0
     assert done
+
+
+def test_a_gap_past_the_log_start_is_data_loss_unless_failondataloss_is_false() -> None:
+    """Retention deleting records while a task reads them makes the client jump to the new log
+    start: with failOnDataLoss (the default) the task fails, as Spark's Kafka source does; a gap
+    that the log start does not explain (compaction) is no loss."""
+    import pytest
+
+    from pulsar_txn.errors import DataLossError
+    from spark._plan import RangePartition
+    from spark._read import _check_gap
+
+    class Marks:
+        def __init__(self, low: int) -> None:
+            self.low = low
+
+        def watermarks(self, _topic: str, _partition: int) -> tuple[int, int]:
+            return self.low, 100
+
+    def part(**options: str) -> RangePartition:
+        opts = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", **options}, streaming=False)
+        return RangePartition(opts, "t", 0, 10, 100, [], [])
+
+    _check_gap(Marks(0), part(), 20, 30)  # type: ignore[arg-type]  # compaction: nothing deleted
+    with pytest.raises(DataLossError, match=r"20\.\.49"):
+        _check_gap(Marks(50), part(), 20, 50)  # type: ignore[arg-type]
+    _check_gap(Marks(50), part(failOnDataLoss="false"), 20, 50)  # type: ignore[arg-type]
