@@ -280,8 +280,21 @@ class AsyncConsumer(Generic[T]):
         """Up to ``max_messages`` messages within ``timeout_millis`` (maybe none)."""
         out = [self._stash.popleft() for _ in range(min(len(self._stash), max_messages))]
         if len(out) < max_messages:
-            out += await self._pool.run(self.sync.batch_receive, max_messages - len(out), timeout_millis)
+            job = self._pool.submit(self.sync.batch_receive, max_messages - len(out), timeout_millis)
+            try:
+                more: list[Message[T]] = await asyncio.shield(asyncio.wrap_future(job))
+                out += more
+            except asyncio.CancelledError:
+                # As for receive: what the consumer handed out after all goes to the next call,
+                # and what this call had taken from the stash goes back first.
+                self._stash.extendleft(reversed(out))
+                job.add_done_callback(self._keep_batch)
+                raise
         return out
+
+    def _keep_batch(self, job: Future[list[Message[T]]]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self._stash.extend(job.result())
 
     async def acknowledge(
         self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
