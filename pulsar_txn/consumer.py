@@ -44,6 +44,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     Timeout,
     TransactionConflict,
+    from_store_error,
 )
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId, new_message_id
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -883,6 +884,19 @@ class Consumer(Generic[T]):
                 txn_id,
             )
             self._txn_ended(txn_id, TxnAction.ABORT)
+
+    def release_if_aborted(self, txn_ids: Collection[TxnID]) -> list[TxnID]:
+        """Look ``txn_ids`` up in their TC's log now and release those it aborted (or forgot) here,
+        without waiting ``pending_ack_check_after_ms``: for a caller that has just aborted them, e.g.
+        the pipeline fencing off a previous run (an ack record written after its transaction's abort
+        marker is released by nothing else). Returns the ones released."""
+        try:
+            aborted = self._stale.aborted(txn_ids)
+        except StoreError as exc:
+            raise from_store_error(exc, "looking up transactions in the transaction log") from None
+        for txn_id in aborted:
+            self._txn_ended(txn_id, TxnAction.ABORT)
+        return aborted
 
     def _txn_ended(self, txn_id: TxnID, action: TxnAction) -> None:
         """An outcome learnt first-hand: straight from END_TXN of a transaction we acked in (applied

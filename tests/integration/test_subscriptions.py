@@ -28,6 +28,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.transaction import TransactionState
+from pulsar_txn.txnid import TxnID
 from tests.conftest import REPO, Cluster, read_all, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
@@ -766,21 +767,14 @@ def test_a_prepared_commit_checks_ownership_once_unless_an_ack_came_after_the_pr
         assert receive_all(restarted, 1000) == []
 
 
-def test_acks_written_after_their_txns_abort_marker_are_released_once_the_tc_log_says_it_aborted(
-    cluster: ClusterFactory, uid: str
-) -> None:
-    """A commit's ack record that lands after the TC's timeout abort (the write raced the abort) is
-    ignored by a fold that saw the marker. A consumer whose replay starts after the marker sees only
-    the record; before, it held the message pending until a later marker of the same TC covered the
-    transaction with its low watermark, and with no more traffic, for good. It now asks the TC's
-    log about transactions that have stayed pending without being its own, and releases them."""
+def _ack_written_after_its_abort_marker(c: Cluster, topic: str, sub: str) -> tuple[TxnID, list[Message]]:
+    """A transaction's ack record that lands after the TC's abort marker (the write raced the
+    abort), after the replay start the subscription stored: its next consumer sees only the record."""
     from kafka_store import Appender
     from pulsar_txn.naming import TopicName, pending_ack_topic
     from pulsar_txn.pendingack.log import encode_pending_ack
     from pulsar_txn.pendingack.state import AckKind
 
-    c = cluster()
-    topic, sub = f"late_{uid}", f"sub_{uid}"
     _setup(c, topic, 3)
     first = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = receive_all(first)
@@ -800,16 +794,50 @@ def test_acks_written_after_their_txns_abort_marker_are_released_once_the_tc_log
         what="the pending-ack tail past the marker",
     )
     first.close()
-    # The racing write of the ack, after the marker and after the replay start.
     value, headers = encode_pending_ack(txn.txn_id, AckKind.INDIVIDUAL, [msgs[0].message_id.offset])
     appender = Appender(c.client.kafka)
     appender.append(pa_topic, 0, value, headers=headers).result(10)
     appender.close()
+    return txn.txn_id, msgs
+
+
+def test_acks_written_after_their_txns_abort_marker_are_released_once_the_tc_log_says_it_aborted(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A commit's ack record that lands after the TC's timeout abort (the write raced the abort) is
+    ignored by a fold that saw the marker. A consumer whose replay starts after the marker sees only
+    the record; before, it held the message pending until a later marker of the same TC covered the
+    transaction with its low watermark, and with no more traffic, for good. It now asks the TC's
+    log about transactions that have stayed pending without being its own, and releases them."""
+    c = cluster()
+    topic, sub = f"late_{uid}", f"sub_{uid}"
+    _txn_id, msgs = _ack_written_after_its_abort_marker(c, topic, sub)
     second = c.client.subscribe(topic, sub, pending_ack_check_after_ms=500)
     assert _pending_total(second) == 1  # the late record, seen without its marker
     again = second.receive(15_000)
     assert again.message_id == msgs[0].message_id
     assert _pending_total(second) == 0
+    second.close()
+
+
+def test_the_pipeline_fencing_off_a_previous_run_releases_its_late_acks_at_once(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """The exactly-once pipeline waits, at start, until the previous run's transactions no longer
+    hold its input. An ack record written after its transaction's abort marker was released only by
+    the consumer's own look-up after a minute, longer than that wait: every session failed and the
+    next consumer started its minute again (found in review). The fencing now looks them up itself."""
+    from pulsar_txn.pipeline.fencing import abort_leftovers
+
+    c = cluster()
+    topic, sub = f"latefence_{uid}", f"sub_{uid}"
+    txn_id, msgs = _ack_written_after_its_abort_marker(c, topic, sub)
+    second = c.client.subscribe(topic, sub)  # the default pending_ack_check_after_ms: a minute
+    assert _pending_total(second) == 1
+    started = time.monotonic()
+    abort_leftovers(c.client, second, {txn_id}, timeout=10)  # aborted already: a repeated abort is fine
+    assert time.monotonic() - started < 5 and _pending_total(second) == 0
+    assert second.receive(5000).message_id == msgs[0].message_id
     second.close()
 
 
