@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -96,6 +97,9 @@ class Appender:
         self._timeout_s = float(self._conf["message.timeout.ms"]) / 1000  # a record's retry deadline
         self._producer: Producer | None = None
         self._threads: list[threading.Thread] = []
+        # Records refused for an unknown partition, per partition, in order; see _hold.
+        self._held: dict[tuple[str, int], deque[Delivery]] = {}
+        self._held_lock = threading.Lock()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         # Producers that had a fatal error, held (not their id()s, which a new producer could reuse).
@@ -233,9 +237,49 @@ class Appender:
         d.appender = self
         d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s
+        if self._held and self._hold_if_waiting(d):
+            return  # records of its partition wait for a retry: it goes after them, never before
         self._produce(d, False)
 
-    def _produce(self, d: Delivery, refresh: bool) -> None:
+    def _hold_if_waiting(self, d: Delivery) -> bool:
+        with self._held_lock:
+            queue = self._held.get((d.topic, d.partition))
+            if queue is None:
+                return False
+            queue.append(d)
+            return True
+
+    def _hold(self, d: Delivery) -> None:
+        """Queue ``d`` for a retry after a metadata refresh, behind the other records of its
+        partition that wait, in order; one thread per partition re-sends them (off the caller's
+        thread, which may be an event loop's or the delivery thread)."""
+        tp = (d.topic, d.partition)
+        with self._held_lock:
+            queue = self._held.get(tp)
+            if queue is not None:
+                queue.append(d)
+                return
+            self._held[tp] = deque([d])
+        threading.Thread(
+            target=self._resend_held, args=(tp,), name=f"appender-retry-{tp[0]}", daemon=True
+        ).start()
+
+    def _resend_held(self, tp: tuple[str, int]) -> None:
+        while True:
+            with self._held_lock:
+                queue = self._held[tp]
+                if not queue:
+                    del self._held[tp]
+                    return
+                d = queue[0]
+            if self._produce(d, True):
+                with self._held_lock:
+                    self._held[tp].popleft()
+
+    def _produce(self, d: Delivery, refresh: bool) -> bool:
+        """Queue ``d`` on the producer, or settle it with its error. False: it must wait for a
+        metadata refresh first (handed to ``_hold``, or, when ``refresh``, left to the caller, the
+        thread re-sending its partition's held records, which keeps it at their head)."""
         if refresh:
             time.sleep(0.05)
             self._refresh_metadata(d.producer, d.topic)
@@ -244,13 +288,13 @@ class Appender:
                 d.producer.produce(
                     d.topic, value=d.value, key=d.key, partition=d.partition, headers=d.headers, on_delivery=d
                 )
-                return
+                return True
             except BufferError:
                 if time.monotonic() > d.deadline:
                     d.delivered(
                         None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
-                    return
+                    return True
                 time.sleep(0.005)
             except KafkaException as exc:
                 err = exc.args[0]
@@ -260,12 +304,13 @@ class Appender:
                     d.producer = self._ensure_started()
                     continue
                 if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < d.deadline:
-                    # A topic created (or grown) moments ago: metadata lags. Retry off this thread,
-                    # which may be an event loop's.
-                    d.retry_later()
-                    return
+                    # A topic created (or grown) moments ago: metadata lags. Retried off this
+                    # thread, which may be an event loop's, in order with its partition's others.
+                    if not refresh:
+                        self._hold(d)
+                    return False
                 d.delivered(None, translate_kafka_error(err, f"append to {d.topic}[{d.partition}]"))
-                return
+                return True
 
     @staticmethod
     def _refresh_metadata(producer: Producer, topic: str) -> None:
@@ -278,9 +323,13 @@ class Appender:
         """Wait for outstanding appends, also those on producers set aside (``renew``, fatal errors);
         returns how many are still in flight."""
         deadline = time.monotonic() + timeout
+        while self._held and time.monotonic() < deadline:  # records waiting for a retry
+            time.sleep(0.01)
         with self._lock:
             producers = [p for p in [*self._retired, self._producer] if p is not None]
-        return sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in producers)
+        with self._held_lock:
+            held = sum(len(q) for q in self._held.values())
+        return held + sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in producers)
 
     def close(self, timeout: float = 10.0) -> None:
         remaining = self.flush(timeout)
@@ -335,7 +384,7 @@ class Delivery:
             self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
 
     def retry_later(self) -> None:
-        threading.Thread(target=self.appender._produce, args=(self, True), daemon=True).start()
+        self.appender._hold(self)
 
 
 class _CallbackDelivery(Delivery):
