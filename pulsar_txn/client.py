@@ -418,7 +418,8 @@ class Client:
     def _partition_count(self, topic: TopicName) -> int:
         name = topic.kafka_topic
         count = self._counts.get(name)
-        if count is None:
+        if count is None or (topic.partition is not None and topic.partition >= count):
+            # Unknown, or a partition beyond the count known here: the topic may have grown since.
             try:
                 count = self._admin.partition_count(name)
             except TopicNotFoundError:

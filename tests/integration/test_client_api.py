@@ -456,3 +456,20 @@ def test_a_reader_started_at_a_message_id_starts_after_it_unless_inclusive(
     inclusive = c.client.create_reader(topic, ids[0], start_message_id_inclusive=True)
     assert [m.data() for m in read_all(inclusive)] == [b"m0", b"m1", b"m2"]
     assert read_all(c.client.create_reader(topic, ids[2])) == []
+
+
+def test_a_partition_added_after_the_client_learnt_the_count_is_found(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """The client caches a topic's partition count; a partition beyond it is looked up again rather
+    than refused (a pipeline whose input topic grew retried its session for good, found in review)."""
+    c = cluster()
+    topic = f"grown_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("first")
+    c.client._admin.add_partitions(topic, 2)
+    producer = c.client.create_producer(f"{topic}-partition-1")
+    producer.send("in the new partition")
+    assert sorted(m.data for m in read_all(c.client.create_reader(f"{topic}-partition-1"))) == [
+        b"in the new partition"
+    ]
