@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pulsar_txn._future import relay
-from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.errors import ConfigError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
@@ -115,6 +115,8 @@ class ExactlyOncePipeline:
                     break
             except PipelineFenced:
                 raise  # a newer instance runs: a new session here would take its subscription back
+            except ConfigError:
+                raise  # a new session would fail the same way
             except PulsarTxnError as exc:
                 log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
                 stop.wait(self.settings.retry_backoff_s)
@@ -187,9 +189,15 @@ class ExactlyOncePipeline:
         producer = self._producers.get(partition)
         if producer is None:
             topic = str(self._output.with_partition(partition))
-            producer = self._client.create_producer(
-                topic, producer_name=f"{self._producer_prefix}{partition}"
-            )
+            try:
+                producer = self._client.create_producer(
+                    topic, producer_name=f"{self._producer_prefix}{partition}"
+                )
+            except TopicNotFound:
+                raise ConfigError(
+                    f"input partition {partition} goes to output partition {partition}, which "
+                    f"{self._output} lacks: give the output topic as many partitions as the input"
+                ) from None
             self._producers[partition] = producer
         return producer
 

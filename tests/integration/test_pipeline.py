@@ -119,6 +119,18 @@ def _no_abort(process):  # type: ignore[no-untyped-def]
     return run
 
 
+def test_an_output_topic_with_fewer_partitions_than_the_input_is_a_config_error_not_a_retry_loop(
+    cluster, uid: str
+) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 30)
+    c.client.create_topic(f"out_{uid}", 1)
+    pipeline = ExactlyOncePipeline(c.client, _settings(uid, batch_size=10))
+    with pytest.raises(ConfigError, match="as many partitions as the input"):
+        pipeline.run()
+    pipeline.close()
+
+
 def test_pipeline_rejects_same_input_and_output() -> None:
     with pytest.raises(ConfigError):
         PipelineSettings("t", "t")
