@@ -27,6 +27,7 @@ from kafka_store import (
     StoredRecord,
     StoreError,
     TopicAdmin,
+    TopicNotFoundError,
     replay_compacted,
 )
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
@@ -175,6 +176,16 @@ class SnapshotStore:
             )
             self._ready = True
 
+    def _existing(self) -> bool:
+        """Whether the snapshot topic exists (and its partition count is known here)."""
+        if not self._ready:
+            try:
+                self._partitions = TopicAdmin(self._kafka).partition_count(self.topic)
+            except TopicNotFoundError:
+                return False
+            self._ready = True
+        return True
+
     def _partition_for(self, topic: str, partition: int) -> int:
         return zlib.crc32(f"{topic}/{partition}".encode()) % self._partitions
 
@@ -271,8 +282,12 @@ class SnapshotStore:
     ) -> dict[tuple[str, int], tuple[TxnBufferState, int] | None]:
         """``load`` for many partitions at once: each snapshot-topic partition is replayed once, and
         one consumer checks every snapshot against its partition (a TB service taking hundreds of
-        partitions made two consumers and a replay per partition, seconds per dozen)."""
-        self.ensure_topic()
+        partitions made two consumers and a replay per partition, seconds per dozen). Reading never
+        creates the snapshot topic (a reader may lack the right to, or have the name wrong): without
+        it there is no snapshot."""
+        partitions = list(partitions)
+        if not self._existing():
+            return dict.fromkeys(partitions)
         tables: dict[int, dict[bytes, StoredRecord]] = {}
         out: dict[tuple[str, int], tuple[TxnBufferState, int] | None] = {}
         reader: PartitionReader | None = None

@@ -783,3 +783,20 @@ def test_read_next_with_no_wait_still_delivers_what_has_arrived(cluster: Cluster
             time.sleep(0.01)
     reader.close()
     assert got is not None and got.data == b"hello"
+
+
+def test_reading_never_creates_the_snapshot_topic(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """A reader may lack the right to create topics, or have the snapshot topic's name wrong (a
+    Spark option typo created a topic, found in review): without the topic there is no snapshot,
+    and the partition is scanned."""
+    c = cluster()
+    topic = f"nosnap_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("x")
+    store = SnapshotStore(kafka, topic=f"__typo_snapshots_{uid}")
+    assert store.load(topic, 0) is None
+    state, from_snapshot = load_state(kafka, topic, 0, store=store)
+    assert from_snapshot is None and state.max_read_position == 1
+    assert not TopicAdmin(kafka).topic_exists(f"__typo_snapshots_{uid}")
