@@ -7,6 +7,7 @@ from kafka_store.config import KafkaConfig
 from kafka_store.errors import (
     BrokerStartError,
     BrokerUnavailableError,
+    ClientConfigError,
     CodecError,
     CorruptRecordError,
     GroupNotEmptyError,
@@ -44,6 +45,7 @@ __all__ = [
     "Appender",
     "BrokerStartError",
     "BrokerUnavailableError",
+    "ClientConfigError",
     "CodecError",
     "CodecRegistry",
     "CorruptRecordError",

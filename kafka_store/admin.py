@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from kafka_store.config import KafkaConfig, admin_conf
-from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
+from kafka_store.errors import BrokerUnavailableError, ClientConfigError, StoreError, TopicNotFoundError
 from kafka_store.producer import kafka_error_of
 
 log = logging.getLogger(__name__)
@@ -111,4 +111,6 @@ class TopicAdmin:
             return BrokerUnavailableError(f"{what}: {err.str()}")
         if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return TopicNotFoundError(f"{what}: {err.str()}")
+        if err.code() == KafkaError._INVALID_ARG:  # e.g. the client refused a setting when made
+            return ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}")
         return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))

@@ -26,6 +26,10 @@ class BrokerUnavailableError(StoreError):
         return cls(f"{what}: no answer in {timeout_s:g} s")
 
 
+class ClientConfigError(StoreError):
+    """The Kafka client refused a setting (an unknown or Java-only property, a bad value)."""
+
+
 class TopicNotFoundError(StoreError):
     """A topic or partition that the operation needs does not exist."""
 

@@ -7,6 +7,7 @@ from enum import IntEnum, StrEnum
 
 from kafka_store.errors import (
     BrokerUnavailableError,
+    ClientConfigError,
     RecordTooLargeError,
     StoreError,
     TopicNotFoundError,
@@ -289,6 +290,8 @@ def from_store_error(exc: StoreError, context: str = "") -> PulsarTxnError:
     """The application-facing error for a storage-layer one (the caller chains ``exc`` as its cause):
     the storage layer never raises to applications directly. ``context`` prefixes the message."""
     message = f"{context}: {exc}" if context else str(exc)
+    if isinstance(exc, ClientConfigError):
+        return ConfigError(message)
     if isinstance(exc, BrokerUnavailableError):
         return ConnectError(message)
     if isinstance(exc, TopicNotFoundError):

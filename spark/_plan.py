@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from kafka_store import KafkaConfig, PartitionReader, StoreError, TopicAdmin
+from kafka_store import ClientConfigError, KafkaConfig, PartitionReader, StoreError, TopicAdmin
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state, scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -70,7 +70,7 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
     except StoreError as exc:
         if "does not exist" in str(exc) or "nknown topic" in str(exc):
             raise TopicNotFound(str(exc)) from None
-        raise
+        raise from_store_error(exc, "kafka.* options" if isinstance(exc, ClientConfigError) else "") from None
 
 
 def watermarks(

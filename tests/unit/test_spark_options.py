@@ -134,3 +134,16 @@ def test_offsets_json_must_name_every_partition_read_as_sparks_kafka_source_requ
     with pytest.raises(ConfigError, match=r"missing \[\('t', 1\)\]"):
         planner.resolve({("t", 0): 5}, bounds, EARLIEST)
     assert planner.resolve({("t", 0): 5, ("t", 1): EARLIEST}, bounds, EARLIEST) == {("t", 0): 5, ("t", 1): 2}
+
+
+@pytest.mark.parametrize("extra", [{"kafka.sasl.jaas.config": "x"}, {"kafka.security.protocol": "SASL_SSLX"}])
+def test_a_kafka_setting_the_client_refuses_is_a_config_error_naming_the_options(
+    extra: dict[str, str],
+) -> None:
+    """Java-only settings (Spark's JAAS line) or bad values: librdkafka refuses them when the client
+    is made; that is the user's configuration, not a storage failure."""
+    from spark._plan import Planner
+
+    planner = Planner(parse_options({**BASE, **extra}, streaming=False))
+    with pytest.raises(ConfigError, match=r"kafka\.\* options: .*invalid Kafka client setting"):
+        planner.partitions()
