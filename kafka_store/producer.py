@@ -237,32 +237,28 @@ class Appender:
         d.appender = self
         d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s
-        if self._held and self._hold_if_waiting(d):
+        if self._held and self._hold(d, start=False):
             return  # records of its partition wait for a retry: it goes after them, never before
         self._produce(d, False)
 
-    def _hold_if_waiting(self, d: Delivery) -> bool:
-        with self._held_lock:
-            queue = self._held.get((d.topic, d.partition))
-            if queue is None:
-                return False
-            queue.append(d)
-            return True
-
-    def _hold(self, d: Delivery) -> None:
-        """Queue ``d`` for a retry after a metadata refresh, behind the other records of its
-        partition that wait, in order; one thread per partition re-sends them (off the caller's
-        thread, which may be an event loop's or the delivery thread)."""
+    def _hold(self, d: Delivery, *, start: bool = True) -> bool:
+        """Queue ``d`` behind the records of its partition that wait for a retry, in order (False if
+        none wait and not ``start``). ``start``: if none wait, hold it for a retry after a metadata
+        refresh; one thread per partition re-sends them (off the caller's thread, which may be an
+        event loop's or the delivery thread)."""
         tp = (d.topic, d.partition)
         with self._held_lock:
             queue = self._held.get(tp)
             if queue is not None:
                 queue.append(d)
-                return
+                return True
+            if not start:
+                return False
             self._held[tp] = deque([d])
         threading.Thread(
             target=self._resend_held, args=(tp,), name=f"appender-retry-{tp[0]}", daemon=True
         ).start()
+        return True
 
     def _resend_held(self, tp: tuple[str, int]) -> None:
         while True:

@@ -18,7 +18,6 @@ from kafka_store import (
     Appender,
     KafkaConfig,
     LocalBroker,
-    StoreError,
     TopicAdmin,
     TopicNotFoundError,
     end_offsets,
@@ -32,7 +31,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, TopicNotFound, from_store_error
+from pulsar_txn.errors import ConfigError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.producer import Producer
@@ -389,10 +388,7 @@ class Client:
         """``num_tcs`` as given, else the transaction log's partition count (learnt once), so this
         client's reads fold exactly as the TB service's do."""
         if self._num_tcs is None:
-            try:
-                self._num_tcs = discover_num_tcs(self.kafka, self._log_topic, admin=self._admin)
-            except StoreError as exc:
-                raise from_store_error(exc, f"reading the partition count of {self._log_topic}") from None
+            self._num_tcs = discover_num_tcs(self.kafka, self._log_topic, admin=self._admin)
         return self._num_tcs or UNKNOWN_NUM_TCS
 
     def _buffer_state(self, topic: str, partition: int) -> TxnBufferState:

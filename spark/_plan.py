@@ -113,14 +113,7 @@ class Planner:
 
     def _buffer(self) -> BufferOptions:
         if self._buffer_options is None:
-            num_tcs = self.opts.num_tcs
-            if num_tcs is None:
-                try:
-                    num_tcs = discover_num_tcs(self.kafka, self.opts.log_topic)
-                except StoreError as exc:
-                    raise from_store_error(
-                        exc, f"reading the partition count of {self.opts.log_topic}"
-                    ) from None
+            num_tcs = self.opts.num_tcs or discover_num_tcs(self.kafka, self.opts.log_topic)
             self._buffer_options = BufferOptions(
                 num_tcs=num_tcs or UNKNOWN_NUM_TCS, marker_secret=self.opts.marker_secret
             )
@@ -160,11 +153,9 @@ class Planner:
             out[tp] = Bounds(low, state.max_read_position)
         return out
 
-    def resolve(
-        self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds], default: int
-    ) -> dict[TopicPartition, int]:
+    def resolve(self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds]) -> dict[TopicPartition, int]:
         """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON, which must name
-        every partition read, as Spark's Kafka source requires (``default`` is unused then)."""
+        every partition read, as Spark's Kafka source requires."""
         if isinstance(spec, dict):
             missing = sorted(set(bounds) - set(spec))
             if missing:
@@ -180,7 +171,7 @@ class Planner:
                 want = LATEST
             else:
                 assert isinstance(spec, dict)
-                want = spec.get(tp, default)
+                want = spec[tp]
             out[tp] = b.low if want == EARLIEST else b.limit if want == LATEST else want
         if isinstance(spec, dict):
             unknown = sorted(set(spec) - set(bounds))

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from pulsar_txn.errors import ConfigError
 from spark._offsets import Offsets, from_json, rate_limit, to_json
-from spark._options import EARLIEST, LATEST, SourceOptions, TopicPartition, parse_options
+from spark._options import SourceOptions, TopicPartition, parse_options
 from spark._plan import Planner, RangePartition
 from spark._read import read_partition
 from spark._schema import spark_schema
@@ -69,8 +69,8 @@ class PulsarTxnBatchReader(DataSourceReader):
         try:
             tps = planner.partitions()
             bounds = planner.bounds(tps)
-            starts = planner.resolve(self.options.starting, bounds, EARLIEST)
-            ends = planner.resolve(self.options.ending, bounds, LATEST)
+            starts = planner.resolve(self.options.starting, bounds)
+            ends = planner.resolve(self.options.ending, bounds)
             out: list[InputPartition] = []
             for tp in tps:
                 end = min(ends[tp], bounds[tp].limit)  # never past maxReadPosition
@@ -102,7 +102,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict[str, Any]:
         tps = self.planner.partitions()
         bounds = self.planner.bounds(tps)
-        return to_json(self.planner.resolve(self.options.starting, bounds, LATEST))
+        return to_json(self.planner.resolve(self.options.starting, bounds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger

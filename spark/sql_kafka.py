@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
-from spark._options import EARLIEST, LATEST, TopicPartition, parse_options
+from spark._options import TopicPartition, parse_options
 from spark._plan import Planner, RangePartition
 
 
@@ -114,8 +114,8 @@ def committed_read(options: Mapping[str, str]) -> CommittedRead:
     try:
         tps = planner.partitions()
         bounds = planner.bounds(tps)
-        starts = planner.resolve(opts.starting, bounds, EARLIEST)
-        ends = planner.resolve(opts.ending, bounds, LATEST)
+        starts = planner.resolve(opts.starting, bounds)
+        ends = planner.resolve(opts.ending, bounds)
         ranges = []
         for tp in tps:
             end = min(ends[tp], bounds[tp].limit)

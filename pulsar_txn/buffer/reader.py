@@ -32,6 +32,7 @@ from kafka_store import (
 from pulsar_txn.buffer.marker import CTL_HEADER
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
+from pulsar_txn.errors import from_store_error
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def discover_num_tcs(kafka: KafkaConfig, log_topic: str, *, admin: TopicAdmin | 
         return (admin or TopicAdmin(kafka)).partition_count(log_topic)
     except TopicNotFoundError:
         return None
+    except StoreError as exc:
+        raise from_store_error(exc, f"reading the partition count of {log_topic}") from None
 
 
 def is_control(headers: Sequence[tuple[str, bytes]]) -> bool:

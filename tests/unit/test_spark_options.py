@@ -132,8 +132,8 @@ def test_offsets_json_must_name_every_partition_read_as_sparks_kafka_source_requ
     planner = Planner(parse_options(BASE, streaming=False))
     bounds = {("t", 0): Bounds(0, 10), ("t", 1): Bounds(2, 8)}
     with pytest.raises(ConfigError, match=r"missing \[\('t', 1\)\]"):
-        planner.resolve({("t", 0): 5}, bounds, EARLIEST)
-    assert planner.resolve({("t", 0): 5, ("t", 1): EARLIEST}, bounds, EARLIEST) == {("t", 0): 5, ("t", 1): 2}
+        planner.resolve({("t", 0): 5}, bounds)
+    assert planner.resolve({("t", 0): 5, ("t", 1): EARLIEST}, bounds) == {("t", 0): 5, ("t", 1): 2}
 
 
 @pytest.mark.parametrize("extra", [{"kafka.sasl.jaas.config": "x"}, {"kafka.security.protocol": "SASL_SSLX"}])
