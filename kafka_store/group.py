@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import StoreError
 from kafka_store.producer import kafka_error_of
+from kafka_store.reader import FETCH_QUEUE_BACKOFF_MS, MAX_RESPONSE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ class GroupReader:
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 50,
-                "receive.message.max.bytes": 2_147_483_647,  # see PartitionReader
+                "receive.message.max.bytes": MAX_RESPONSE_BYTES,  # see PartitionReader
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             },
         )
         self._consumer = Consumer(conf)
