@@ -45,7 +45,7 @@ class TransactionState(StrEnum):
 
 
 _COMMITTABLE = frozenset({TransactionState.OPEN})
-# ERROR: an earlier end failed (e.g. the coordinator was unreachable); aborting again is allowed.
+# ERROR: an earlier end failed for good (e.g. the transaction is unknown); aborting again is allowed.
 _ABORTABLE = frozenset({TransactionState.OPEN, TransactionState.TIME_OUT, TransactionState.ERROR})
 
 
@@ -80,6 +80,10 @@ class Transaction:
         # The countdown of the end in progress (commit/abort began): operations tracked, and hooks
         # added, by an operation counted before the end began still become part of it.
         self._ending: _Countdown | None = None
+        # END_TXN of this action failed with a retriable error (e.g. no answer in time): the state
+        # stays COMMITTING/ABORTING, as in Pulsar's TransactionImpl, and the same end may be asked
+        # again (the coordinator's end is idempotent); an abort may follow a failed commit.
+        self._failed_end: TxnAction | None = None
 
     @property
     def state(self) -> TransactionState:
@@ -201,9 +205,12 @@ class Transaction:
         once committed, or fails as ``commit`` would raise. Transactions end independently of each
         other: when their order matters (output of one before the next), commit the next only after
         this future succeeded, as the exactly-once pipeline does."""
-        self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
+        retry = self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
         result = self._watched_end()
-        self._after_ops(lambda failed: self._commit_or_abort(failed, result), ending=True)
+        if retry:  # its operations and checks passed before the failed END_TXN: ask again
+            self._end(TxnAction.COMMIT, result)
+        else:
+            self._after_ops(lambda failed: self._commit_or_abort(failed, result), ending=True)
         return result
 
     def prepare_async(self) -> Future[None]:
@@ -235,9 +242,12 @@ class Transaction:
 
     def abort_async(self) -> Future[None]:
         """``abort`` without waiting; the future resolves once aborted."""
-        self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
+        retry = self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
         result = self._watched_end()
-        self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result), ending=True)
+        if retry:  # an earlier END_TXN failed after the operations had ended
+            self._end(TxnAction.ABORT, result)
+        else:
+            self._after_ops(lambda _failed: self._end(TxnAction.ABORT, result), ending=True)
         return result
 
     def _end_limit(self) -> float:
@@ -260,16 +270,22 @@ class Transaction:
             raise Timeout(f"transaction {self.txn_id} did not end within {limit:.0f}s")
         result.result()
 
-    def _begin_end(self, what: str, allowed: frozenset[TransactionState], during: TransactionState) -> None:
+    def _begin_end(self, what: str, allowed: frozenset[TransactionState], during: TransactionState) -> bool:
         """Check and leave the OPEN state in one step (no send or ack can slip in after); the
-        batched writes that ending waits for start in ``_after_ops``."""
+        batched writes that ending waits for start in ``_after_ops``. True: this repeats an end
+        whose END_TXN failed with a retriable error (a commit only repeats a commit; an abort may
+        follow either)."""
         with self._lock:
             state = self._current_state()
-            if state not in allowed:
+            failed = self._failed_end
+            retry = failed is not None and (what == "abort" or failed is TxnAction.COMMIT)
+            if state not in allowed and not retry:
                 raise InvalidTxnStatusError(
                     f"cannot {what} transaction {self.txn_id}: its state is {state.value}"
                 )
+            self._failed_end = None  # one end in flight at a time: a second call meanwhile is refused
             self._state = during
+            return retry
 
     def _after_ops(self, then: Callable[[BaseException | None], None], *, ending: bool = False) -> None:
         """Call ``then`` with the first failure among the transaction's operations (None if all
@@ -389,7 +405,12 @@ class Transaction:
         def answered(answer: Future[None]) -> None:
             exc = answer.exception()
             if exc is not None:  # InvalidTxnStatus, TransactionNotFound, Timeout, ...: the end failed
-                self._set(TransactionState.ERROR)
+                if instead is None and isinstance(exc, PulsarTxnError) and exc.retriable:
+                    # The outcome is unknown (it may have been decided): may be asked again.
+                    with self._lock:
+                        self._failed_end = action
+                else:
+                    self._set(TransactionState.ERROR)
                 if instead is not None:
                     # A commit that became an abort: it failed for the operation's reason either way
                     # (the coordinator's timeout ends it if the abort did not get through).

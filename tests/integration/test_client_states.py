@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,65 @@ def _tc_aborted(c: Cluster, txn: Transaction) -> bool:
     tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
     meta = tc.get(txn.txn_id)
     return meta is not None and meta.status.value == "ABORTED"
+
+
+def _answer_lost_once(c: Cluster, monkeypatch: pytest.MonkeyPatch) -> list[TxnAction]:
+    """The first END_TXN reaches the coordinator (which ends the transaction) but its answer is
+    lost: the caller gets a retriable Timeout. Later END_TXNs go through untouched."""
+    tc = c.client._tc()
+    real = tc.end_txn_async
+    calls: list[TxnAction] = []
+
+    def end_txn(txn_id: Any, action: TxnAction) -> Future[None]:
+        calls.append(action)
+        sent = real(txn_id, action)
+        if len(calls) > 1:
+            return sent
+        lost: Future[None] = Future()
+        sent.add_done_callback(lambda _f: lost.set_exception(Timeout("injected: END_TXN answer lost")))
+        return lost
+
+    monkeypatch.setattr(tc, "end_txn_async", end_txn)
+    return calls
+
+
+def test_a_commit_whose_answer_was_lost_stays_committing_and_can_be_repeated(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timeout is retriable: as in Pulsar's TransactionImpl, the handle stays COMMITTING and a
+    repeated commit asks the coordinator again (its end is idempotent) instead of being refused."""
+    c = cluster()
+    topic = f"recommit_{uid}"
+    c.client.create_topic(topic, 1)
+    txn = c.client.transaction(60)
+    c.client.create_producer(topic).send(b"payment-1", txn=txn)
+    calls = _answer_lost_once(c, monkeypatch)
+    with pytest.raises(Timeout) as lost:
+        txn.commit()
+    assert lost.value.retriable
+    assert txn.state is TransactionState.COMMITTING
+    txn.commit()
+    assert txn.state is TransactionState.COMMITTED
+    assert calls == [TxnAction.COMMIT, TxnAction.COMMIT]
+    assert [m.data for m in read_all(c.client.create_reader(topic), 800)] == [b"payment-1"]
+    with pytest.raises(InvalidTxnStatusError):
+        txn.commit()
+
+
+def test_an_abort_after_a_commit_whose_answer_was_lost_gets_the_coordinators_verdict(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a lost commit answer the outcome is unknown to the client: an abort may be asked; the
+    coordinator, which did commit, refuses it, and the data stays committed."""
+    c = cluster()
+    topic = f"abortafter_{uid}"
+    c.client.create_topic(topic, 1)
+    txn = c.client.transaction(60)
+    c.client.create_producer(topic).send(b"kept", txn=txn)
+    _answer_lost_once(c, monkeypatch)
+    with pytest.raises(Timeout):
+        txn.commit()
+    with pytest.raises(InvalidTxnStatusError):
+        txn.abort()
+    assert txn.state is TransactionState.ERROR
+    assert [m.data for m in read_all(c.client.create_reader(topic), 800)] == [b"kept"]
