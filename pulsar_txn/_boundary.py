@@ -13,6 +13,7 @@ from kafka_store import StoreError
 from pulsar_txn.errors import from_store_error
 
 C = TypeVar("C", bound=type)
+R = TypeVar("R")
 
 # Dunder methods that are part of the public surface (the rest are Python's machinery). Constructors
 # too: a Producer, Consumer or Reader looks its topic up when made (the asyncio client makes them).
@@ -28,6 +29,13 @@ def _sync(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise from_store_error(exc) from exc
 
     return call
+
+
+def call_translated(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` behind the boundary: for internal calls made on an application's behalf (e.g.
+    the async reader's polls), which no public method wraps."""
+    result: R = _sync(fn)(*args)
+    return result
 
 
 def _coroutine(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:

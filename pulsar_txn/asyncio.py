@@ -24,6 +24,7 @@ receive holds a worker only briefly and a cancelled one loses no message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -31,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from pulsar_txn._boundary import call_translated
 from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
@@ -346,25 +348,56 @@ class AsyncReader(Generic[T]):
         """The underlying sync ``Reader``."""
         self._pool = pool
         self._lock = asyncio.Lock()  # the sync reader is not meant for concurrent reads
+        # A read's poll that went on after its caller was cancelled: the next call waits for it
+        # before touching the sync reader. It only fills the reader's buffer, so nothing is lost.
+        self._orphan: Future[bool] | None = None
 
     async def read_next(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next committed message; ``Timeout`` if none arrives in time (30 s by default)."""
+        """The next committed message; ``Timeout`` if none arrives in time (30 s by default).
+        Cancelling a read (e.g. ``asyncio.wait_for``) loses nothing: a message that arrives after all
+        is the next call's."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout_millis if timeout_millis is not None else 30_000) / 1000
         async with self._lock:
-            return await self._pool.run(self.sync.read_next, timeout_millis)
+            await self._settle_orphan()
+            while True:
+                if self.sync._buffer:
+                    return self.sync._buffer.popleft()
+                remaining_ms = int((deadline - loop.time()) * 1000)
+                if remaining_ms <= 0:
+                    raise Timeout(f"no committed message on {self.sync.topic} within {timeout_millis} ms")
+                await self._poll(min(remaining_ms, _SLICE_MS) / 1000)
+
+    async def _poll(self, timeout: float) -> bool:
+        job = self._pool.submit(call_translated, self.sync._fill, timeout)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job))
+        except asyncio.CancelledError:
+            self._orphan = job
+            raise
+
+    async def _settle_orphan(self) -> None:
+        orphan, self._orphan = self._orphan, None
+        if orphan is not None:
+            with contextlib.suppress(Exception):  # its error, if any, is the next poll's too
+                await asyncio.wrap_future(orphan)
 
     async def has_message_available(self) -> bool:
         """Whether a committed message is ready to read now."""
         async with self._lock:
-            return await self._pool.run(self.sync.has_message_available)
+            await self._settle_orphan()
+            return await self._poll(0.2)
 
     async def seek(self, message_id: MessageId | int) -> None:
         """Read that partition again from ``message_id``."""
         async with self._lock:
+            await self._settle_orphan()
             await self._pool.run(self.sync.seek, message_id)
 
     async def close(self) -> None:
         """Stop reading."""
         async with self._lock:
+            await self._settle_orphan()
             await self._pool.run(self.sync.close)
 
 

@@ -58,17 +58,20 @@ class Reader(Generic[T]):
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
         """The next committed message; raises ``Timeout`` if none arrives in time."""
         timeout = (timeout_millis if timeout_millis is not None else 30_000) / 1000
-        if not self._buffer:
-            records = self._committed.poll(timeout)
-            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
-        if not self._buffer:
+        if not self._fill(timeout):
             raise Timeout(f"no committed message on {self.topic} within {timeout}s")
         return self._buffer.popleft()
 
     def has_message_available(self) -> bool:
         """Whether a committed message is ready to read now (waits up to 0.2 s to find out)."""
+        return self._fill(0.2)
+
+    def _fill(self, timeout: float) -> bool:
+        """Whether a message is ready, waiting up to ``timeout`` for one to arrive (nothing is
+        handed out: the async reader takes it only if its caller still waits)."""
         if not self._buffer:
-            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in self._committed.poll(0.2))
+            records = self._committed.poll(timeout)
+            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
         return bool(self._buffer)
 
     def seek(self, message_id: MessageId | int) -> None:
