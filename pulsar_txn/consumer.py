@@ -1038,12 +1038,16 @@ class Consumer(Generic[T]):
                 ranges, dropped = part.cursor.encode_ranges()
                 if dropped:
                     log.warning(
-                        "%s %s: %d acked ranges too many to persist; they may be redelivered after a restart",
+                        "%s %s: %d acked ranges too many to persist in the cursor; plain acks there may be "
+                        "redelivered after a restart (committed transactions' acks are redone from the "
+                        "pending-ack log)",
                         self.subscription,
                         part.tp,
                         dropped,
                     )
-                offsets[part.tp] = (part.cursor.mark_delete, f"{part.fold.replay_start()};{ranges}")
+                part.fold.forget_committed_below(part.cursor.mark_delete)
+                start = part.fold.replay_start(part.cursor.unpersisted_from(dropped))
+                offsets[part.tp] = (part.cursor.mark_delete, f"{start};{ranges}")
                 part.dirty = False
         if not offsets:
             return None

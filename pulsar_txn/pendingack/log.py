@@ -4,6 +4,7 @@ consumer (header ``ptxn.ctl = b"pending-ack"``) and the TC's COMMIT/ABORT marker
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Sequence
@@ -62,6 +63,9 @@ def encode_pending_ack(
 
 
 _ENDED_MAX = 10_000  # transactions whose end a fold remembers (late ack records of them are ignored)
+# Committed transactions whose individual acks lie above the cursor's mark-delete, remembered so that
+# replay can redo them if the cursor's metadata has no room for their ranges (see replay_start).
+_COMMITTED_MAX = 200_000
 
 
 class PendingAckFold:
@@ -83,10 +87,28 @@ class PendingAckFold:
         self._ended: dict[TxnID, None] = {}
         self._own: set[int] = set()  # offsets of ack records the live consumer wrote (see apply)
         self._carrying: dict[TxnID, int] | None = None  # see carry_begin
+        # Committed transactions with individual acks: txn -> (its first ack record, its highest
+        # acked offset), kept until the cursor's mark-delete passes that offset.
+        self._committed: dict[TxnID, tuple[int, int]] = {}
+        self._committed_by_last: list[tuple[int, TxnID]] = []  # a heap: which to forget first
 
-    def replay_start(self) -> int:
-        """Replaying from here rebuilds every unfinished transaction's acks."""
-        return min(self.first_record.values(), default=self.next_offset)
+    def replay_start(self, unpersisted_from: int | None = None) -> int:
+        """Replaying from here rebuilds every unfinished transaction's acks. ``unpersisted_from``:
+        the cursor's metadata lacks the acks from that offset on (too many ranges to persist, see
+        ``Cursor.encode_ranges``); replay then also starts early enough to redo every committed
+        transaction that acked there, so a committed ack never reverts after a restart."""
+        start = min(self.first_record.values(), default=self.next_offset)
+        if unpersisted_from is not None:
+            for first, last in self._committed.values():
+                if last >= unpersisted_from and first < start:
+                    start = first
+        return start
+
+    def forget_committed_below(self, mark_delete: int) -> None:
+        """Committed transactions whose acks all lie below ``mark_delete`` are persisted by it."""
+        heap = self._committed_by_last
+        while heap and heap[0][0] < mark_delete:
+            self._committed.pop(heapq.heappop(heap)[1], None)
 
     def apply(self, rec: StoredRecord, *, live: bool = False) -> list[tuple[TxnID, TxnAction, Sequence[int]]]:
         """Fold one record; returns [(txn, outcome, offsets released by an abort)] for outcome markers.
@@ -126,7 +148,22 @@ class PendingAckFold:
     def apply_outcome(self, txn: TxnID, action: TxnAction) -> Sequence[int]:
         """Apply an outcome learnt first-hand (the txn's END_TXN succeeded); the marker that follows in
         the log is then a no-op."""
-        self.first_record.pop(txn, None)
+        first = self.first_record.pop(txn, None)
+        last = self.state.last_individual(txn)
+        if action is TxnAction.COMMIT and first is not None and last is not None:
+            self._committed[txn] = (first, last)
+            heapq.heappush(self._committed_by_last, (last, txn))
+            if len(self._committed) > _COMMITTED_MAX:
+                dropped = next(iter(self._committed))
+                del self._committed[dropped]
+                log.warning(
+                    "%s[%d]: more than %d committed transactions ahead of the cursor's mark-delete; "
+                    "%s's acks are persisted only as far as the cursor's metadata has room",
+                    self.topic,
+                    self.partition,
+                    _COMMITTED_MAX,
+                    dropped,
+                )
         self._ended[txn] = None
         if len(self._ended) > _ENDED_MAX:
             del self._ended[next(iter(self._ended))]
@@ -178,6 +215,8 @@ class PendingAckFold:
         outcomes of transactions that ended before the seek, which would otherwise be applied to the
         sought cursor again on recovery. A record of the transaction written meanwhile counts too."""
         since, self._carrying = self._carrying or {}, None
+        self._committed.clear()  # the seek replaced the cursor: their acks are not to be redone
+        self._committed_by_last.clear()
         for txn, offset in carried.items():
             if txn in self._ended or txn not in self.first_record:
                 continue  # ended meanwhile: nothing pending to replay

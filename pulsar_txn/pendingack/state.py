@@ -204,6 +204,11 @@ class PendingAckState:
         if not more:
             del self._more[offset]
 
+    def last_individual(self, txn: TxnID) -> int | None:
+        """The highest offset ``txn`` holds individually here (None: none)."""
+        mine = self._by_txn.get(txn)
+        return max(mine) if mine else None
+
     def pending_acks(self) -> list[tuple[TxnID, AckKind, list[int]]]:
         """Every pending ack as the records that would make it pending again (one per transaction
         and kind)."""

@@ -196,6 +196,14 @@ class Cursor:
                 hi = mid
         return (zipped(lo), n - lo) if lo > k else (plain, n - k)
 
+    def unpersisted_from(self, dropped: int) -> int | None:
+        """With ``dropped`` ranges left out by ``encode_ranges``: the first offset whose ack that
+        metadata lacks (every acked offset below it is persisted); None if nothing was left out."""
+        if dropped <= 0:
+            return None
+        los = self.acked._lo
+        return los[max(0, len(los) - dropped)]
+
     @classmethod
     def decode(cls, mark_delete: int, metadata: str | None) -> Cursor:
         """The cursor committed as ``mark_delete`` with ``metadata`` from ``encode_ranges``.

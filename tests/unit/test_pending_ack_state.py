@@ -3,6 +3,7 @@ scenarios A1-A8 and R3 at the state level."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import pytest
@@ -625,3 +626,46 @@ def test_a_marker_never_releases_the_txn_it_is_about_through_its_own_low_waterma
     # A well-formed marker's watermark is below its own txn; a malformed one must not flip its outcome.
     assert fold.apply(_marker_lwm(1, t, TxnAction.COMMIT, low_watermark=9)) == [(t, TxnAction.COMMIT, [])]
     assert fold.state.cursor.is_acked(4)
+
+
+def test_replay_start_covers_committed_acks_the_cursors_metadata_left_out() -> None:
+    """t committed acks of 5 and 9 (its ack record at 0, marker at 1), u is open (record at 2). While
+    the cursor persists every ack, replay starts at u's record; once its metadata leaves out the
+    acks from 9 on, replay starts at t's record, so a restart redoes t's commit; once the
+    mark-delete passes 9, t's acks are persisted by it and t is forgotten."""
+    t, u = TxnID(0, 1), TxnID(0, 2)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, t, [5, 9]))
+    fold.apply(_marker_rec(1, t, TxnAction.COMMIT))
+    fold.apply(_ack_rec(2, u, [20]))
+    assert fold.replay_start() == 2
+    assert fold.replay_start(unpersisted_from=10) == 2  # t's acks are all below the cut
+    assert fold.replay_start(unpersisted_from=9) == 0
+    fold.forget_committed_below(9)
+    assert fold.replay_start(unpersisted_from=9) == 0  # 9 is not below the mark-delete yet
+    fold.forget_committed_below(10)
+    assert fold.replay_start(unpersisted_from=9) == 2
+
+
+def test_a_seek_forgets_committed_acks_instead_of_redoing_them() -> None:
+    t = TxnID(0, 1)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    fold.apply(_ack_rec(0, t, [5]))
+    fold.apply(_marker_rec(1, t, TxnAction.COMMIT))
+    fold.carry_begin()
+    fold.carry_end({})
+    assert fold.replay_start(unpersisted_from=0) == 2
+
+
+def test_cursor_names_the_first_offset_its_metadata_left_out() -> None:
+    c = Cursor()
+    rng = random.Random(3)
+    acked = [o for o in range(1, 4000) if rng.random() < 0.5]  # irregular: compresses poorly
+    for offset in acked:
+        c.ack(offset)
+    metadata, dropped = c.encode_ranges(200)
+    cut = c.unpersisted_from(dropped)
+    assert dropped > 0 and cut is not None
+    kept = Cursor.decode(c.mark_delete, metadata)
+    assert all(kept.is_acked(o) for o in acked if o < cut) and not kept.is_acked(cut)
+    assert c.unpersisted_from(0) is None
