@@ -307,6 +307,11 @@ class Appender:
                     return False
                 d.delivered(None, translate_kafka_error(err, f"append to {d.topic}[{d.partition}]"))
                 return True
+            except (OverflowError, TypeError, ValueError) as exc:
+                # Refused by the client before anything was sent (e.g. a partition beyond int32):
+                # settled like any other failed append, never raised into the caller's thread.
+                d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}] refused: {exc}"))
+                return True
 
     @staticmethod
     def _refresh_metadata(producer: Producer, topic: str) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pulsar_txn.errors import InvalidTopicName
 
 _PART = re.compile(r"^(.*)-partition-(\d+)$")
+_MAX_PARTITION = (1 << 31) - 1
 _KAFKA_OK = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SEGMENT_OK = re.compile(r"^[A-Za-z0-9_=:.~-]+$")
 
@@ -54,6 +55,8 @@ class TopicName:
         match = _PART.match(local)
         if match:
             local, partition = match.group(1), int(match.group(2))
+            if partition > _MAX_PARTITION:  # Kafka's partition ids are int32
+                raise InvalidTopicName(f"{name!r}: partition {partition} is beyond Kafka's {_MAX_PARTITION}")
         topic = cls(tenant, namespace, local, partition)
         if not _KAFKA_OK.match(topic.kafka_topic):
             raise InvalidTopicName(f"{name!r}: maps to {topic.kafka_topic!r}, not a valid Kafka topic name")

@@ -32,6 +32,23 @@ def test_append_reaches_partitions_added_after_the_producer_saw_the_topic(
         appender.close()
 
 
+def test_an_append_the_client_refuses_before_sending_fails_its_delivery_not_the_caller(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """librdkafka's Python binding raises OverflowError for a partition beyond int32: the delivery
+    fails with a typed StoreError (the coordinator's marker retries then see a storage error, not
+    an exception from deep inside the client, and give the participant up as for a missing one)."""
+    topic = f"refused_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    try:
+        with pytest.raises(StoreError, match="refused"):
+            appender.append(topic, 2**31, b"x").result(30)
+        assert appender.append(topic, 0, b"ok").result(30) == 0
+    finally:
+        appender.close()
+
+
 def test_appender_keeps_appending_to_a_topic_deleted_and_created_again(
     kafka: KafkaConfig, admin: TopicAdmin, uid: str
 ) -> None:

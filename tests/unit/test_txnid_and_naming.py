@@ -37,10 +37,19 @@ def test_topic_names_map_to_kafka() -> None:
     assert (t2.kafka_topic, t2.kafka_partition) == ("acme.prod.orders", 0)
     assert TopicName.parse("orders") == TopicName("public", "default", "orders")
     assert pending_ack_topic(t, "sub") == "orders-sub__transaction_pending_ack"
+    assert TopicName.parse("orders-partition-2147483647").partition == 2**31 - 1
 
 
 @pytest.mark.parametrize(
-    "bad", ["non-persistent://a/b/c", "persistent://a/b", "a/b", "", "persistent://a/b/c d"]
+    "bad",
+    [
+        "non-persistent://a/b/c",
+        "persistent://a/b",
+        "a/b",
+        "",
+        "persistent://a/b/c d",
+        "orders-partition-2147483648",  # beyond Kafka's int32 partition ids: no marker could reach it
+    ],
 )
 def test_bad_topic_names_raise_invalid_topic_name(bad: str) -> None:
     with pytest.raises(InvalidTopicName):
