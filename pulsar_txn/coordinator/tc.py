@@ -473,8 +473,9 @@ class TransactionCoordinator:
     async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add partitions")
+        have = set(meta.partitions)  # a set: a request may name many (a list made this quadratic)
         for p in partitions:
-            if p not in meta.partitions:
+            if p not in have:
                 # A name no marker can ever be written to would hold the end (and the low
                 # watermark) for good: InvalidTopicName, before anything is logged.
                 TopicName.parse(p)
@@ -483,8 +484,9 @@ class TransactionCoordinator:
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add subscriptions")
+        have = set(meta.subscriptions)
         for topic, sub in subscriptions:
-            if (topic, sub) not in meta.subscriptions:
+            if (topic, sub) not in have:
                 check_subscription(topic, sub)
         await self._add(meta, meta.subscriptions, subscriptions)
 
@@ -492,7 +494,8 @@ class TransactionCoordinator:
         """Answered once every wanted item is in a confirmed record: the client writes to a
         partition as soon as it hears back, and recovery only knows the partitions in the log."""
         wanted = list(dict.fromkeys(wanted))
-        new = [x for x in wanted if x not in have]
+        known = set(have)
+        new = [x for x in wanted if x not in known]
         if new:
             unlogged = self._unlogged.setdefault(meta.txn_id.least_bits, {})
             loop = asyncio.get_running_loop()
