@@ -62,6 +62,10 @@ _WRITE_HIGH_WATER = 1 << 20  # bytes buffered for a client before a response wai
 _INT32_MAX = (1 << 31) - 1
 _INTERNAL_ERROR = "internal error in the transaction coordinator"
 _MAX_PRE_CONNECT_BYTES = 64 * 1024
+_MAX_IN_FLIGHT = 1024
+"""Requests of one connection being handled at once; reading waits below it (and while the answers
+wait for the client to read them), so a client that sends without reading cannot grow our memory."""
+_ECHO_MAX = 256  # characters of a client's topic name quoted back in an error
 """Bytes buffered from a peer that has not yet CONNECTed. A CONNECT (even with a large token) is far
 smaller; without this an unauthenticated peer could make us hold a whole max-size frame per connection."""
 
@@ -195,6 +199,7 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         while True:
+            await self._backpressure()
             try:
                 data = await self._reader.read(_READ_SIZE)
             except OSError as exc:
@@ -222,6 +227,16 @@ class _Connection:
                     _MAX_PRE_CONNECT_BYTES,
                 )
                 return
+
+    async def _backpressure(self) -> None:
+        """Read on only once the client reads its answers and its requests in hand are few."""
+        while len(self._tasks) >= _MAX_IN_FLIGHT:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+        if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            try:
+                await self._writer.drain()
+            except OSError:
+                return  # the read that follows sees the connection gone
 
     async def _dispatch(self, frame: Frame) -> bool:
         """Handle one frame; False means close the connection."""
@@ -279,6 +294,12 @@ class _Connection:
         interval = self._server.ping_interval
         while True:
             await asyncio.sleep(interval)
+            if not self._connected:
+                # As Pulsar's handler: a handshake not done by the first check closes the connection
+                # (a peer trickling bytes without CONNECT would otherwise hold it for good).
+                log.info("closing connection from %s: no CONNECT within %.1fs", self.peer, interval)
+                self._writer.close()
+                return
             if self._loop.time() - self._last_received >= 2 * interval:
                 log.info("closing connection from %s: silent for %.1fs", self.peer, 2 * interval)
                 self._flush()
@@ -456,7 +477,10 @@ class _Connection:
                 request_id=cmd.request_id,
                 response=PartitionedMetadataResult.Failed,
                 error=ServerError.TopicNotFound,
-                message=f"topic {cmd.topic} is not served here: a coordinator serves {TC_ASSIGN_TOPIC} only",
+                message=(
+                    f"topic {_echo(cmd.topic)} is not served here: "
+                    f"a coordinator serves {TC_ASSIGN_TOPIC} only"
+                ),
             )
         )
 
@@ -468,7 +492,7 @@ class _Connection:
             if tc_id is None or tc_id >= self._api.num_tcs:
                 response.response = LookupType.Failed
                 response.error = ServerError.TopicNotFound
-                response.message = f"topic {cmd.topic} not found"
+                response.message = f"topic {_echo(cmd.topic)} not found"
             elif tc_id in self._api.owned_tcs():
                 response.response = LookupType.Connect
                 response.broker_service_url = self._server.url
@@ -486,6 +510,12 @@ class _Connection:
             response.response = LookupType.Failed
             response.error, response.message = self._error_of(exc, "LOOKUP", None)
         return wrap(response)
+
+
+def _echo(text: str) -> str:
+    """A client's string as quoted back in an error: bounded, so an answer is never as large as the
+    request that provoked it."""
+    return text if len(text) <= _ECHO_MAX else f"{text[:_ECHO_MAX]}... ({len(text)} characters)"
 
 
 # Types that carry a sub-command we read; a frame of such a type without it is malformed.

@@ -657,6 +657,82 @@ def test_server_pings_and_closes_connections_that_stay_silent() -> None:
     run(scenario())
 
 
+def test_a_peer_that_trickles_bytes_without_connect_is_closed_at_the_first_keepalive_check() -> None:
+    """As Pulsar's handler: the handshake must be done by the first keep-alive check; bytes that never
+    make a CONNECT do not keep the connection (and its descriptor) alive."""
+
+    async def scenario() -> None:
+        async with serving(FakeApi(), ping_interval=0.2) as server:
+            raw = await RawClient.open(server)
+            await raw.send_raw(struct.pack(">I", 10_000))  # a frame whose body never comes in full
+            started = time.monotonic()
+            closed = False
+            while time.monotonic() - started < 3.0:
+                try:
+                    await raw.send_raw(b"\x00")
+                except ConnectionError:
+                    closed = True
+                    break
+                try:
+                    async with asyncio.timeout(0.05):
+                        if not await raw.reader.read(1):
+                            closed = True
+                            break
+                except TimeoutError:
+                    pass
+                except ConnectionError:
+                    closed = True
+                    break
+            await raw.close()
+            assert closed and time.monotonic() - started < 1.5
+
+    run(scenario())
+
+
+def test_an_error_answer_quotes_a_bounded_part_of_the_requested_topic() -> None:
+    async def scenario() -> None:
+        async with serving(FakeApi()) as server, connected(server) as raw:
+            await raw.send(CommandLookupTopic(topic="t" * 100_000, request_id=1))
+            answer = (await raw.recv()).lookup_topic_response
+            assert answer is not None and answer.error == ServerError.TopicNotFound
+            assert len(answer.message) < 1000 and "100000 characters" in answer.message
+
+    run(scenario())
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_either(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back-pressure: once the answers wait for the client to read them, the server stops reading its
+    requests, so a client sending without reading fills socket buffers, not the server's memory."""
+    import pulsar_txn.server as server_module
+
+    monkeypatch.setattr(server_module, "_WRITE_HIGH_WATER", 4096)
+    lookup = encode_command(wrap(CommandLookupTopic(topic="u" * 300, request_id=7)))
+    budget = 8 << 20
+
+    def flood(port: int) -> int:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(encode_command(wrap(CommandConnect(client_version="flood", protocol_version=20))))
+            sock.settimeout(2.0)
+            chunk = lookup * 100
+            sent = 0
+            try:
+                while sent < budget:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except TimeoutError:
+                pass
+            return sent
+
+    async def scenario() -> int:
+        async with serving(FakeApi()) as server:
+            return await asyncio.to_thread(flood, server.port)
+
+    assert run(scenario()) < budget // 2
+
+
 def test_stop_closes_connections_and_cancels_requests_in_flight() -> None:
     async def scenario() -> None:
         api = FakeApi()
