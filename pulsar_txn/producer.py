@@ -107,6 +107,12 @@ class Producer(Generic[T]):
         partition_key: str | None,
         event_timestamp: int | None,
     ) -> Future[MessageId]:
+        if partition_key is not None and not isinstance(partition_key, str):
+            raise ConfigError(f"partition_key is a str, not {type(partition_key).__name__}")
+        if event_timestamp is not None and (
+            isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float)
+        ):
+            raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
         partition = self._choose_partition(partition_key)
         event_time = int(event_timestamp) if event_timestamp is not None else None
         check_event_time(event_time)  # a rejected send takes no sequence id

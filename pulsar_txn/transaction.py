@@ -257,7 +257,7 @@ class Transaction:
     def _watched_end(self) -> Future[None]:
         """The future of an end, registered with the client until it completes, so that
         ``Client.close`` waits for END_TXN's answer too (not only for the operations)."""
-        result: Future[None] = LazyFuture()
+        result: Future[None] = _EndFuture()
         watch = self._client._deadline_watch()
         key = watch.add(time.monotonic() + self._end_limit(), _nothing)
         result.add_done_callback(lambda _f: watch.cancel(key))
@@ -451,7 +451,8 @@ class Transaction:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is None:
-            self.commit()
+            if self.state not in (TransactionState.COMMITTED, TransactionState.ABORTED):
+                self.commit()  # the block may have ended it itself: then there is nothing to do
         elif self.state in (TransactionState.OPEN, TransactionState.TIME_OUT):
             try:
                 self.abort()
@@ -464,7 +465,9 @@ class TransactionBuilder:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._timeout_ms = 0
+        # Sent explicitly, as Pulsar's Java builder does (its default is 60 s too): the handle's
+        # client-side deadline is then the coordinator's, whatever its default_txn_timeout_ms.
+        self._timeout_ms = 60_000
 
     def with_transaction_timeout(self, seconds: float) -> TransactionBuilder:
         """The coordinator aborts the transaction if it has not ended within ``seconds``."""
@@ -530,6 +533,15 @@ def _first_failure_of(
         if failure is not None:
             return failure
     return None
+
+
+class _EndFuture(LazyFuture[None]):
+    """The future of a commit or abort. Once END_TXN may be on its way the end cannot be called
+    back, so, like Pulsar's, it cannot be cancelled: ``cancel()`` returns False and the future still
+    tells the outcome (before, a cancelled one made completing it raise on a client thread)."""
+
+    def cancel(self) -> bool:
+        return False
 
 
 def _settle(result: Future[None], error: BaseException | None) -> None:

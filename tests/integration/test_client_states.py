@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pulsar_txn.errors import InvalidTxnStatusError, Timeout, TransactionHasOperationFailed
+from pulsar_txn.errors import ConfigError, InvalidTxnStatusError, Timeout, TransactionHasOperationFailed
 from pulsar_txn.transaction import Transaction, TransactionState
 from pulsar_txn.txnid import TxnAction
 from tests.conftest import Cluster, read_all, wait_until
@@ -232,3 +232,55 @@ def test_an_abort_after_a_commit_whose_answer_was_lost_gets_the_coordinators_ver
         txn.abort()
     assert txn.state is TransactionState.ERROR
     assert [m.data for m in read_all(c.client.create_reader(topic), 800)] == [b"kept"]
+
+
+def test_a_transaction_built_without_a_timeout_has_the_same_60_s_at_client_and_coordinator(
+    cluster: ClusterFactory,
+) -> None:
+    """Pulsar's builder sends its 60 s default; so do we. Before, ttl 0 made the coordinator use its
+    own default (here 600 s) while the handle assumed 60 s and refused a commit the TC would take."""
+    c = cluster(default_txn_timeout_ms=600_000, max_txn_timeout_ms=900_000)
+    txn = c.client.new_transaction().build()
+    meta = c.coordinator.service.coordinator(txn.txn_id.most_bits).get(txn.txn_id)  # type: ignore[union-attr]
+    assert meta is not None and meta.timeout_ms == txn.timeout_ms == 60_000
+    txn.abort()
+
+
+def test_a_with_block_that_ended_its_transaction_itself_exits_cleanly(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"cm_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as committed:
+        producer.send(b"kept", txn=committed)
+        committed.commit()
+    with c.client.transaction(60) as aborted:
+        producer.send(b"dropped", txn=aborted)
+        aborted.abort()
+    assert (committed.state, aborted.state) == (TransactionState.COMMITTED, TransactionState.ABORTED)
+    assert [m.data for m in read_all(c.client.create_reader(topic), 800)] == [b"kept"]
+
+
+def test_a_commit_future_cannot_be_cancelled_and_still_tells_the_outcome(
+    cluster: ClusterFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = cluster()
+    txn = c.client.transaction(60)
+    ending = txn.commit_async()
+    assert not ending.cancel()
+    assert ending.result(30) is None and txn.state is TransactionState.COMMITTED
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_send_arguments_of_the_wrong_type_raise_config_error(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"args_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    with pytest.raises(ConfigError, match="partition_key"):
+        producer.send(b"x", partition_key=42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="event_timestamp"):
+        producer.send(b"x", event_timestamp="soon")  # type: ignore[arg-type]
+    assert producer.send(b"ok", partition_key="k", event_timestamp=1_700_000_000_000).offset == 0
