@@ -133,15 +133,29 @@ def from_plain(data: Any, tp: Any) -> Any:
             raise SchemaSerializationError(f"cannot build {tp.__name__}: {exc}") from None
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list:
+        _expect(data, list, "an array")
         return [from_plain(v, args[0]) for v in data]
     if origin is dict:
+        _expect(data, dict, "an object")
         return {k: from_plain(v, args[1]) for k, v in data.items()}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp[data]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: not even a name (e.g. a list)
             raise SchemaSerializationError(f"{data!r} is not a member of {tp.__name__}") from None
+    scalar = _SCALARS.get(tp)
+    if scalar is not None and (not isinstance(data, scalar) or (tp is not bool and isinstance(data, bool))):
+        raise SchemaSerializationError(f"expected {tp.__name__}, got {type(data).__name__}: {data!r:.80}")
     return data
+
+
+# What a JSON/Avro decoder may hand over for each scalar type hint (a float field takes an int).
+_SCALARS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+
+
+def _expect(data: Any, kind: type, what: str) -> None:
+    if not isinstance(data, kind):
+        raise SchemaSerializationError(f"expected {what}, got {type(data).__name__}: {data!r:.80}")
 
 
 def check_json_compatible(record_type: type) -> None:

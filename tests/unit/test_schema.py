@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from typing import Any
 
 import pytest
@@ -39,6 +40,27 @@ class Order:
     color: Color
     address: Address
     previous: Address | None
+
+
+def _order_json(**changes: Any) -> bytes:
+    fields: dict[str, Any] = {
+        "order_id": "o",
+        "amount": 1,  # an int in a float field is fine
+        "quantity": 2,
+        "paid": False,
+        "tags": ["t"],
+        "attributes": {"a": 1},
+        "note": None,
+        "color": "RED",
+        "address": {"street": "s", "number": 1},
+        "previous": None,
+    }
+    return json.dumps(fields | changes).encode()
+
+
+def test_well_formed_order_json_decodes() -> None:
+    order = JsonSchema(Order).decode(_order_json())
+    assert (order.amount, order.color, order.address) == (1, Color.RED, Address("s", 1))
 
 
 @dataclasses.dataclass
@@ -198,6 +220,15 @@ def test_json_reads_plain_json_bytes_and_any_record_version_that_builds_its_type
         (StringSchema(), b"\xff\xfe"),
         (AvroSchema(Address), b"\x02"),  # truncated
         (AvroSchema(OrderV1), b"\x02a\x00\x00"),  # trailing bytes
+        # Well-formed JSON whose fields have the wrong shape for the record type (before: TypeError,
+        # AttributeError, or silently a list of characters / a str in an int field).
+        (JsonSchema(Order), _order_json(tags=5)),
+        (JsonSchema(Order), _order_json(tags="abc")),
+        (JsonSchema(Order), _order_json(attributes=[1, 2])),
+        (JsonSchema(Order), _order_json(color=["RED"])),
+        (JsonSchema(Order), _order_json(quantity="zz")),
+        (JsonSchema(Order), _order_json(quantity=True)),
+        (JsonSchema(Order), _order_json(address={"street": 1, "number": 2})),
     ],
 )
 def test_payloads_that_do_not_decode_raise_schema_serialization_error(schema: Any, payload: bytes) -> None:
