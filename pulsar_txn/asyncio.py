@@ -58,9 +58,19 @@ class _Pool:
         if max_workers < 1:
             raise ConfigError("max_workers must be at least 1")
         self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="pulsar-txn-aio")
+        self.closed = False
 
     def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
-        return self.executor.submit(fn, *args, **kwargs)
+        if self.closed:
+            raise NotAllowedError("client is closed")
+        try:
+            return self.executor.submit(fn, *args, **kwargs)
+        except RuntimeError:  # shut down meanwhile
+            raise NotAllowedError("client is closed") from None
+
+    def shutdown(self) -> None:
+        self.closed = True
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
@@ -229,8 +239,9 @@ class AsyncProducer(Generic[T]):
         await self._pool.run(self.sync.flush)
 
     async def close(self) -> None:
-        """Flush."""
-        await self._pool.run(self.sync.close)
+        """Flush (nothing to do once the client is closed)."""
+        if not self._pool.closed:
+            await self._pool.run(self.sync.close)
 
 
 class AsyncConsumer(Generic[T]):
@@ -320,7 +331,9 @@ class AsyncConsumer(Generic[T]):
         await self._pool.run(self.sync.seek, message_id)
 
     async def close(self) -> None:
-        """Persist the cursor and leave the subscription."""
+        """Persist the cursor and leave the subscription (the client's close did so already)."""
+        if self._pool.closed:
+            return
         stashed, self._stash = list(self._stash), deque()
         await self._pool.run(self._close, stashed)
 
@@ -396,6 +409,9 @@ class AsyncReader(Generic[T]):
 
     async def close(self) -> None:
         """Stop reading."""
+        if self._pool.closed:
+            self.sync.close()  # quick: no waiting on the broker
+            return
         async with self._lock:
             await self._settle_orphan()
             await self._pool.run(self.sync.close)
@@ -606,7 +622,7 @@ class AsyncClient:
             if self._owns:
                 await self._pool.run(self.sync.close)
         finally:
-            self._pool.executor.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
 
     async def __aenter__(self) -> AsyncClient:
         return self

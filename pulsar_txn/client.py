@@ -31,7 +31,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, TopicNotFound
+from pulsar_txn.errors import ConfigError, NotAllowedError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.producer import Producer
@@ -128,6 +128,7 @@ class Client:
         self._snapshot_store: SnapshotStore | None = None
         self._counts: dict[str, int] = {}
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
+        self._closed = False  # then nothing makes its connections again (NotAllowedError instead)
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
         self._ends = DeadlineWatch("pulsar-txn-end-deadlines")  # commit_async / abort_async in flight
@@ -175,6 +176,7 @@ class Client:
     # ------------------------------------------------------------------ factories
     def new_transaction(self) -> TransactionBuilder:
         """``client.new_transaction().with_transaction_timeout(seconds).build()``, as in Pulsar."""
+        self._check_open()
         return TransactionBuilder(self)
 
     def transaction(self, timeout: float = 60.0) -> Transaction:
@@ -201,6 +203,7 @@ class Client:
     ) -> Producer[Any]:
         """A producer for ``topic`` (``TopicNotFound`` if it does not exist). ``schema``: how
         values are encoded (default bytes; ``StringSchema()``, ``JsonSchema(T)``, ``AvroSchema(T)``)."""
+        self._check_open()
         return Producer(self, topic, producer_name=producer_name, schema=schema)
 
     @overload
@@ -324,6 +327,7 @@ class Client:
         """A reader of the committed messages of ``topic`` from ``EARLIEST``, ``LATEST`` or after a
         given MessageId (as Pulsar's reader: the message itself too with
         ``start_message_id_inclusive=True``); ``schema`` as in ``subscribe``."""
+        self._check_open()
         return Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
@@ -350,9 +354,15 @@ class Client:
         """The handle of a transaction NEW_TXN just opened (0: the coordinator's default timeout)."""
         return Transaction(self, txn_id, timeout_ms or 60_000)
 
+    def _check_open(self) -> None:
+        """``NotAllowedError`` once closed (Pulsar: AlreadyClosedException); the caller holds _lock."""
+        if self._closed:
+            raise NotAllowedError("client is closed")
+
     def _tc(self) -> SyncTcClient:
         with self._lock:
             if self._tc_client is None:
+                self._check_open()
                 client = SyncTcClient(
                     self.service_url,
                     auth_token=self._auth,
@@ -370,6 +380,7 @@ class Client:
     def _appender(self) -> Appender:
         with self._lock:
             if self._appender_ is None:
+                self._check_open()
                 self._appender_ = Appender(
                     self.kafka, delivery_timeout_ms=int(self.operation_timeout_seconds * 1000)
                 )
@@ -378,6 +389,7 @@ class Client:
     def _snapshots(self) -> SnapshotStore:
         with self._lock:
             if self._snapshot_store is None:
+                self._check_open()
                 self._snapshot_store = SnapshotStore(self.kafka, topic=self._snapshot_topic)
             return self._snapshot_store
 
@@ -456,6 +468,8 @@ class Client:
             # Let asynchronous commits and aborts finish first (each ends or times out on its own).
             self._ends.wait_idle(2 * self.operation_timeout_seconds + 5)
             self._ends.close()
+            with self._lock:
+                self._closed = True
             if self._appender_ is not None:
                 self._appender_.close()
                 self._appender_ = None

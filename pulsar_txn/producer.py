@@ -17,7 +17,15 @@ from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
-from pulsar_txn.errors import ConfigError, PersistenceError, PulsarTxnError, Result, Timeout, from_store_error
+from pulsar_txn.errors import (
+    ConfigError,
+    NotAllowedError,
+    PersistenceError,
+    PulsarTxnError,
+    Result,
+    Timeout,
+    from_store_error,
+)
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
@@ -70,6 +78,7 @@ class Producer(Generic[T]):
         self._pending: deque[_Send] = deque()  # sends waiting for an earlier one's registration
         self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
+        self._closed = False
 
     def _choose_partition(self, partition_key: str | None) -> int:
         if self.topic.partition is not None:
@@ -92,6 +101,8 @@ class Producer(Generic[T]):
         fails with a typed error); ``callback(result, msg_id)`` is called then too, on a client
         thread (keep it short). With ``txn``, the message is part of that transaction and
         ``txn.commit()`` waits for it."""
+        if self._closed:
+            raise NotAllowedError(f"producer {self.producer_name} is closed")
         payload = self.schema.encode(content)
         return self._send_payload(
             payload, self._schema_header, callback, txn, properties, partition_key, event_timestamp
@@ -209,7 +220,11 @@ class Producer(Generic[T]):
         self._client._appender().flush(self._client.operation_timeout_seconds)
 
     def close(self) -> None:
-        """Flush; the producer holds no other resources (the client's Kafka producer is shared)."""
+        """Flush, then refuse further sends (``NotAllowedError``); the producer holds no other
+        resources (the client's Kafka producer is shared). Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.flush()
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 from kafka_store import offsets_for_time, read_range
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
-from pulsar_txn.errors import ConfigError, Timeout
+from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
@@ -54,6 +54,7 @@ class Reader(Generic[T]):
             client.kafka, starts, store=client._snapshots(), options=client._buffer_options()
         )
         self._buffer: deque[Message[T]] = deque()
+        self._closed = False
 
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
         """The next committed message; raises ``Timeout`` if none arrives in time."""
@@ -69,6 +70,7 @@ class Reader(Generic[T]):
     def _fill(self, timeout: float) -> bool:
         """Whether a message is ready, waiting up to ``timeout`` for one to arrive (nothing is
         handed out: the async reader takes it only if its caller still waits)."""
+        self._check_open()
         if not self._buffer:
             records = self._committed.poll(timeout)
             self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
@@ -79,6 +81,7 @@ class Reader(Generic[T]):
         from its start / from now on. An id without a topic means this reader's topic. An ``int`` is
         a publish time (ms since the epoch): every partition from its first message published at or
         after it."""
+        self._check_open()
         self._buffer.clear()
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             for tp, offset in offsets_for_time(self._client.kafka, self._tps, message_id).items():
@@ -96,8 +99,15 @@ class Reader(Generic[T]):
         self._committed.seek(*tp, message_id.offset)
 
     def close(self) -> None:
-        """Stop reading and release the Kafka connections."""
+        """Stop reading and release the Kafka connections; reading after this raises
+        ``NotAllowedError``."""
+        self._closed = True
+        self._buffer.clear()
         self._committed.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotAllowedError(f"reader of {self.topic} is closed")
 
 
 def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:

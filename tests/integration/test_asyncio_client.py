@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn import AvroSchema, Timeout, TopicDeleted, TopicNotFound, TransactionState
+from pulsar_txn import AvroSchema, NotAllowedError, Timeout, TopicDeleted, TopicNotFound, TransactionState
 from pulsar_txn.asyncio import AsyncClient
 from tests.conftest import Cluster, read_all
 
@@ -170,6 +170,30 @@ def test_a_cancelled_read_next_loses_no_message(cluster: ClusterFactory, uid: st
             return got
 
     assert asyncio.run(main()) == [b"m0", b"m1", b"m2"]
+
+
+def test_after_the_async_client_closed_its_objects_refuse_with_not_allowed_and_close_quietly(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"aio_closed_{uid}"
+
+    async def main() -> None:
+        client = AsyncClient(c.client, max_workers=2)
+        await client.create_topic(topic, 1)
+        producer = await client.create_producer(topic)
+        consumer = await client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+        reader = await client.create_reader(topic)
+        await client.close()
+        for call in (producer.flush, consumer.receive, lambda: reader.read_next(100)):
+            with pytest.raises(NotAllowedError, match="closed"):
+                await call()
+        with pytest.raises(NotAllowedError, match="closed"):
+            await client.new_transaction().build()
+        for obj in (producer, consumer, reader):
+            await obj.close()  # no RuntimeError from a pool that is gone
+
+    asyncio.run(main())
 
 
 def test_async_handle_commits_a_transaction_by_its_id(cluster: ClusterFactory, uid: str) -> None:

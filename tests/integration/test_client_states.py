@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from pulsar_txn.errors import ConfigError, InvalidTxnStatusError, Timeout, TransactionHasOperationFailed
+from pulsar_txn.client import Client
+from pulsar_txn.errors import (
+    ConfigError,
+    InvalidTxnStatusError,
+    NotAllowedError,
+    Timeout,
+    TransactionHasOperationFailed,
+)
 from pulsar_txn.transaction import Transaction, TransactionState
 from pulsar_txn.txnid import TxnAction
 from tests.conftest import Cluster, read_all, wait_until
@@ -284,3 +291,36 @@ def test_send_arguments_of_the_wrong_type_raise_config_error(cluster: ClusterFac
     with pytest.raises(ConfigError, match="event_timestamp"):
         producer.send(b"x", event_timestamp="soon")  # type: ignore[arg-type]
     assert producer.send(b"ok", partition_key="k", event_timestamp=1_700_000_000_000).offset == 0
+
+
+def test_a_closed_client_producer_or_reader_refuses_work_instead_of_reconnecting(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Pulsar raises AlreadyClosedException; we raise NotAllowedError, as a closed Consumer does.
+    Before, a closed Client made its connections (and threads) again on the next call."""
+    c = cluster()
+    topic = f"closed_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send(b"m0")
+    reader = c.client.create_reader(topic)
+    producer.close()
+    producer.close()  # again: nothing
+    with pytest.raises(NotAllowedError, match="closed"):
+        producer.send(b"late")
+    reader.close()
+    with pytest.raises(NotAllowedError, match="closed"):
+        reader.read_next(100)
+    other = Client(c.client.service_url, kafka=c.client.kafka, num_tcs=c.config.num_tcs)
+    late = other.create_producer(topic)
+    other.close()
+    for call in (
+        lambda: late.send(b"late"),
+        lambda: other.transaction(60),
+        lambda: other.create_producer(topic),
+        lambda: other.create_reader(topic),
+        lambda: other.subscribe(topic, f"sub_{uid}"),
+    ):
+        with pytest.raises(NotAllowedError, match="closed"):
+            call()
+    assert other._appender_ is None and other._tc_client is None
