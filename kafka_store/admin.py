@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
+from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, ClientConfigError, StoreError, TopicNotFoundError
 from kafka_store.producer import kafka_error_of
@@ -25,7 +26,7 @@ class TopicAdmin:
     @property
     def _admin(self) -> AdminClient:
         if self._client is None:
-            self._client = AdminClient(admin_conf(self._config))
+            self._client = make_client(AdminClient, admin_conf(self._config), "Kafka admin client")
         return self._client
 
     @property

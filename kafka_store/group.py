@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import StoreError
 from kafka_store.producer import kafka_error_of
@@ -72,7 +73,7 @@ class GroupMembership:
         self.assigned: list[int] = []
 
     def start(self) -> None:
-        self._consumer = Consumer(self._conf)
+        self._consumer = make_client(Consumer, self._conf, "Kafka consumer")
         self._consumer.subscribe([self._topic], on_assign=self._assigned, on_revoke=self._revoked)
         self._thread = threading.Thread(target=self._run, name=f"group-{self._topic}", daemon=True)
         self._thread.start()
@@ -153,7 +154,7 @@ class GroupReader:
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             },
         )
-        self._consumer = Consumer(conf)
+        self._consumer = make_client(Consumer, conf, "Kafka consumer")
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._topics: list[str] = []
@@ -305,7 +306,7 @@ class SubscriptionGroup:
         # partitions may already be another member's. Default: handled like a revocation.
         self._on_lost = on_lost or on_revoke
         self._on_tick = on_tick
-        self._consumer = Consumer(conf)
+        self._consumer = make_client(Consumer, conf, "Kafka consumer")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._timeout = config.request_timeout_ms / 1000
@@ -373,10 +374,15 @@ class SubscriptionGroup:
         latest: dict[tuple[str, int], TopicPartition] = {}
         waiting: list[tuple[set[tuple[str, int]], Future[None]]] = []
         for tps, done in items:
-            keys = {(tp.topic, tp.partition) for tp in tps} & held
-            if not keys:
+            keys = {(tp.topic, tp.partition) for tp in tps}
+            if not keys <= held:
+                # All or nothing: a caller proving it still owns what it commits (a transaction's
+                # ownership check) must not hear "committed" for a partition that was left out.
                 done.set_exception(
-                    StoreError(f"{self.group_id}: partitions no longer assigned", retriable=False)
+                    StoreError(
+                        f"{self.group_id}: partitions no longer assigned: {sorted(keys - held)}",
+                        retriable=False,
+                    )
                 )
                 continue
             latest.update({(tp.topic, tp.partition): tp for tp in tps if (tp.topic, tp.partition) in keys})

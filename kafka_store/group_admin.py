@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, GroupNotEmptyError, StoreError
 from kafka_store.producer import kafka_error_of
@@ -64,7 +65,7 @@ def list_groups(config: KafkaConfig, *, admin: Any = None) -> list[GroupInfo]:
 
 def group_admin(config: KafkaConfig) -> Any:
     """An admin client for repeated ``describe_group`` calls (opaque outside ``kafka_store``)."""
-    return AdminClient(admin_conf(config))
+    return make_client(AdminClient, admin_conf(config), "Kafka admin client")
 
 
 def describe_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> list[GroupMember]:

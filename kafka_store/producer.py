@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import (
     BrokerUnavailableError,
@@ -113,7 +114,7 @@ class Appender:
             if self._producer is None:
                 made: list[Producer] = []
                 conf = dict(self._conf, error_cb=lambda err: self._on_error(err, made))
-                made.append(Producer(conf))
+                made.append(make_client(Producer, conf, "Kafka producer"))
                 self._producer = made[0]
                 thread = threading.Thread(
                     target=self._poll_loop, args=(made[0],), name="appender-poll", daemon=True
@@ -234,6 +235,9 @@ class Appender:
             d.headers = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
         elif not headers:
             d.headers = None
+        if self._stop.is_set():  # closed: its delivery thread is gone, nothing would report it
+            d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: the appender is closed"))
+            return
         d.appender = self
         d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s
@@ -278,7 +282,12 @@ class Appender:
         thread re-sending its partition's held records, which keeps it at their head)."""
         if refresh:
             time.sleep(0.05)
-            self._refresh_metadata(d.producer, d.topic)
+            current = self._ensure_started()
+            if d.producer is not current:
+                # Set aside (renew, or a fatal error) while this record waited: the retired producer's
+                # delivery thread stops once it has nothing in flight, so nobody would report it.
+                d.producer = current
+            self._refresh_metadata(current, d.topic)
         while True:
             try:
                 d.producer.produce(

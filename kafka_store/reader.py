@@ -17,6 +17,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
 from kafka_store.producer import kafka_error_of, translate_kafka_error
@@ -121,11 +122,15 @@ class PartitionReader:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(self._conf)
+            self._consumer = make_client(Consumer, self._conf, "Kafka consumer")
         return self._consumer
 
     def assign(self, positions: dict[tuple[str, int], int]) -> None:
-        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        tps = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        self.consumer.assign(tps)
+        # librdkafka keeps a partition's pause flag across unassign and assign: one paused by the idle
+        # gate before would stay paused for good.
+        self.consumer.resume(tps)
         self._eof.clear()
         self._idle_since = None  # a fresh assignment fetches at once
         self._eof_seen.clear()
@@ -137,6 +142,10 @@ class PartitionReader:
         self._next[(topic, partition)] = offset
         if self._idle_since is not None:
             self.pause([(topic, partition)])  # joins the idle gate's state; resumed with the others
+        else:
+            # librdkafka keeps the pause flag across unassign and assign: a partition removed while
+            # the gate was closed would come back paused, and be fetched never again.
+            self.resume([(topic, partition)])
 
     def remove(self, topic: str, partition: int) -> None:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
@@ -305,7 +314,7 @@ class PartitionReader:
                 TopicPartition(topic, partition), timeout=self._timeout, cached=False
             )
         except KafkaException as exc:
-            raise _translate(exc, f"watermarks of {topic}[{partition}]") from None
+            raise self._lookup_error(exc, topic, partition, f"watermarks of {topic}[{partition}]") from None
         return int(low), int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
@@ -316,11 +325,29 @@ class PartitionReader:
                 [TopicPartition(topic, partition, timestamp_ms)], timeout=self._timeout
             )
         except KafkaException as exc:
-            raise _translate(exc, f"offset for time {timestamp_ms} of {topic}[{partition}]") from None
+            what = f"offset for time {timestamp_ms} of {topic}[{partition}]"
+            raise self._lookup_error(exc, topic, partition, what) from None
         tp = found[0]
         if tp.error is not None:
             raise StoreError(f"offset for time {timestamp_ms} of {topic}[{partition}]: {tp.error}")
         return int(tp.offset) if tp.offset >= 0 else self.watermarks(topic, partition)[1]
+
+    def _lookup_error(self, exc: KafkaException, topic: str, partition: int, what: str) -> StoreError:
+        """``_translate``, except that librdkafka's local "unknown partition/topic", which it also
+        says when no broker has answered yet (no metadata), is checked against the cluster's topic
+        list: a dead broker is not a missing topic."""
+        error = _translate(exc, what)
+        err = kafka_error_of(exc)
+        if err is None or err.code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+            return error
+        try:
+            meta = self.consumer.list_topics(timeout=self._timeout)  # all: naming one may create it
+        except KafkaException as listing:
+            return BrokerUnavailableError(f"{what}: {err.str()}; the cluster did not answer ({listing})")
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None or partition not in found.partitions:
+            return error
+        return BrokerUnavailableError(f"{what}: {err.str()} (the topic exists; its leader did not answer)")
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from kafka_store import ClientConfigError, KafkaConfig, PartitionReader, StoreError, TopicAdmin
+from kafka_store import (
+    ClientConfigError,
+    KafkaConfig,
+    PartitionReader,
+    StoreError,
+    TopicAdmin,
+    TopicNotFoundError,
+)
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state, scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -68,7 +75,7 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
             out.extend((topic, p) for p in range(admin.partition_count(topic)))
         return sorted(out)
     except StoreError as exc:
-        if "does not exist" in str(exc) or "nknown topic" in str(exc):
+        if isinstance(exc, TopicNotFoundError):
             raise TopicNotFound(str(exc)) from None
         raise from_store_error(exc, "kafka.* options" if isinstance(exc, ClientConfigError) else "") from None
 
@@ -81,10 +88,8 @@ def watermarks(
     reader = reader or PartitionReader(kafka)
     try:
         return {tp: reader.watermarks(*tp) for tp in tps}
-    except StoreError as exc:
-        if "nknown" in str(exc):
-            raise TopicNotFound(str(exc)) from None
-        raise
+    except TopicNotFoundError as exc:  # a dead broker is BrokerUnavailableError (retriable), not this
+        raise TopicNotFound(str(exc)) from None
     finally:
         if own:
             reader.close()

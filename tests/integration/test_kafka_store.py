@@ -3,9 +3,11 @@ that were created (or added) after the producer first looked at the topic."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin, read_range
+from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin, TopicNotFoundError, read_range
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -201,3 +203,137 @@ def test_rearmed_partition_reports_its_end_again_without_new_records(
     finally:
         reader.close()
         appender.close()
+
+
+def test_a_partition_removed_while_the_idle_gate_is_closed_is_read_again_once_added_back(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """librdkafka keeps a partition's pause flag across unassign and assign: one removed while the
+    gate held it paused, and added back while the gate is open, must not stay paused (a Failover
+    consumer whose partitions came back in a rebalance stopped receiving one of them)."""
+    import time
+
+    from kafka_store import PartitionReader
+
+    topic = f"regate_{uid}"
+    admin.ensure_topic(topic, 2)
+    appender = Appender(kafka)
+    reader = PartitionReader(kafka, idle_backoff_ms=20)
+    try:
+        for i in range(10):
+            appender.append(topic, i % 2, b"%d" % i)
+        appender.flush(30)
+        reader.assign({(topic, 0): 0, (topic, 1): 0})
+        deadline = time.monotonic() + 20
+        while not reader.idle_gate_closed and time.monotonic() < deadline:
+            reader.poll_batch(1000, 0.05)
+        assert reader.idle_gate_closed  # caught up: both partitions paused
+        reader.remove(topic, 0)
+        reader._set_idle_gate(False)  # the gate opens (what the next poll does once its pause is over)
+        reader.add(topic, 0, 0)
+        appender.append(topic, 0, b"new").result(30)
+        got: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            got += [r.offset for r in reader.poll_batch(1000, 0.05) if r.partition == 0]
+        assert got == list(range(6))
+    finally:
+        reader.close()
+        appender.close()
+
+
+def test_a_record_held_for_a_new_partition_completes_after_the_producer_was_renewed(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """A record refused for an unknown partition waits for a retry; if the producer is renewed
+    meanwhile (Client.delete_topic does), the retry goes through the new producer: the one set aside
+    stops reporting once it has nothing in flight, and the record's future would never complete."""
+    import time
+
+    topic = f"heldrenew_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    try:
+        assert appender.append(topic, 0, b"a").result(30) == 0
+        held = appender.append(topic, 1, b"held")  # partition 1 does not exist yet
+        time.sleep(0.3)
+        appender.renew("test")
+        time.sleep(0.5)
+        admin.add_partitions(topic, 2)
+        assert held.result(30) == 0
+        assert appender.append(topic, 1, b"after").result(30) == 1
+    finally:
+        appender.close()
+
+
+def test_an_append_after_close_fails_at_once() -> None:
+    appender = Appender(KafkaConfig(bootstrap_servers="127.0.0.1:9"))
+    appender.close()
+    with pytest.raises(StoreError, match="closed"):
+        appender.append("t", 0, b"x").result(5)
+
+
+def test_a_group_commit_naming_a_partition_this_member_does_not_hold_fails_whole(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """All or nothing: the transaction ownership check commits the partitions it acked on to prove it
+    still holds them; a partition silently left out of the commit would pass that check."""
+    import time
+
+    from kafka_store import SubscriptionGroup, group_offsets
+
+    topic, group = f"owncommit_{uid}", f"owng_{uid}"
+    admin.ensure_topic(topic, 2)
+    owned: dict[str, set[tuple[str, int]]] = {"a": set(), "b": set()}
+
+    def member(name: str) -> SubscriptionGroup:
+        return SubscriptionGroup(
+            kafka,
+            group,
+            [topic],
+            on_assign=lambda ps: owned[name].update(ps),
+            on_revoke=lambda ps: owned[name].difference_update(ps),
+            client_id=name,
+        )
+
+    a = member("a")
+    a.start()
+    wait_until(lambda: len(owned["a"]) == 2, 30, what="a to hold both partitions")
+    b = member("b")
+    b.start()
+    try:
+        wait_until(lambda: bool(owned["a"]) and bool(owned["b"]), 30, what="the partitions split")
+        time.sleep(0.5)
+        (mine,) = owned["a"]
+        (theirs,) = owned["b"]
+        with pytest.raises(StoreError, match="no longer assigned") as refused:
+            a.commit({mine: (5, ""), theirs: (7, "")})
+        assert not refused.value.retriable
+        assert group_offsets(kafka, group, [mine, theirs]) == {}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_watermarks_of_an_existing_topic_with_its_broker_down_are_broker_unavailable(tmp_path: Path) -> None:
+    """librdkafka says "unknown partition" locally when no broker answers; a dead broker is not a
+    missing topic (Spark's planner reported TopicNotFound, not retriable, for a broker restart)."""
+    from kafka_store import BrokerUnavailableError, LocalBroker, PartitionReader
+
+    broker = LocalBroker(tmp_path / "broker")
+    broker.start()
+    config = KafkaConfig(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=3000)
+    reader = PartitionReader(config)
+    try:
+        TopicAdmin(config).ensure_topic("t", 2)
+        assert reader.watermarks("t", 0) == (0, 0)
+        with pytest.raises(TopicNotFoundError):
+            reader.watermarks("t", 5)  # a partition the topic does not have: still not found
+        broker.stop()
+        for partition in (0, 1):
+            with pytest.raises(BrokerUnavailableError) as raised:
+                reader.watermarks("t", partition)
+            assert raised.value.retriable
+    finally:
+        reader.close()
+        broker.stop()

@@ -1,0 +1,25 @@
+"""Making librdkafka clients. A setting the client refuses when it is made (an unknown or ill-typed
+property, typically from ``KafkaConfig.extra``) becomes ``ClientConfigError`` wherever a client is
+made, instead of a raw ``KafkaException`` from the first call that happened to make one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+from kafka_store.errors import ClientConfigError
+
+C = TypeVar("C")
+
+
+def make_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], what: str) -> C:
+    """``factory(conf)``; ``ClientConfigError`` if the client refuses a setting."""
+    try:
+        return factory(conf)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.code() == KafkaError._INVALID_ARG:
+            raise ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}") from None
+        raise
