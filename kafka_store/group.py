@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka_store._clients import make_client
 from kafka_store.config import KafkaConfig
@@ -219,6 +219,14 @@ class GroupReader:
             return list(self._consumer.assignment())
         except (KafkaException, RuntimeError):
             return []
+
+    def seek_to_start(self, topic: str, partition: int) -> None:
+        """Read an assigned partition again from its log start."""
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING))
+        except KafkaException as exc:
+            raise StoreError(f"seek of {topic}[{partition}] to its start: {exc}", retriable=True) from None
+        self.eof.pop((topic, partition), None)
 
     def pause_all(self) -> None:
         """Stop fetching while idle (brokers that answer empty fetches at once make idle readers spin)."""

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_store import Appender, GroupReader, KafkaConfig, StoreError, TopicAdmin
+from kafka_store import Appender, GroupReader, KafkaConfig, PartitionReader, StoreError, TopicAdmin
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -51,6 +51,9 @@ class _Owned:
     first_seen: dict[TxnID, float] = field(default_factory=dict)
     # Its snapshot could not be loaded: replayed from the partition's start until it reaches its end.
     replaying: bool = False
+    # (offset, fingerprint) of the last record folded at the last snapshot or load: checked before the
+    # next snapshot (see TransactionBufferService._same_partition).
+    checkpoint: tuple[int, int] = (-1, 0)
 
 
 class TransactionBufferService:
@@ -65,6 +68,8 @@ class TransactionBufferService:
         self._thread: threading.Thread | None = None
         self._appender: Appender | None = None
         self._store: SnapshotStore | None = None
+        self._probe: PartitionReader | None = None  # reads checkpoint records (see _same_partition)
+        self._refold: set[TP] = set()  # partitions found to be new ones: read again from their start
         self.snapshots_written = 0
         self.hanging_resolved = 0
         # Partitions whose snapshot failed to load, in all and per partition (kept across
@@ -125,12 +130,18 @@ class TransactionBufferService:
                         log.warning("TB service: listing topics failed: %s", exc)
                     next_refresh = now + cfg.tb_topic_refresh_ms / 1000
                 for msg in reader.poll_batch(5000, 0.1):
-                    owned = self._owned.get((msg.topic(), msg.partition()))
+                    tp = (msg.topic(), msg.partition())
+                    owned = self._owned.get(tp)
                     if owned is not None:
-                        owned.state.apply(msg.offset(), msg.headers(), msg.value())
+                        offset = msg.offset()
+                        if offset < owned.state.scanned_to:
+                            owned = self._recreated(tp, offset)
+                        owned.state.apply(offset, msg.headers(), msg.value())
                 for tp, end in list(reader.eof.items()):
                     owned = self._owned.get(tp)
                     if owned is not None:
+                        if end < owned.state.scanned_to:
+                            owned = self._recreated(tp, end)
                         if end > owned.state.scanned_to:
                             owned.state.scanned_to = end
                         owned.replaying = False
@@ -140,6 +151,10 @@ class TransactionBufferService:
                     self._stop.wait(0.2)
                     reader.resume_all()
                 self._maybe_snapshot()
+                while self._refold:
+                    tp = self._refold.pop()
+                    if tp in self._owned:
+                        reader.seek_to_start(*tp)
                 if time.monotonic() >= next_stats:
                     self._refresh_stats()
                     next_stats = time.monotonic() + 0.5
@@ -155,6 +170,9 @@ class TransactionBufferService:
                 if self._exists(tp[0]):
                     self._snapshot(tp, self._owned[tp])
             reader.close()
+            if self._probe is not None:
+                self._probe.close()
+                self._probe = None
 
     def _on_assign(self, partitions: list[TP]) -> dict[TP, int]:
         starts: dict[TP, int] = {}
@@ -198,6 +216,7 @@ class TransactionBufferService:
             )
             if loaded:
                 owned.last_snapshot_ms, owned.last_snapshot_offset = loaded[1], state.scanned_to
+                owned.checkpoint = state.anchor()
             with self._lock:
                 self._owned[tp] = owned
             starts[tp] = state.scanned_to
@@ -211,6 +230,44 @@ class TransactionBufferService:
                 self._snapshot(tp, owned)
             with self._lock:
                 self._owned.pop(tp, None)
+
+    def _same_partition(self, tp: TP, owned: _Owned) -> bool:
+        """Before a snapshot: is the record last folded at the previous snapshot (or load) still there?
+        A topic deleted and created again between two topic refreshes, whose new partition grew past
+        what was folded before it was fetched, shows no other sign: the fold went on into the new
+        partition's records as if they followed the old ones."""
+        offset, fingerprint = owned.checkpoint
+        if offset < 0:
+            return True
+        assert self._store is not None
+        if self._probe is None:
+            self._probe = PartitionReader(self._kafka)
+        return self._store.matches(self._probe, tp[0], tp[1], offset, fingerprint)
+
+    def _recreated(self, tp: TP, offset: int) -> _Owned:
+        """The partition holds records (or ends) below what was folded: a Kafka partition never
+        shrinks, so its topic was deleted and created again between two topic refreshes (its reader
+        was reset to the new partition's start). The old state describes other records: fold the new
+        partition from scratch, and tombstone the old snapshot so no reader trusts it meanwhile."""
+        log.warning(
+            "TB service: %s[%d] restarts at offset %d, below the %d folded: the topic was deleted and "
+            "created again; folding it anew",
+            tp[0],
+            tp[1],
+            offset,
+            self._owned[tp].state.scanned_to,
+        )
+        assert self._store is not None
+        try:
+            self._store.forget(tp[0], [tp[1]])
+        except Exception as exc:  # the anchor check still guards readers against most old snapshots
+            log.warning("TB service: removing the old snapshot of %s[%d] failed: %s", tp[0], tp[1], exc)
+        fresh = _Owned(
+            TxnBufferState(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret), replaying=True
+        )
+        with self._lock:
+            self._owned[tp] = fresh
+        return fresh
 
     def _exists(self, topic: str) -> bool:
         return self._topics is None or topic in self._topics
@@ -249,12 +306,17 @@ class TransactionBufferService:
 
     def _snapshot(self, tp: TP, owned: _Owned) -> None:
         assert self._store is not None
+        if not self._same_partition(tp, owned):
+            self._recreated(tp, 0)
+            self._refold.add(tp)  # the loop seeks its reader back to the partition's start
+            return
         try:
             self._store.write(owned.state).result(30)
         except Exception as exc:  # a missed snapshot only slows recovery down; try again later
             log.warning("TB service: snapshot of %s[%d] failed: %s", tp[0], tp[1], exc)
             return
         owned.snapshot_changes = owned.state.changes
+        owned.checkpoint = owned.state.anchor()
         owned.snapshot_at = time.monotonic()
         owned.last_snapshot_ms = int(time.time() * 1000)
         owned.last_snapshot_offset = owned.state.scanned_to

@@ -327,6 +327,13 @@ class SnapshotStore:
                 reader.close()
         return out
 
+    def matches(
+        self, reader: PartitionReader, topic: str, partition: int, offset: int, fingerprint: int
+    ) -> bool:
+        """Whether the partition now under this name still holds the record (``offset``,
+        ``fingerprint``) a fold read: the TB service asks before each snapshot."""
+        return self._of_this_partition(reader, topic, partition, offset + 1, (offset, fingerprint))
+
     def _of_this_partition(
         self, reader: PartitionReader, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
     ) -> bool:

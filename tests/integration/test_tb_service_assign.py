@@ -73,3 +73,56 @@ def test_a_partition_whose_snapshot_fails_to_load_is_still_served_and_the_failur
         assert snapshot is not None and snapshot[0].ongoing == {open_txn: 1}
     finally:
         service.stop()
+
+
+def test_a_topic_created_again_between_two_topic_refreshes_is_folded_anew_before_its_next_snapshot(
+    kafka: KafkaConfig, coord_config: Callable[..., CoordinatorConfig], uid: str
+) -> None:
+    """The service's reader went on at the old end of a partition whose topic was deleted and created
+    again (and had grown past that end) between two topic refreshes: nothing else told it. Before
+    its next snapshot it checks that the record folded at the last one is still there; it is not, so
+    it folds the new partition from its start. Before, it snapshotted the new records as if they
+    followed the old ones, and readers trusting that snapshot delivered past an open transaction."""
+    topic = f"tbrecreate_{uid}"
+    admin = TopicAdmin(kafka)
+    admin.ensure_topic(topic, 1, {})
+    app = Appender(kafka)
+    for i in range(10):
+        app.append(topic, 0, b"old %d" % i).result(10)
+    config = coord_config(tb_snapshot_interval_ms=100, tb_topic_refresh_ms=600_000)  # no refresh in the test
+    service = TransactionBufferService(kafka, config)
+    service.start()
+    key = f"{topic}-partition-0"
+    try:
+        first = TxnID(1, 3)
+        app.append(topic, 0, b"old open", headers=[(TXN_HEADER, first.to_bytes())]).result(10)
+
+        def stats() -> dict[str, Any]:
+            return service.stats()["partitions"].get(key) or {}
+
+        wait_until(lambda: stats().get("last_snapshot_offset") == 11, 20, what="a snapshot of the old topic")
+        admin.delete_topics([topic])
+        wait_until(lambda: not admin.topic_exists(topic), 10, what="the topic deleted")
+        admin.ensure_topic(topic, 1, {})
+        app.renew("topic created again")
+        opened, later = TxnID(2, 5), TxnID(3, 8)
+        app.append(topic, 0, b"new open", headers=[(TXN_HEADER, opened.to_bytes())]).result(10)
+        for i in range(12):
+            app.append(topic, 0, b"new %d" % i).result(10)
+        app.append(topic, 0, b"later open", headers=[(TXN_HEADER, later.to_bytes())]).result(10)
+        # The new partition: an open transaction at 0, plain records 1-12, another open one at 13.
+        wait_until(lambda: stats().get("scanned_to") == 14, 20, what="the new partition folded")
+        wait_until(lambda: stats().get("max_read_position") == 0, 20, what="the fold to start anew")
+        store = SnapshotStore(kafka, topic=config.snapshot_topic)
+
+        def snapshot_of_new() -> bool:
+            loaded = store.load(topic, 0, num_tcs=config.num_tcs)
+            return loaded is not None and loaded[0].scanned_to == 14
+
+        wait_until(snapshot_of_new, 20, interval=0.2, what="a snapshot of the new partition")
+        loaded = store.load(topic, 0, num_tcs=config.num_tcs)
+        assert loaded is not None and loaded[0].ongoing == {opened: 0, later: 13}
+        assert loaded[0].max_read_position == 0
+    finally:
+        service.stop()
+        app.close()
