@@ -598,7 +598,7 @@ class Consumer(Generic[T]):
         ``txn``, as part of that transaction (``TransactionConflict`` if another transaction holds
         one, ``InvalidTxnStatusError`` if ``txn`` is not open). In a transaction, the ids of one
         partition are checked and written together, which is much cheaper than one call each."""
-        mids = _message_ids(message)
+        mids = self._with_topic(_message_ids(message))
         if txn is not None:
             by_partition: dict[tuple[str, int], list[MessageId]] = {}
             for mid in mids:
@@ -615,7 +615,7 @@ class Consumer(Generic[T]):
     ) -> None:
         """Acknowledge every message of the partition up to and including this one; with ``txn``,
         as part of that transaction."""
-        mids = _message_ids(message)
+        mids = self._with_topic(_message_ids(message))
         if txn is not None:
             self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
             return
@@ -628,6 +628,19 @@ class Consumer(Generic[T]):
             part.dirty = True
             for key in [k for k in self._unacked if (k[0], k[1]) == part.tp and k[2] <= mid.offset]:
                 self._unacked.pop(key, None)
+
+    def _with_topic(self, mids: list[MessageId]) -> list[MessageId]:
+        """Ids as given, an id without a topic (made from numbers, e.g. ``MessageId(partition,
+        offset)``) taken as this subscription's topic, as ``seek`` does; refused if it has several."""
+        if all(m.topic for m in mids):
+            return mids
+        if len(self.topics) != 1:
+            raise NotAllowedError(
+                f"a MessageId without a topic is ambiguous for subscription {self.subscription!r} "
+                f"of {len(self.topics)} topics"
+            )
+        topic = self.topics[0].kafka_topic
+        return [m if m.topic else new_message_id(topic, m.partition, m.offset) for m in mids]
 
     def _ack_offset(self, part: _Part, offset: int) -> None:
         part.cursor.ack(offset)
@@ -791,7 +804,7 @@ class Consumer(Generic[T]):
 
     def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
         """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
-        mid = message.message_id if isinstance(message, Message) else message
+        (mid,) = self._with_topic([message.message_id if isinstance(message, Message) else message])
         with self._lock:
             key = (mid.topic, mid.partition, mid.offset)
             entry = self._unacked.pop(key, None)

@@ -132,6 +132,11 @@ class Client:
         consumer_type = _enum_value(given.get("consumer_type"), _consumer.ConsumerType, "Exclusive")
         initial = _enum_value(given.get("initial_position"), _consumer.InitialPosition, "Latest")
         schema = to_native(given.get("schema"))
+        # Checked before subscribing: a consumer made and then refused would hold the subscription.
+        policy = given.get("batch_receive_policy")
+        if policy is not None and not isinstance(policy, BatchReceivePolicy):
+            raise ConfigError("batch_receive_policy: use pulsar_txn.compat.ConsumerBatchReceivePolicy")
+        listener = _listener_of(given, "message_listener")
         native = self._auto_created(
             lambda: self.native.subscribe(
                 topic,
@@ -143,10 +148,7 @@ class Client:
             ),
             [topic] if isinstance(topic, str) else list(topic or []),
         )
-        policy = given.get("batch_receive_policy")
-        if policy is not None and not isinstance(policy, BatchReceivePolicy):
-            raise ConfigError("batch_receive_policy: use pulsar_txn.compat.ConsumerBatchReceivePolicy")
-        return Consumer(native, self.native, policy, _listener_of(given, "message_listener"))
+        return Consumer(native, self.native, policy, listener)
 
     def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
         """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
@@ -495,6 +497,11 @@ def _token_of(auth: Any) -> str:
         token = getattr(auth, "token", None) or getattr(auth, "_token", None)
         if isinstance(token, str) and token:
             return token
+    if type(auth).__name__ == "AuthenticationToken":  # pulsar-client's own: its token is out of reach
+        raise ConfigError(
+            "pulsar-client's AuthenticationToken keeps its token in C++: use "
+            "pulsar_txn.compat.AuthenticationToken(token) (same arguments)"
+        )
     raise _params.OperationNotSupported(
         f"authentication {type(auth).__name__} is not supported; use AuthenticationToken(token)"
     )

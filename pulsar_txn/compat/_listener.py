@@ -58,6 +58,12 @@ class ListenerThread:
                 log.warning("listener %s: receive failed (retrying): %s", self._thread.name, exc)
                 self._stop.wait(0.5)
                 continue
+            # Paused (or stopped) while the receive waited: no call until resumed, none after stop
+            # (the message stays unacknowledged: it comes back to a later consumer).
+            while not self._running.is_set() and not self._stop.is_set():
+                self._running.wait(_POLL_MS / 1000)
+            if self._stop.is_set():
+                return
             try:
                 self._deliver(message)
             except Exception:  # the application's code: log it, go on (pulsar-client does the same)

@@ -202,7 +202,12 @@ SUBSCRIBE = _table(
         ("dead_letter_policy", MAPPED),
         ("crypto_failure_action", IGNORED),
     ],
-    notes={"message_listener": "called on a listener thread of the consumer; receive() is then refused"},
+    notes={
+        "message_listener": "called on a listener thread of the consumer; receive() is then refused",
+        "pattern_auto_discovery_period": (
+            "a pattern is matched once, at subscribe time: topics created later are not picked up"
+        ),
+    },
 )
 
 CREATE_READER = _table(

@@ -352,3 +352,43 @@ def test_message_and_reader_listeners_are_called_on_a_thread_of_their_own(
     with pytest.raises(pulsar.InvalidConfiguration, match="callable"):
         client.subscribe(topic, f"t-{uid}", message_listener="not a function")
     client.close()
+
+
+def test_acks_and_nacks_of_a_message_id_made_with_the_constructor_mean_the_consumers_topic(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """pulsar-client accepts any MessageId; one built from numbers has no topic here, and means the
+    consumer's (as seek does). Before, the ack raised "no longer assigned" and the nack did nothing:
+    the message was never redelivered."""
+    c = cluster()
+    topic = f"compat_ctor_{uid}"
+    client = _with_topics(c, {topic: 1})
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    consumer = client.subscribe(
+        topic,
+        f"sub_{uid}",
+        initial_position=pulsar.InitialPosition.Earliest,
+        negative_ack_redelivery_delay_ms=200,
+    )
+    got = [consumer.receive(5000) for _ in range(3)]
+    ids = [pulsar.MessageId(m.message_id().partition(), 0, m.message_id().entry_id()) for m in got]
+    consumer.acknowledge(ids[0])
+    consumer.negative_acknowledge(ids[1])
+    consumer.acknowledge(got[2])
+    assert consumer.receive(5000).data() == b"m1"  # redelivered after the nack
+    consumer.close()
+    client.close()
+
+
+def test_a_subscribe_refused_for_an_option_leaves_no_consumer_behind(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"compat_refused_{uid}"
+    client = _with_topics(c, {topic: 1})
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe(topic, f"sub_{uid}", message_listener="not callable")
+    client.subscribe(topic, f"sub_{uid}").close()  # the subscription is free: no ConsumerBusy
+    client.close()

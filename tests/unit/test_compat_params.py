@@ -113,3 +113,14 @@ def test_create_table_view_takes_pulsar_clients_parameters_in_its_order() -> Non
         _parameters(compat.Client.create_table_view, {"self"})
     )
     assert {n for n in dir(pulsar.TableView) if not n.startswith("_")} <= set(dir(compat.TableView))
+
+
+def test_pulsar_clients_own_authentication_token_gets_advice_not_operation_not_supported() -> None:
+    """Its token lives in C++ where we cannot read it; say what to use instead."""
+    import pulsar as real_pulsar
+
+    from pulsar_txn.compat._api import _token_of
+    from pulsar_txn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"pulsar_txn\.compat\.AuthenticationToken"):
+        _token_of(real_pulsar.AuthenticationToken("secret-token"))
