@@ -64,7 +64,10 @@ def open_admin_url(request: urllib.request.Request, timeout: float) -> Any:
 def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) -> bytes:
     """GET ``path`` from a coordinator's admin endpoint (with the bearer token, if any); typed errors."""
     admin_url = admin_url.rstrip("/")
-    request = urllib.request.Request(admin_url + path)
+    try:
+        request = urllib.request.Request(admin_url + path)
+    except ValueError as exc:  # e.g. "unknown url type": not an http(s) URL
+        raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:

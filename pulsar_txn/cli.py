@@ -22,7 +22,7 @@ from pulsar_txn import _loops
 from pulsar_txn._admin_cli import add_commands as add_admin_commands
 from pulsar_txn._gc import tune_for_service
 from pulsar_txn.config import CoordinatorConfig
-from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
 
 log = logging.getLogger("pulsar_txn.cli")
@@ -38,7 +38,11 @@ def _load_file(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     text = Path(path).read_bytes()
-    data: Any = tomllib.loads(text.decode()) if path.endswith(".toml") else json.loads(text)
+    try:
+        data: Any = tomllib.loads(text.decode()) if path.endswith(".toml") else json.loads(text)
+    except ValueError as exc:  # TOMLDecodeError, JSONDecodeError, UnicodeDecodeError
+        kind = "TOML" if path.endswith(".toml") else "JSON"
+        raise ConfigError(f"{path}: not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise PulsarTxnError(f"{path}: expected a table with 'kafka' and/or 'coordinator' sections")
     return data

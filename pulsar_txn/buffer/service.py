@@ -45,8 +45,8 @@ class _Owned:
     state: TxnBufferState
     snapshot_changes: int = 0
     snapshot_at: float = field(default_factory=time.monotonic)
-    last_snapshot_ms: int = 0
-    last_snapshot_offset: int = -1
+    last_snapshot_ms: int | None = None  # None until the first snapshot (no metrics sample either)
+    last_snapshot_offset: int | None = None
     recovered_from: int | None = None
     first_seen: dict[TxnID, float] = field(default_factory=dict)
     # Its snapshot could not be loaded: replayed from the partition's start until it reaches its end.

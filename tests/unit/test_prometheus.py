@@ -160,3 +160,19 @@ def test_pipeline_metrics_served_from_a_thread_need_the_token() -> None:
     assert not any(k.startswith("pulsar_txn_pipeline_last_commit") for k in samples)
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url + "/metrics", timeout=2)  # stopped: nothing listens any more
+
+
+def test_a_partition_without_a_snapshot_has_no_snapshot_samples() -> None:
+    """docs/operations.md: the last-snapshot gauges have no sample before the first snapshot (before:
+    -1 and 0, which read as a snapshot at offset -1 taken in 1970)."""
+    from kafka_store import KafkaConfig
+    from pulsar_txn.buffer.service import TransactionBufferService, _Owned
+    from pulsar_txn.buffer.state import TxnBufferState
+    from pulsar_txn.config import CoordinatorConfig
+
+    service = TransactionBufferService(KafkaConfig(bootstrap_servers="127.0.0.1:9"), CoordinatorConfig())
+    service._owned[("orders", 0)] = _Owned(TxnBufferState("orders", 0))  # as a partition taken without one
+    service._refresh_stats()
+    text = _prometheus.render({"coordinators": {}}, service.stats())
+    assert "pulsar_txn_tb_max_read_position" in text
+    assert not [line for line in text.splitlines() if "last_snapshot" in line and not line.startswith("#")]

@@ -79,6 +79,22 @@ def test_cli_bad_configuration_is_reported_without_the_secrets(
     assert SECRET not in err
 
 
+@pytest.mark.parametrize(("name", "text"), [("bad.toml", "[kafka\n"), ("bad.json", "{not json")])
+def test_cli_config_file_that_does_not_parse_is_an_error_naming_it_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    conf = tmp_path / name
+    conf.write_text(text)
+    assert cli.main(["transaction-metadata", "--config", str(conf), "--txn-id", "(0,1)"]) == 2
+    err = capsys.readouterr().err
+    assert str(conf) in err and "not valid" in err
+
+
+def test_cli_admin_url_that_is_no_url_is_an_error_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["coordinator-stats", "--admin-url", "not-a-url"]) == 2
+    assert "admin URL 'not-a-url'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "key",
     [
