@@ -139,21 +139,21 @@ class GroupReader:
         *,
         session_timeout_ms: int = 6000,
         instance_id: str | None = None,
+        metadata_refresh_ms: int | None = None,
     ) -> None:
-        conf = _group_conf(
-            config,
-            group_id,
-            session_timeout_ms,
-            instance_id,
-            **{
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 50,
-                "receive.message.max.bytes": MAX_RESPONSE_BYTES,  # see PartitionReader
-                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
-            },
-        )
+        """``metadata_refresh_ms``: how soon partitions added to a subscribed topic join the group's
+        assignment (librdkafka looks every 5 minutes by default)."""
+        extra: dict[str, Any] = {
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+            "receive.message.max.bytes": MAX_RESPONSE_BYTES,  # see PartitionReader
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        }
+        if metadata_refresh_ms is not None:
+            extra["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
+        conf = _group_conf(config, group_id, session_timeout_ms, instance_id, **extra)
         self._consumer = make_client(Consumer, conf, "Kafka consumer")
         self._on_assign = on_assign
         self._on_revoke = on_revoke

@@ -113,6 +113,7 @@ class TransactionBufferService:
             self._on_revoke,
             session_timeout_ms=cfg.group_session_timeout_ms,
             instance_id=cfg.group_instance_id,
+            metadata_refresh_ms=cfg.tb_topic_refresh_ms,  # partitions added to a topic are taken as soon
         )
         admin = TopicAdmin(self._kafka)
         next_refresh = next_stats = 0.0

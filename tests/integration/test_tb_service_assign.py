@@ -126,3 +126,33 @@ def test_a_topic_created_again_between_two_topic_refreshes_is_folded_anew_before
     finally:
         service.stop()
         app.close()
+
+
+def test_partitions_added_to_a_topic_are_taken_within_a_topic_refresh(
+    kafka: KafkaConfig, coord_config: Callable[..., CoordinatorConfig], uid: str
+) -> None:
+    """librdkafka learns of new partitions of a subscribed topic at its metadata refresh, every 5
+    minutes by default: until then nobody snapshotted them or resolved their hanging transactions.
+    The service's group refreshes as often as it lists the topics."""
+    topic = f"tbgrow_{uid}"
+    admin = TopicAdmin(kafka)
+    admin.ensure_topic(topic, 1, {})
+    config = coord_config(tb_snapshot_interval_ms=100, tb_topic_refresh_ms=500)
+    service = TransactionBufferService(kafka, config)
+    service.start()
+    app = Appender(kafka)
+    try:
+        app.append(topic, 0, b"p0").result(10)
+        wait_until(
+            lambda: f"{topic}-partition-0" in service.stats()["partitions"], 20, what="partition 0 taken"
+        )
+        admin.add_partitions(topic, 3)
+        for p in (1, 2):
+            app.append(topic, p, b"open", headers=[(TXN_HEADER, TxnID(1, 9).to_bytes())]).result(30)
+        wanted = {f"{topic}-partition-{p}" for p in range(3)}
+        wait_until(
+            lambda: wanted <= set(service.stats()["partitions"]), 30, what="the added partitions taken"
+        )
+    finally:
+        service.stop()
+        app.close()
