@@ -54,6 +54,8 @@ class _Owned:
     # (offset, fingerprint) of the last record folded at the last snapshot or load: checked before the
     # next snapshot (see TransactionBufferService._same_partition).
     checkpoint: tuple[int, int] = (-1, 0)
+    # Hanging transactions whose marker this service wrote, until its fold has read the marker back.
+    resolved: set[TxnID] = field(default_factory=set)
 
 
 class TransactionBufferService:
@@ -330,11 +332,14 @@ class TransactionBufferService:
         suspects: dict[int, list[tuple[TP, TxnID]]] = {}
         for tp, owned in list(self._owned.items()):
             for txn in owned.state.ongoing:
+                if txn in owned.resolved:
+                    continue  # its marker is written; the fold has not read it back yet
                 seen = owned.first_seen.setdefault(txn, now)
                 if now - seen >= after:
                     suspects.setdefault(txn.most_bits, []).append((tp, txn))
             for txn in [t for t in owned.first_seen if t not in owned.state.ongoing]:
                 del owned.first_seen[txn]
+            owned.resolved &= owned.state.ongoing.keys()
         for tc_id, items in suspects.items():
             try:
                 self._resolve(tc_id, items)
@@ -353,6 +358,9 @@ class TransactionBufferService:
             )
             action = TxnAction.COMMIT if registered and ended is TxnAction.COMMIT else TxnAction.ABORT
             self._write_marker(topic, partition, txn, action)
+            owned = self._owned.get((topic, partition))
+            if owned is not None:
+                owned.resolved.add(txn)
             self.hanging_resolved += 1
             log.warning(
                 "TB service: hanging %s in %s[%d] resolved with %s", txn, topic, partition, action.name
