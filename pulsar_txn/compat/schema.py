@@ -96,6 +96,9 @@ def to_native(schema: Any) -> _schema.Schema[Any] | None:
         return JsonSchema(record_cls)
     if kind == "AvroSchema" and record_cls is not None:
         return AvroSchema(record_cls)
+    definition = getattr(schema, "_schema", None)
+    if kind == "AvroSchema" and isinstance(definition, dict):  # AvroSchema(None, schema_definition=...)
+        return AvroSchema(None, schema_definition=definition)
     raise ConfigError(f"schema {kind} is not supported here (bytes, string, JSON and Avro records are)")
 
 

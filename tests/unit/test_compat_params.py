@@ -124,3 +124,20 @@ def test_pulsar_clients_own_authentication_token_gets_advice_not_operation_not_s
 
     with pytest.raises(ConfigError, match=r"pulsar_txn\.compat\.AuthenticationToken"):
         _token_of(real_pulsar.AuthenticationToken("secret-token"))
+
+
+def test_pulsar_clients_avro_schema_with_only_a_definition_reads_and_writes_dicts() -> None:
+    """migration doc: pulsar-client's schema objects are accepted where ours are; its
+    ``AvroSchema(None, schema_definition=...)`` was refused."""
+    import pulsar.schema as real_schema
+
+    from pulsar_txn.compat.schema import to_native
+
+    definition = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}],
+    }
+    native = to_native(real_schema.AvroSchema(None, schema_definition=definition))
+    assert native is not None
+    assert native.decode(native.encode({"sku": "a", "qty": 1})) == {"sku": "a", "qty": 1}
