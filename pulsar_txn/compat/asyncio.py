@@ -15,6 +15,7 @@ under way is returned by the next call)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 from collections.abc import Callable
@@ -61,6 +62,14 @@ class _Waiter:
                 continue
             self._pending = None
             return msg
+
+    async def discard(self) -> None:
+        """Before a seek: let a slice left by a cancelled call end, and drop what it brought (it is
+        from before the seek; what lies after the new position is read again from there)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
 
 
 class Client:
@@ -186,6 +195,7 @@ class Consumer(Generic[T]):
 
     async def seek(self, messageid: Any) -> None:
         """Move the subscription to a MessageId, or to a publish time (ms since the epoch)."""
+        await self._waiter.discard()
         await _run(self.sync.seek, messageid)
 
     async def get_last_message_id(self) -> MessageId:
@@ -226,6 +236,7 @@ class Reader(Generic[T]):
 
     async def seek(self, messageid: Any) -> None:
         """Move the reader to a MessageId, or to a publish time (ms since the epoch)."""
+        await self._waiter.discard()
         await _run(self.sync.seek, messageid)
 
     async def close(self) -> None:

@@ -3,6 +3,7 @@ receive returns; it is delivered only after ``resume`` (never after close)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -56,3 +57,32 @@ def test_a_message_received_while_stopping_is_not_delivered() -> None:
     listener.pause()
     listener.stop()
     assert delivered == []
+
+
+def test_a_slice_left_by_a_cancelled_async_receive_is_dropped_by_a_seek() -> None:
+    """pulsar_txn.compat.asyncio: a cancelled receive leaves its slice for the next call (nothing is
+    lost); a seek first lets that slice end and drops its message, which is from before the seek."""
+    import asyncio
+
+    from pulsar_txn.compat.asyncio import _Waiter
+
+    calls: list[str] = []
+
+    def next_message(_timeout_ms: int) -> Any:
+        calls.append("slice")
+        if len(calls) == 1:
+            time.sleep(0.2)
+            return "before-seek"
+        return "after-seek"
+
+    async def main() -> Any:
+        waiter = _Waiter(next_message)
+        task = asyncio.ensure_future(waiter.next())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await waiter.discard()  # what seek does first
+        return await waiter.next()
+
+    assert asyncio.run(main()) == "after-seek"
