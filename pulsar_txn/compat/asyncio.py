@@ -30,6 +30,7 @@ from pulsar_txn.compat import (
     ProducerAccessMode,
     RegexSubscriptionMode,
     _api,
+    _params,
 )
 from pulsar_txn.compat._ids import Message, MessageId
 from pulsar_txn.errors import PulsarTxnError, Timeout
@@ -41,6 +42,26 @@ _SLICE_MS = 200  # how long one blocking receive waits before the task can be ca
 
 async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+
+
+# Parameters of the blocking client's calls that ``pulsar.asyncio``'s lack (its positional order is
+# the blocking one without them).
+_NOT_IN_ASYNC_SUBSCRIBE = {"message_listener", "pattern_auto_discovery_period"}
+
+
+def _keywords(
+    table: _params.CallTable, absent: set[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Positional arguments named in ``pulsar.asyncio``'s order: the blocking client's without the
+    ``absent`` parameters."""
+    order = tuple(name for name in table.order if name not in absent)
+    if len(args) > len(order):
+        raise TypeError(f"{table.call}() takes at most {len(order)} optional positional arguments")
+    given = dict(zip(order, args, strict=False))
+    for name in kwargs:
+        if name in given:
+            raise TypeError(f"{table.call}() got multiple values for argument {name!r}")
+    return given | kwargs
 
 
 class _Waiter:
@@ -89,13 +110,15 @@ class Client:
         regex."""
         if kwargs.pop("is_pattern_topic", False) and isinstance(topic, str):
             topic = re.compile(topic)
-        return Consumer(await _run(self.sync.subscribe, topic, subscription_name, *args, **kwargs))
+        kwargs = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, args, kwargs)
+        return Consumer(await _run(self.sync.subscribe, topic, subscription_name, **kwargs))
 
     async def create_reader(
         self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any
     ) -> Reader[Any]:
         """See ``pulsar_txn.compat.Client.create_reader``."""
-        return Reader(await _run(self.sync.create_reader, topic, start_message_id, *args, **kwargs))
+        kwargs = _keywords(_params.CREATE_READER, {"reader_listener"}, args, kwargs)
+        return Reader(await _run(self.sync.create_reader, topic, start_message_id, **kwargs))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """See ``pulsar_txn.compat.Client.get_topic_partitions``."""

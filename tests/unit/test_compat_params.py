@@ -141,3 +141,24 @@ def test_pulsar_clients_avro_schema_with_only_a_definition_reads_and_writes_dict
     native = to_native(real_schema.AvroSchema(None, schema_definition=definition))
     assert native is not None
     assert native.decode(native.encode({"sku": "a", "qty": 1})) == {"sku": "a", "qty": 1}
+
+
+def test_asyncio_positional_arguments_follow_pulsar_asyncios_order() -> None:
+    """pulsar.asyncio's calls have no listener (nor pattern_auto_discovery_period): a positional
+    argument there means the next parameter (before: ``ConfigError: message_listener must be
+    callable`` for a receiver_queue_size)."""
+    import inspect
+
+    import pulsar.asyncio as real_asyncio
+
+    from pulsar_txn.compat import _params
+    from pulsar_txn.compat.asyncio import _NOT_IN_ASYNC_SUBSCRIBE, _keywords
+
+    real = list(inspect.signature(real_asyncio.Client.subscribe).parameters)[3:]
+    mine = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, tuple(range(len(real) - 1)), {})
+    assert list(mine) == real[:-1]  # the last real one, is_pattern_topic, is a keyword there
+    given = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, ("Exclusive", None, 500), {})
+    assert given["receiver_queue_size"] == 500
+    real_reader = list(inspect.signature(real_asyncio.Client.create_reader).parameters)[3:]
+    mine_reader = _keywords(_params.CREATE_READER, {"reader_listener"}, tuple(range(len(real_reader))), {})
+    assert list(mine_reader) == real_reader
