@@ -62,12 +62,12 @@ _WRITE_HIGH_WATER = 1 << 20  # bytes buffered for a client before a response wai
 _INT32_MAX = (1 << 31) - 1
 _INTERNAL_ERROR = "internal error in the transaction coordinator"
 _MAX_PRE_CONNECT_BYTES = 64 * 1024
+"""Bytes buffered from a peer that has not yet CONNECTed. A CONNECT (even with a large token) is far
+smaller; without this an unauthenticated peer could make us hold a whole max-size frame per connection."""
 _MAX_IN_FLIGHT = 1024
 """Requests of one connection being handled at once; reading waits below it (and while the answers
 wait for the client to read them), so a client that sends without reading cannot grow our memory."""
 _ECHO_MAX = 256  # characters of a client's topic name quoted back in an error
-"""Bytes buffered from a peer that has not yet CONNECTed. A CONNECT (even with a large token) is far
-smaller; without this an unauthenticated peer could make us hold a whole max-size frame per connection."""
 
 T = TypeVar("T")
 _Handler = Callable[[BaseCommand], Awaitable[BaseCommand]]

@@ -43,11 +43,15 @@ class CallTable:
     """pulsar-client's positional order of the parameters after the leading ones every wrapper
     names itself (``topic``, ``content``...), so that positional calls mean the same here."""
 
-    def positional(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """``args`` named by pulsar-client's positional order, merged with ``kwargs``."""
-        if len(args) > len(self.order):
-            raise TypeError(f"{self.call}() takes at most {len(self.order)} optional positional arguments")
-        given = dict(zip(self.order, args, strict=False))
+    def positional(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, without: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
+        """``args`` named by pulsar-client's positional order, merged with ``kwargs``. ``without``:
+        parameters the caller's variant of the call lacks (``pulsar.asyncio`` has no listeners)."""
+        order = tuple(name for name in self.order if name not in without) if without else self.order
+        if len(args) > len(order):
+            raise TypeError(f"{self.call}() takes at most {len(order)} optional positional arguments")
+        given = dict(zip(order, args, strict=False))
         for name in kwargs:
             if name in given:
                 raise TypeError(f"{self.call}() got multiple values for argument {name!r}")

@@ -46,22 +46,8 @@ async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 # Parameters of the blocking client's calls that ``pulsar.asyncio``'s lack (its positional order is
 # the blocking one without them).
-_NOT_IN_ASYNC_SUBSCRIBE = {"message_listener", "pattern_auto_discovery_period"}
-
-
-def _keywords(
-    table: _params.CallTable, absent: set[str], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """Positional arguments named in ``pulsar.asyncio``'s order: the blocking client's without the
-    ``absent`` parameters."""
-    order = tuple(name for name in table.order if name not in absent)
-    if len(args) > len(order):
-        raise TypeError(f"{table.call}() takes at most {len(order)} optional positional arguments")
-    given = dict(zip(order, args, strict=False))
-    for name in kwargs:
-        if name in given:
-            raise TypeError(f"{table.call}() got multiple values for argument {name!r}")
-    return given | kwargs
+_NOT_IN_ASYNC_SUBSCRIBE = frozenset({"message_listener", "pattern_auto_discovery_period"})
+_NOT_IN_ASYNC_CREATE_READER = frozenset({"reader_listener"})
 
 
 class _Waiter:
@@ -110,14 +96,14 @@ class Client:
         regex."""
         if kwargs.pop("is_pattern_topic", False) and isinstance(topic, str):
             topic = re.compile(topic)
-        kwargs = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, args, kwargs)
+        kwargs = _params.SUBSCRIBE.positional(args, kwargs, without=_NOT_IN_ASYNC_SUBSCRIBE)
         return Consumer(await _run(self.sync.subscribe, topic, subscription_name, **kwargs))
 
     async def create_reader(
         self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any
     ) -> Reader[Any]:
         """See ``pulsar_txn.compat.Client.create_reader``."""
-        kwargs = _keywords(_params.CREATE_READER, {"reader_listener"}, args, kwargs)
+        kwargs = _params.CREATE_READER.positional(args, kwargs, without=_NOT_IN_ASYNC_CREATE_READER)
         return Reader(await _run(self.sync.create_reader, topic, start_message_id, **kwargs))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:

@@ -152,13 +152,15 @@ def test_asyncio_positional_arguments_follow_pulsar_asyncios_order() -> None:
     import pulsar.asyncio as real_asyncio
 
     from pulsar_txn.compat import _params
-    from pulsar_txn.compat.asyncio import _NOT_IN_ASYNC_SUBSCRIBE, _keywords
+    from pulsar_txn.compat.asyncio import _NOT_IN_ASYNC_CREATE_READER, _NOT_IN_ASYNC_SUBSCRIBE
 
     real = list(inspect.signature(real_asyncio.Client.subscribe).parameters)[3:]
-    mine = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, tuple(range(len(real) - 1)), {})
+    mine = _params.SUBSCRIBE.positional(tuple(range(len(real) - 1)), {}, without=_NOT_IN_ASYNC_SUBSCRIBE)
     assert list(mine) == real[:-1]  # the last real one, is_pattern_topic, is a keyword there
-    given = _keywords(_params.SUBSCRIBE, _NOT_IN_ASYNC_SUBSCRIBE, ("Exclusive", None, 500), {})
+    given = _params.SUBSCRIBE.positional(("Exclusive", None, 500), {}, without=_NOT_IN_ASYNC_SUBSCRIBE)
     assert given["receiver_queue_size"] == 500
     real_reader = list(inspect.signature(real_asyncio.Client.create_reader).parameters)[3:]
-    mine_reader = _keywords(_params.CREATE_READER, {"reader_listener"}, tuple(range(len(real_reader))), {})
+    mine_reader = _params.CREATE_READER.positional(
+        tuple(range(len(real_reader))), {}, without=_NOT_IN_ASYNC_CREATE_READER
+    )
     assert list(mine_reader) == real_reader
