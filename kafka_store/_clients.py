@@ -14,12 +14,19 @@ from kafka_store.errors import ClientConfigError
 C = TypeVar("C")
 
 
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` a confluent-kafka exception carries, if any."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
 def make_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], what: str) -> C:
     """``factory(conf)``; ``ClientConfigError`` if the client refuses a setting."""
     try:
         return factory(conf)
     except KafkaException as exc:
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        err = kafka_error_of(exc)
         if err is not None and err.code() == KafkaError._INVALID_ARG:
             raise ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}") from None
         raise

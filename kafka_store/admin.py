@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from kafka_store._clients import make_client
+from kafka_store._clients import kafka_error_of, make_client
 from kafka_store.config import KafkaConfig, admin_conf
-from kafka_store.errors import BrokerUnavailableError, ClientConfigError, StoreError, TopicNotFoundError
-from kafka_store.producer import kafka_error_of
+from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +111,4 @@ class TopicAdmin:
             return BrokerUnavailableError(f"{what}: {err.str()}")
         if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return TopicNotFoundError(f"{what}: {err.str()}")
-        if err.code() == KafkaError._INVALID_ARG:  # e.g. the client refused a setting when made
-            return ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}")
         return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))

@@ -16,10 +16,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from kafka_store._clients import make_client
+from kafka_store._clients import kafka_error_of, make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import StoreError
-from kafka_store.producer import kafka_error_of
 from kafka_store.reader import FETCH_QUEUE_BACKOFF_MS, MAX_RESPONSE_BYTES
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,9 @@ from typing import Any, NamedTuple
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kafka_store._clients import make_client
+from kafka_store._clients import kafka_error_of, make_client
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, GroupNotEmptyError, StoreError
-from kafka_store.producer import kafka_error_of
 
 
 class GroupMember(NamedTuple):

@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kafka_store._clients import make_client
+from kafka_store._clients import kafka_error_of, make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import (
     BrokerUnavailableError,
@@ -41,13 +41,6 @@ _UNAVAILABLE = {
 }
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
-
-
-def kafka_error_of(exc: BaseException) -> KafkaError | None:
-    """The ``KafkaError`` a confluent-kafka exception carries, if any."""
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
 
 
 def translate_kafka_error(err: KafkaError, what: str) -> StoreError:
@@ -282,12 +275,11 @@ class Appender:
         thread re-sending its partition's held records, which keeps it at their head)."""
         if refresh:
             time.sleep(0.05)
-            current = self._ensure_started()
-            if d.producer is not current:
-                # Set aside (renew, or a fatal error) while this record waited: the retired producer's
-                # delivery thread stops once it has nothing in flight, so nobody would report it.
-                d.producer = current
-            self._refresh_metadata(current, d.topic)
+            # The current producer: the one the record was queued on may have been set aside (renew,
+            # or a fatal error) while it waited, and a retired producer's delivery thread stops once
+            # it has nothing in flight, so nobody would report the record.
+            d.producer = self._ensure_started()
+            self._refresh_metadata(d.producer, d.topic)
         while True:
             try:
                 d.producer.produce(
@@ -389,12 +381,9 @@ class Delivery:
         elif err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < self.deadline:
             # Never sent: the producer's metadata predates the partition. Refresh off the delivery
             # thread, then queue it again.
-            self.retry_later()
+            self.appender._hold(self)
         else:
             self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
-
-    def retry_later(self) -> None:
-        self.appender._hold(self)
 
 
 class _CallbackDelivery(Delivery):

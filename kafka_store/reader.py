@@ -17,10 +17,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kafka_store._clients import make_client
+from kafka_store._clients import kafka_error_of, make_client
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
-from kafka_store.producer import kafka_error_of, translate_kafka_error
+from kafka_store.producer import translate_kafka_error
 
 log = logging.getLogger(__name__)
 
