@@ -355,7 +355,7 @@ class Client:
         return Transaction(self, txn_id, timeout_ms or 60_000)
 
     def _check_open(self) -> None:
-        """``NotAllowedError`` once closed (Pulsar: AlreadyClosedException); the caller holds _lock."""
+        """``NotAllowedError`` once closed (Pulsar: AlreadyClosedException)."""
         if self._closed:
             raise NotAllowedError("client is closed")
 

@@ -138,13 +138,13 @@ class TransactionBufferService:
                     if owned is not None:
                         offset = msg.offset()
                         if offset < owned.state.scanned_to:
-                            owned = self._recreated(tp, offset)
+                            owned = self._recreated(tp, f"it restarts at offset {offset}")
                         owned.state.apply(offset, msg.headers(), msg.value())
                 for tp, end in list(reader.eof.items()):
                     owned = self._owned.get(tp)
                     if owned is not None:
                         if end < owned.state.scanned_to:
-                            owned = self._recreated(tp, end)
+                            owned = self._recreated(tp, f"it ends at offset {end}")
                         if end > owned.state.scanned_to:
                             owned.state.scanned_to = end
                         owned.replaying = False
@@ -247,18 +247,19 @@ class TransactionBufferService:
             self._probe = PartitionReader(self._kafka)
         return self._store.matches(self._probe, tp[0], tp[1], offset, fingerprint)
 
-    def _recreated(self, tp: TP, offset: int) -> _Owned:
-        """The partition holds records (or ends) below what was folded: a Kafka partition never
-        shrinks, so its topic was deleted and created again between two topic refreshes (its reader
-        was reset to the new partition's start). The old state describes other records: fold the new
-        partition from scratch, and tombstone the old snapshot so no reader trusts it meanwhile."""
+    def _recreated(self, tp: TP, why: str) -> _Owned:
+        """The partition is not the one folded (``why``: it holds records, or ends, below what was
+        folded, though a Kafka partition never shrinks; or a record folded before has changed): its
+        topic was deleted and created again between two topic refreshes. The old state describes
+        other records: fold the new partition from scratch, and tombstone the old snapshot so no
+        reader trusts it meanwhile."""
         log.warning(
-            "TB service: %s[%d] restarts at offset %d, below the %d folded: the topic was deleted and "
+            "TB service: %s[%d] is not the partition folded up to %d (%s): the topic was deleted and "
             "created again; folding it anew",
             tp[0],
             tp[1],
-            offset,
             self._owned[tp].state.scanned_to,
+            why,
         )
         assert self._store is not None
         try:
@@ -310,7 +311,7 @@ class TransactionBufferService:
     def _snapshot(self, tp: TP, owned: _Owned) -> None:
         assert self._store is not None
         if not self._same_partition(tp, owned):
-            self._recreated(tp, 0)
+            self._recreated(tp, f"the record at offset {owned.checkpoint[0]} changed")
             self._refold.add(tp)  # the loop seeks its reader back to the partition's start
             return
         try:
