@@ -154,7 +154,9 @@ class PendingAckFold:
             self._committed[txn] = (first, last)
             heapq.heappush(self._committed_by_last, (last, txn))
             if len(self._committed) > _COMMITTED_MAX:
-                dropped = next(iter(self._committed))
+                # The one with the lowest acks: the cursor's metadata keeps the lowest ranges first.
+                # Taken from the heap, so heap and dict stay the same size (bounded both).
+                dropped = heapq.heappop(self._committed_by_last)[1]
                 del self._committed[dropped]
                 log.warning(
                     "%s[%d]: more than %d committed transactions ahead of the cursor's mark-delete; "

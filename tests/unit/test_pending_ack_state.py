@@ -669,3 +669,21 @@ def test_cursor_names_the_first_offset_its_metadata_left_out() -> None:
     kept = Cursor.decode(c.mark_delete, metadata)
     assert all(kept.is_acked(o) for o in acked if o < cut) and not kept.is_acked(cut)
     assert c.unpersisted_from(0) is None
+
+
+def test_the_committed_transactions_a_fold_remembers_stay_within_their_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the bound the one with the lowest acks goes (the cursor keeps the lowest ranges first),
+    from the dict and the heap that orders it alike: before, the heap kept every one."""
+    import pulsar_txn.pendingack.log as log_module
+
+    monkeypatch.setattr(log_module, "_COMMITTED_MAX", 3)
+    fold = PendingAckFold(PendingAckState(Cursor()), "pa", 0)
+    for i in range(10):
+        txn = TxnID(0, i)
+        fold.state.apply_ack(txn, AckKind.INDIVIDUAL, [100 - i])
+        fold.note_written(txn, i)
+        fold.apply_outcome(txn, TxnAction.COMMIT)
+    assert len(fold._committed) == len(fold._committed_by_last) == 3
+    assert sorted(last for _first, last in fold._committed.values()) == [98, 99, 100]
