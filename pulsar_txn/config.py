@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -86,6 +87,15 @@ class CoordinatorConfig(BaseModel):
     tb_snapshot_segment_size: int = Field(default=10_000, ge=1)
     tb_hanging_check_after_ms: int = Field(default=60_000, ge=100)
     tb_topic_refresh_ms: int = Field(default=5000, ge=100)
+    tb_topic_pattern: str = Field(
+        default=".*",
+        min_length=1,
+        description=(
+            "a regular expression (whole name) of the data topics this TB service keeps snapshots "
+            "and resolves hanging transactions for; others are not read at all. Readers of any "
+            "topic stay correct without the service, only slower to recover"
+        ),
+    )
 
     # -- service ---------------------------------------------------------------------------------
     host: str = "127.0.0.1"
@@ -111,6 +121,10 @@ class CoordinatorConfig(BaseModel):
             bad = [t for t in self.static_tc_ids if not 0 <= t < self.num_tcs]
             if bad or not self.static_tc_ids:
                 raise ValueError(f"static_tc_ids must be non-empty TC ids in [0, {self.num_tcs}); got {bad}")
+        try:
+            re.compile(self.tb_topic_pattern)
+        except re.error as exc:
+            raise ValueError(f"tb_topic_pattern is not a regular expression: {exc}") from None
         if self.end_retry_initial_backoff_ms > self.end_retry_max_backoff_ms:
             raise ValueError("end_retry_initial_backoff_ms exceeds end_retry_max_backoff_ms")
         return self

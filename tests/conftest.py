@@ -73,6 +73,9 @@ def coord_config(uid: str) -> Callable[..., CoordinatorConfig]:
             "tb_service_enabled": False,
             "tb_group": f"tb_{uid}",
             "snapshot_topic": f"__tbsnap_{uid}",
+            # The session broker holds every test's topics: a TB service owning them all would load
+            # and snapshot thousands of partitions at each rebalance, slower with every test.
+            "tb_topic_pattern": f".*{uid}.*",
         }
         base.update(overrides)
         return CoordinatorConfig(**base)

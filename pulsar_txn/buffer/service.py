@@ -9,6 +9,7 @@ transaction was left hanging.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,6 +119,7 @@ class TransactionBufferService:
             metadata_refresh_ms=cfg.tb_topic_refresh_ms,  # partitions added to a topic are taken as soon
         )
         admin = TopicAdmin(self._kafka)
+        wanted = re.compile(cfg.tb_topic_pattern)
         next_refresh = next_stats = 0.0
         next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
         try:
@@ -128,7 +130,7 @@ class TransactionBufferService:
                         topics = admin.list_topics()
                         self._topics = set(topics)
                         self._drop_deleted()
-                        reader.subscribe([t for t in topics if is_data_topic(t)])
+                        reader.subscribe([t for t in topics if is_data_topic(t) and wanted.fullmatch(t)])
                     except Exception as exc:  # broker hiccup: keep serving what we have
                         log.warning("TB service: listing topics failed: %s", exc)
                     next_refresh = now + cfg.tb_topic_refresh_ms / 1000

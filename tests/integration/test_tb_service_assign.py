@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -153,6 +154,36 @@ def test_partitions_added_to_a_topic_are_taken_within_a_topic_refresh(
         wait_until(
             lambda: wanted <= set(service.stats()["partitions"]), 30, what="the added partitions taken"
         )
+    finally:
+        service.stop()
+        app.close()
+
+
+def test_tb_service_owns_only_the_topics_its_pattern_matches(
+    kafka: KafkaConfig, coord_config: Callable[..., CoordinatorConfig], uid: str
+) -> None:
+    """``tb_topic_pattern`` limits the service to some data topics: others are never read by it (no
+    snapshot, no stats entry), so a deployment can leave non-transactional topics alone."""
+    ours, other = f"tbpat_in_{uid}", f"tbpat_out_{uid}"
+    admin = TopicAdmin(kafka)
+    for topic in (ours, other):
+        admin.ensure_topic(topic, 1, {})
+    config = coord_config(
+        tb_snapshot_interval_ms=100, tb_topic_refresh_ms=300, tb_topic_pattern=f"tbpat_in_{uid}"
+    )
+    service = TransactionBufferService(kafka, config)
+    service.start()
+    app = Appender(kafka)
+    try:
+        for topic in (ours, other):
+            app.append(topic, 0, b"x").result(10)
+        wait_until(
+            lambda: f"{ours}-partition-0" in service.stats()["partitions"],
+            20,
+            what="the matching topic taken",
+        )
+        time.sleep(1.0)  # a few topic refreshes: the other topic stays out
+        assert f"{other}-partition-0" not in service.stats()["partitions"]
     finally:
         service.stop()
         app.close()

@@ -4,6 +4,9 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from kafka_store import KafkaConfig
 from pulsar_txn.config import CoordinatorConfig
 
@@ -40,3 +43,8 @@ def test_prometheus_scrapes_the_admin_port_of_every_compose_coordinator() -> Non
         r"^admin_port\s*=\s*(\d+)", (DOCKER / "config" / "coordinator.toml").read_text(), re.M
     )
     assert admin_port is not None and admin_port.group(1) == "8080"
+
+
+def test_tb_topic_pattern_that_is_no_regular_expression_is_refused() -> None:
+    with pytest.raises(ValidationError, match="tb_topic_pattern is not a regular expression"):
+        CoordinatorConfig(tb_topic_pattern="orders-(")
