@@ -147,6 +147,15 @@ class PartitionReader:
             # the gate was closed would come back paused, and be fetched never again.
             self.resume([(topic, partition)])
 
+    def unassign(self) -> None:
+        """Stop fetching everything. An assigned partition stays fetched whether or not anyone
+        polls, and at its end on a broker that answers empty fetches at once that is a busy loop."""
+        if self._consumer is not None:
+            self._consumer.unassign()
+        self._eof.clear()
+        self._eof_seen.clear()
+        self._next.clear()
+
     def remove(self, topic: str, partition: int) -> None:
         self.consumer.incremental_unassign([TopicPartition(topic, partition)])
         self._next.pop((topic, partition), None)

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin
+from kafka_store import Appender, KafkaConfig, PartitionReader, StoreError, TopicAdmin
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.buffer.service import TransactionBufferService
 from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.state import record_fingerprint
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.txnid import TxnID
 from tests.conftest import wait_until
@@ -186,4 +187,24 @@ def test_tb_service_owns_only_the_topics_its_pattern_matches(
         assert f"{other}-partition-0" not in service.stats()["partitions"]
     finally:
         service.stop()
+        app.close()
+
+
+def test_checking_a_snapshot_anchor_leaves_no_partition_fetching(kafka: KafkaConfig, uid: str) -> None:
+    """The TB service keeps the reader that checks anchors open between snapshots. A partition left
+    assigned to it stays fetched for good, and at its end on a broker that answers empty fetches at
+    once that costs a core's worth of both (session 22 found it in every idle coordinator)."""
+    topic = f"tbprobe_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    app = Appender(kafka)
+    reader = PartitionReader(kafka)
+    try:
+        for value in (b"a", b"b"):
+            app.append(topic, 0, value).result(10)
+        store = SnapshotStore(kafka, topic=f"__tbsnap_{uid}")
+        assert store.matches(reader, topic, 0, 1, record_fingerprint([], b"b"))
+        assert not store.matches(reader, topic, 0, 1, record_fingerprint([], b"other"))
+        assert reader.consumer.assignment() == []
+    finally:
+        reader.close()
         app.close()
