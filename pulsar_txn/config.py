@@ -92,8 +92,10 @@ class CoordinatorConfig(BaseModel):
         min_length=1,
         description=(
             "a regular expression (whole name) of the data topics this TB service keeps snapshots "
-            "and resolves hanging transactions for; others are not read at all. Readers of any "
-            "topic stay correct without the service, only slower to recover"
+            "and resolves hanging transactions for; others are not read at all. It must match every "
+            "topic that transactions write to: elsewhere a transaction left hanging (open in a "
+            "partition its TC never registered) is never resolved and holds that partition's readers "
+            "back. Readers are correct without snapshots, only slower to recover"
         ),
     )
 
