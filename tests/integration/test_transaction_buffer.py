@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -636,9 +637,9 @@ def test_e9_buffer_stats_after_one_committed_one_aborted_one_open_transaction(
     assert (stats["committed_txns"], stats["aborted_txns"], stats["ongoing_txn_size"]) == (1, 1, 1)
     assert stats["aborted_txn_size"] == 1 and stats["max_read_position"] == 4
     # After a snapshot, the stats say where recovery starts and when that snapshot was taken.
-    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
     before_ms = int(time.time() * 1000)
-    store.write(load_state(kafka, topic, 0)[0]).result(15)
+    with closing(SnapshotStore(kafka, topic=c.config.snapshot_topic)) as store:
+        store.write(load_state(kafka, topic, 0)[0]).result(15)
     out = subprocess.run(
         [*cmd, "--config", str(cfg)], capture_output=True, text=True, cwd=REPO, timeout=60, check=True
     )
@@ -648,7 +649,7 @@ def test_e9_buffer_stats_after_one_committed_one_aborted_one_open_transaction(
 
 
 def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_its_name(
-    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, request: pytest.FixtureRequest
 ) -> None:
     c = cluster(tb_snapshot_max_changes=1)
     topic = f"recreated_{uid}"
@@ -661,6 +662,7 @@ def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_
     old_writer.flush()
     old_writer.close()
     store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    request.addfinalizer(store.close)  # its producer would outlive the test (and the broker)
     old, _ = load_state(kafka, topic, 0)
     store.write(old).result(15)
     assert (loaded := store.load(topic, 0)) is not None and loaded[0].scanned_to == 30
