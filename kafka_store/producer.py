@@ -157,6 +157,8 @@ class Appender:
                     self._retire(producer, err.str())
                 else:
                     log.debug("producer poll: %s", exc)
+            except Exception:  # a report handler's bug: this thread must go on serving the others
+                log.exception("a delivery report handler failed")
             if len(producer) == 0 and self._is_retired(producer):
                 with self._lock:  # its last delivery reports are out: let it go
                     self._retired = [p for p in self._retired if p is not producer]

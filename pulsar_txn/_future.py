@@ -98,6 +98,16 @@ class LazyFuture(Future[T]):
         super().set_exception(exception)
 
 
+class StartedFuture(LazyFuture[T]):
+    """A ``LazyFuture`` for work that has started and cannot be taken back (a message handed to
+    Kafka): ``cancel()`` returns False, as for a running ``concurrent.futures.Future``. Otherwise a
+    caller's cancel (e.g. asyncio's, through ``wrap_future``) would leave the future ended before
+    the work reports its outcome, and that report would fail on the thread delivering it."""
+
+    def cancel(self) -> bool:
+        return False
+
+
 def relay(source: Future[S], target: Future[T], convert: Callable[[S], T]) -> None:
     """When ``source`` ends, end ``target`` the same way: with its exception, or with
     ``convert(result)``."""
@@ -112,4 +122,4 @@ def relay(source: Future[S], target: Future[T], convert: Callable[[S], T]) -> No
     source.add_done_callback(done)
 
 
-__all__ = ["LazyFuture", "relay"]
+__all__ = ["LazyFuture", "StartedFuture", "relay"]

@@ -73,7 +73,20 @@ class _Pool:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+        return await self.wait(self.submit(fn, *args, **kwargs))
+
+    async def wait(self, job: Future[R], *, shield: bool = False) -> R:
+        """Await a job of the pool. With ``shield``, cancelling the caller leaves the job running
+        (its outcome is then the caller's to collect). A job that ``shutdown`` cancelled before it
+        ran raises ``NotAllowedError``: the caller's task was not cancelled, the client was closed."""
+        waited = asyncio.wrap_future(job)
+        try:
+            return await (asyncio.shield(waited) if shield else waited)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if job.cancelled() and self.closed and (task is None or not task.cancelling()):
+                raise NotAllowedError("client is closed") from None
+            raise
 
 
 class AsyncTransaction:
@@ -97,10 +110,12 @@ class AsyncTransaction:
 
     async def commit(self) -> None:
         """Wait for the transaction's sends and acks, then commit (see ``Transaction.commit``)."""
+        await _connected(self.sync, self._pool)
         await asyncio.wrap_future(self.sync.commit_async())
 
     async def abort(self) -> None:
         """Abort the transaction (see ``Transaction.abort``)."""
+        await _connected(self.sync, self._pool)
         await asyncio.wrap_future(self.sync.abort_async())
 
     def __repr__(self) -> str:
@@ -160,6 +175,14 @@ def _unwrap(txn: AsyncTransaction | Transaction | None) -> Transaction | None:
     return txn.sync if isinstance(txn, AsyncTransaction) else txn
 
 
+async def _connected(txn: Transaction | None, pool: _Pool) -> None:
+    """The sync core opens its coordinator connection on first use, blocking (up to the operation
+    timeout): a handle resumed on a fresh client would do that on the event loop. Open it in the
+    pool first; once open, this costs nothing."""
+    if txn is not None and not txn._client._tc_connected():
+        await pool.run(txn._client._tc)
+
+
 class AsyncProducer(Generic[T]):
     """The async face of a ``Producer``. Sends run on the sync core's delivery futures, with no
     thread per send; at most ``max_pending_messages`` sends are in flight (more wait their turn)."""
@@ -202,9 +225,11 @@ class AsyncProducer(Generic[T]):
         """Queue the send and return at once with a future of its MessageId: send many, then
         ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)"""
         await self._make_room()
+        sync_txn = _unwrap(txn)
+        await _connected(sync_txn, self._pool)
         fut = self.sync.send_async(
             content,
-            txn=_unwrap(txn),
+            txn=sync_txn,
             properties=properties,
             partition_key=partition_key,
             event_timestamp=event_timestamp,
@@ -252,28 +277,50 @@ class AsyncConsumer(Generic[T]):
         """The underlying sync ``Consumer``."""
         self._pool = pool
         self._stash: deque[Message[T]] = deque()  # received by a slice whose receive was cancelled
+        # The poll of a receive that was cancelled while it ran: the next call collects it into the
+        # stash before polling again, so messages come out in the order the consumer handed them.
+        self._orphan: Future[Any] | None = None
 
     @property
     def subscription(self) -> str:
         """The subscription name."""
         return self.sync.subscription
 
+    async def _settle_orphan(self) -> None:
+        orphan = self._orphan
+        if orphan is None:
+            return
+        with contextlib.suppress(Exception):  # its error, if any, is the next poll's too
+            await self._pool.wait(orphan, shield=True)  # cancelled here: it stays the orphan
+        if self._orphan is orphan:
+            self._orphan = None
+            if not orphan.cancelled() and orphan.exception() is None:
+                got = orphan.result()
+                self._stash.extend(got if isinstance(got, list) else [got] if got is not None else [])
+
+    async def _wait_poll(self, job: Future[R]) -> R:
+        try:
+            return await self._pool.wait(job, shield=True)
+        except asyncio.CancelledError:
+            self._orphan = job  # what it receives after all is the next call's
+            raise
+
     async def receive(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next committed message; ``Timeout`` if none arrives within ``timeout_millis``."""
+        """The next committed message; ``Timeout`` if none arrives within ``timeout_millis`` (0:
+        only a message ready now, as the sync ``receive(0)``)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout_millis is None else loop.time() + timeout_millis / 1000
+        await self._settle_orphan()
+        polled = False
         while True:
             if self._stash:
                 return self._stash.popleft()
             remaining_ms = _SLICE_MS if deadline is None else int((deadline - loop.time()) * 1000)
-            if remaining_ms <= 0:
+            if remaining_ms <= 0 and polled:
                 raise Timeout(f"no message for subscription {self.subscription!r} within {timeout_millis} ms")
-            job = self._pool.submit(self._receive_slice, min(remaining_ms, _SLICE_MS))
-            try:
-                msg = await asyncio.shield(asyncio.wrap_future(job))
-            except asyncio.CancelledError:
-                job.add_done_callback(self._keep)  # a message received after all goes to the next call
-                raise
+            job = self._pool.submit(self._receive_slice, max(0, min(remaining_ms, _SLICE_MS)))
+            polled = True
+            msg = await self._wait_poll(job)
             if msg is not None:
                 return msg
 
@@ -283,31 +330,21 @@ class AsyncConsumer(Generic[T]):
         except Timeout:
             return None
 
-    def _keep(self, job: Future[Message[T] | None]) -> None:
-        if not job.cancelled() and job.exception() is None:
-            msg = job.result()
-            if msg is not None:
-                self._stash.append(msg)
-
     async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
         """Up to ``max_messages`` messages within ``timeout_millis`` (maybe none)."""
+        await self._settle_orphan()
         out = [self._stash.popleft() for _ in range(min(len(self._stash), max_messages))]
         if len(out) < max_messages:
             job = self._pool.submit(self.sync.batch_receive, max_messages - len(out), timeout_millis)
             try:
-                more: list[Message[T]] = await asyncio.shield(asyncio.wrap_future(job))
-                out += more
-            except asyncio.CancelledError:
-                # As for receive: what the consumer handed out after all goes to the next call,
-                # and what this call had taken from the stash goes back first.
+                more: list[Message[T]] = await self._wait_poll(job)
+            except BaseException:
+                # What this call had taken from the stash goes back first (a cancelled call's poll
+                # is collected behind it by the next call).
                 self._stash.extendleft(reversed(out))
-                job.add_done_callback(self._keep_batch)
                 raise
+            out += more
         return out
-
-    def _keep_batch(self, job: Future[list[Message[T]]]) -> None:
-        if not job.cancelled() and job.exception() is None:
-            self._stash.extend(job.result())
 
     async def acknowledge(
         self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
@@ -327,6 +364,7 @@ class AsyncConsumer(Generic[T]):
 
     async def seek(self, message_id: MessageId | int) -> None:
         """Reset the subscription's cursor on that partition to ``message_id``."""
+        await self._settle_orphan()
         self._stash.clear()
         await self._pool.run(self.sync.seek, message_id)
 
@@ -334,6 +372,7 @@ class AsyncConsumer(Generic[T]):
         """Persist the cursor and leave the subscription (the client's close did so already)."""
         if self._pool.closed:
             return
+        await self._settle_orphan()
         stashed, self._stash = list(self._stash), deque()
         await self._pool.run(self._close, stashed)
 
@@ -384,16 +423,18 @@ class AsyncReader(Generic[T]):
     async def _poll(self, timeout: float) -> bool:
         job = self._pool.submit(call_translated, self.sync._fill, timeout)
         try:
-            return await asyncio.shield(asyncio.wrap_future(job))
+            return await self._pool.wait(job, shield=True)
         except asyncio.CancelledError:
             self._orphan = job
             raise
 
     async def _settle_orphan(self) -> None:
-        orphan, self._orphan = self._orphan, None
+        orphan = self._orphan
         if orphan is not None:
             with contextlib.suppress(Exception):  # its error, if any, is the next poll's too
-                await asyncio.wrap_future(orphan)
+                await self._pool.wait(orphan, shield=True)  # cancelled here: it stays the orphan
+            if self._orphan is orphan:
+                self._orphan = None
 
     async def has_message_available(self) -> bool:
         """Whether a committed message is ready to read now."""

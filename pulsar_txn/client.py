@@ -359,6 +359,10 @@ class Client:
         if self._closed:
             raise NotAllowedError("client is closed")
 
+    def _tc_connected(self) -> bool:
+        """Whether the coordinator client exists (``_tc`` then returns at once, no I/O)."""
+        return self._tc_client is not None
+
     def _tc(self) -> SyncTcClient:
         with self._lock:
             if self._tc_client is None:

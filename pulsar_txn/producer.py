@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import Delivery, StoreError
 from pulsar_txn._boundary import public_errors
-from pulsar_txn._future import LazyFuture
+from pulsar_txn._future import StartedFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import (
@@ -264,7 +264,7 @@ class _Send(Delivery):
         self.txn = txn
         self.callback = callback
         self.registered: Future[None] | None = None  # the transaction's ADD_PARTITION_TO_TXN
-        self.result: Future[MessageId] = LazyFuture()
+        self.result: Future[MessageId] = StartedFuture()  # a send cannot be cancelled
 
     def start(self) -> None:
         """Append to Kafka, or fail if the partition could not join the transaction."""
