@@ -886,10 +886,11 @@ def test_client_reconnects_after_the_connection_drops() -> None:
 def test_client_answers_server_pings_so_its_connection_survives() -> None:
     async def scenario() -> None:
         api = FakeApi()
-        # Intervals long enough for a loaded machine (CI with other work) to answer each ping in time.
-        async with serving(api, ping_interval=0.25) as server, tc_client(server.url, num_tcs=2) as client:
+        # Intervals long enough for a loaded machine (CI with other work) to answer each ping in time
+        # and to finish the handshake within the first interval (0.25 s was not, once, under load).
+        async with serving(api, ping_interval=0.5) as server, tc_client(server.url, num_tcs=2) as client:
             await client.new_txn(0, tc_id=0)
-            await asyncio.sleep(1.5)  # several ping intervals with no requests
+            await asyncio.sleep(2.5)  # several ping intervals with no requests
             await client.new_txn(0, tc_id=0)
             assert api.check_serving_calls == [0]  # one TC connect: the connection was kept
 
