@@ -1198,9 +1198,11 @@ class Consumer(Generic[T]):
         self._write_ack_batches({part.tp})  # batched acks first: their records exist and are noted
         with self._lock:
             records = part.pending.pending_acks()
-            if not records:
-                return {}
-            part.fold.carry_begin()
+            if records:
+                part.fold.carry_begin()
+        if not records:
+            self._read_pending_acks_to_end(part)
+            return {}
         try:
             self._ensure_pa_topic(part)
             appender = self._client._appender()
@@ -1217,6 +1219,32 @@ class Consumer(Generic[T]):
                 part.fold.carry_end({})
             raise PersistenceError(f"seek of {part.tp}: cannot carry its pending acks over: {exc}") from None
         return carried
+
+    def _read_pending_acks_to_end(self, part: _Part) -> None:
+        """Before a seek with no transaction pending here: fold the partition's pending-ack log to
+        its end, so that recovery replays from there. Replay otherwise started where the tail had
+        read to, which can lie before the records (acks, then the TC's COMMIT marker) of a transaction
+        that committed just before the seek: recovery applied that commit to the sought cursor again,
+        and the messages the seek made deliverable were lost."""
+        pa = (part.pa_topic, part.tp[1])
+        with self._lock, self._pa_lock:
+            if pa[0] not in self._pa_topics_ready:
+                return  # no log when the partition was opened, and none written since: nothing to skip
+        try:
+            end = end_offsets(self._client.kafka, [pa])[pa]
+        except StoreError as exc:
+            raise PersistenceError(
+                f"seek of {part.tp}: cannot read its pending-ack log's end: {exc}"
+            ) from None
+        deadline = time.monotonic() + self._client.operation_timeout_seconds
+        while True:
+            with self._lock:
+                if part.fold.read_all_but_own(end):
+                    part.fold.next_offset = max(part.fold.next_offset, end)  # the rest are our own acks
+                    return
+            if time.monotonic() > deadline:
+                raise Timeout(f"seek of {part.tp}: its pending-ack log was not read to its end in time")
+            time.sleep(0.01)  # the upkeep thread reads the tail (one reader: records fold in order)
 
     def stats(self) -> dict[str, Any]:
         """Per-partition cursor and pending-ack counters of this consumer."""

@@ -1026,6 +1026,26 @@ def test_a_seek_survives_a_restart_while_a_transaction_is_open_across_it(
     o.abort()
 
 
+def test_a_seek_right_after_a_commit_survives_a_restart(cluster: ClusterFactory, uid: str) -> None:
+    """T acks m0-m4 and commits; the consumer seeks back to the start at once and closes. Nothing is
+    pending, and the pending-ack tail had not read T's records yet: the replay start persisted was
+    before them, so recovery applied T's commit to the sought cursor again and m0-m4 were lost.
+    The seek now reads the log to its end first."""
+    c = cluster()
+    topic, sub = f"seekfresh_{uid}", f"sub_{uid}"
+    _setup(c, topic, 10)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(10)), key=lambda m: m.message_id.offset)
+    t = c.client.transaction(60)
+    consumer.acknowledge(msgs[:5], txn=t)
+    t.commit()
+    consumer.seek(EARLIEST)
+    consumer.close()
+    again = c.client.subscribe(topic, sub, initial_position="Earliest")
+    assert sorted(m.data for m in receive_all(again)) == [f"m{i:04d}".encode() for i in range(10)]
+    again.close()
+
+
 def test_a_committed_txn_leaves_nothing_of_its_messages_in_the_consumers_bookkeeping(
     cluster: ClusterFactory, uid: str
 ) -> None:
