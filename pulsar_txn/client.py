@@ -456,11 +456,17 @@ class Client:
         coordinator gives up their markers there once the topic has been missing for a grace period."""
         result = delete_topic(self.kafka, self._admin, self._snapshots(), topic, force=force)
         self._counts.pop(TopicName.parse(topic).kafka_topic, None)
+        self._deleted(f"topic {topic} was deleted")
+        return result
+
+    def _deleted(self, why: str) -> None:
+        """Topics this client may have written to were deleted: later writes go through a new Kafka
+        producer, since a topic created again under the name would find the current producer's
+        sequence numbers out of order (a fatal error, docs/broker-quirks.md)."""
         with self._lock:
             appender = self._appender_
-        if appender is not None:  # a topic created again under the name starts a new sequence
-            appender.renew(f"topic {topic} was deleted")
-        return result
+        if appender is not None:
+            appender.renew(why)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -1318,9 +1318,12 @@ class Consumer(Generic[T]):
         pa_topics = sorted({pending_ack_topic(t, self.subscription) for t in self.topics})
         try:
             delete_group(self._client.kafka, self.subscription)
-            self._client._admin.delete_topics([t for t in pa_topics if self._client._admin.topic_exists(t)])
+            deleted = [t for t in pa_topics if self._client._admin.topic_exists(t)]
+            self._client._admin.delete_topics(deleted)
         except StoreError as exc:
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
+        if deleted:  # a new subscription under the name creates its pending-ack logs again
+            self._client._deleted(f"the pending-ack logs of {self.subscription!r} were deleted")
 
     def __enter__(self) -> Consumer[T]:
         return self

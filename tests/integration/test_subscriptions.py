@@ -436,6 +436,32 @@ def test_seek_and_unsubscribe(cluster: ClusterFactory, uid: str) -> None:
     assert len(receive_all(fresh)) == 5
 
 
+def test_a_subscription_made_again_after_unsubscribe_takes_transactional_acks(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """unsubscribe deletes the pending-ack log; the subscription made again under the name creates
+    it again. The client's Kafka producer had written to the old log, and its sequence numbers were
+    out of order on the new one (a fatal error): the first transactional ack failed and its
+    transaction aborted with TransactionHasOperationFailed."""
+    c = cluster()
+    topic, sub = f"resub_{uid}", f"sub_{uid}"
+    _setup(c, topic, 4)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted(receive_all(consumer), key=lambda m: m.message_id.offset)
+    with c.client.transaction(60) as t:
+        consumer.acknowledge(msgs[0], txn=t)
+    consumer.unsubscribe()
+    again = c.client.subscribe(topic, sub, initial_position="Earliest")
+    got = receive_all(again)
+    assert _values(got) == _values(msgs)
+    with c.client.transaction(60) as t2:
+        again.acknowledge(got, txn=t2)
+    assert t2.state is TransactionState.COMMITTED
+    again.close()
+    with c.client.subscribe(topic, sub) as third:
+        assert receive_all(third, 800) == []
+
+
 def test_seek_to_a_publish_time_goes_to_the_first_message_published_at_or_after_it(
     cluster: ClusterFactory, uid: str
 ) -> None:
