@@ -243,11 +243,12 @@ class Consumer(Generic[T]):
         self._refetch_due: list[tuple[TP, list[int]]] = []  # see _after_outcome; read by the upkeep thread
         self._closed = False
         self._assigned_once = threading.Event()
-        client_id = f"{CONSUMER_CLIENT_ID_PREFIX}{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        # The type's code ends the client id, so that a later consumer can tell an Exclusive one.
+        code = _TYPE_CODES[consumer_type]
+        client_id = f"{CONSUMER_CLIENT_ID_PREFIX}{time.time_ns()}-{uuid.uuid4().hex[:6]}-{code}"
         self._client_id = client_id
         self._instance_id = instance_id
-        if consumer_type is ConsumerType.Exclusive and self._other_members():
-            raise ConsumerBusy(f"exclusive subscription {subscription_name!r} already has a consumer")
+        self._refuse_if_busy(self._other_members())
         self._group = SubscriptionGroup(
             client.kafka,
             subscription_name,
@@ -263,8 +264,7 @@ class Consumer(Generic[T]):
         if not self._assigned_once.wait(subscribe_timeout):
             self._group.stop()
             raise Timeout(f"subscribing {subscription_name!r} got no assignment within {subscribe_timeout}s")
-        if consumer_type is ConsumerType.Exclusive:
-            self._check_exclusive()
+        self._check_exclusive()
         self._maintenance = threading.Thread(
             target=self._maintain, name=f"consumer-{subscription_name}", daemon=True
         )
@@ -281,12 +281,29 @@ class Consumer(Generic[T]):
             and not (self._instance_id and m.instance_id == self._instance_id)
         ]
 
-    def _check_exclusive(self) -> None:
-        others = self._other_members()
-        # Two racing subscribers: the one that came later (larger join time in its client id) yields.
-        if any(_joined(cid) < _joined(self._client_id) for cid in others):
-            self._group.stop()
+    def _refuse_if_busy(self, others: list[str]) -> None:
+        """ConsumerBusy if ``others`` (client ids of the subscription's members) rule this consumer
+        out: any member, for an Exclusive one; an Exclusive member, for any other type (Pulsar:
+        "Subscription is of different type")."""
+        if not others:
+            return
+        if self.consumer_type is ConsumerType.Exclusive:
             raise ConsumerBusy(f"exclusive subscription {self.subscription!r} already has a consumer")
+        if any(_type_code(cid) == _TYPE_CODES[ConsumerType.Exclusive] for cid in others):
+            raise ConsumerBusy(
+                f"subscription {self.subscription!r} has an Exclusive consumer: a {self.consumer_type.value} "
+                "one cannot join it (subscription is of a different type)"
+            )
+
+    def _check_exclusive(self) -> None:
+        """After joining: two racing subscribers, one of them Exclusive; the one that came later
+        (larger join time in its client id) yields."""
+        earlier = [cid for cid in self._other_members() if _joined(cid) < _joined(self._client_id)]
+        try:
+            self._refuse_if_busy(earlier)
+        except ConsumerBusy:
+            self._group.stop()
+            raise
 
     # ------------------------------------------------------------------ assignment (group thread)
     def _on_assign(self, partitions: list[TP]) -> None:
@@ -1337,6 +1354,15 @@ def _message_ids(message: Message[Any] | MessageId | Sequence[Message[Any] | Mes
     if isinstance(message, (Message, MessageId)):
         return [message.message_id if isinstance(message, Message) else message]
     return [m.message_id if isinstance(m, Message) else m for m in message]
+
+
+_TYPE_CODES = {ConsumerType.Exclusive: "x", ConsumerType.Failover: "f"}
+
+
+def _type_code(client_id: str) -> str | None:
+    """The consumer type's code at the end of a member's client id (None: made by an older version)."""
+    parts = client_id.split("-")
+    return parts[3] if len(parts) == 4 else None
 
 
 def _joined(client_id: str) -> int:

@@ -342,6 +342,21 @@ def test_committed_txn_acks_beyond_the_cursors_metadata_room_are_redone_after_a_
     restarted.close()
 
 
+def test_a_failover_consumer_cannot_join_an_exclusive_subscription(cluster: ClusterFactory, uid: str) -> None:
+    """As in Pulsar ("Subscription is of different type"): ConsumerBusy, and the Exclusive consumer
+    keeps every partition (a Failover consumer used to join and take half of them)."""
+    c = cluster()
+    topic, sub = f"mixed_{uid}", f"sub_{uid}"
+    _setup(c, topic, 10, partitions=2)
+    exclusive = c.client.subscribe(topic, sub, initial_position="Earliest")
+    assert len(exclusive.assigned_partitions()) == 2
+    with pytest.raises(ConsumerBusy, match="different type"):
+        c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    wait_until(lambda: len(exclusive.assigned_partitions()) == 2, what="the Exclusive consumer holds both")
+    assert len(receive_all(exclusive)) == 10
+    exclusive.close()
+
+
 def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
     cluster: ClusterFactory, uid: str
 ) -> None:
