@@ -599,10 +599,14 @@ class Consumer(Generic[T]):
     def _part_for(self, mid: MessageId) -> _Part:
         part = self._parts.get((mid.topic, mid.partition))
         if part is None:
+            if mid.topic not in self._kafka_topics:
+                raise NotAllowedError(
+                    f"cannot acknowledge {mid}: {mid.topic!r} is not subscribed by {self.subscription!r}"
+                )
             raise NotAllowedError(
                 f"cannot acknowledge {mid}: partition {mid.topic}[{mid.partition}] is no longer assigned to "
-                "this "
-                f"consumer (moved to another consumer of {self.subscription!r}); it will be redelivered there"
+                f"this consumer of {self.subscription!r} (it moved to another consumer, which redelivers "
+                "it), or the topic has no such partition"
             )
         return part
 

@@ -357,6 +357,20 @@ def test_a_failover_consumer_cannot_join_an_exclusive_subscription(cluster: Clus
     exclusive.close()
 
 
+def test_acking_a_message_of_a_topic_not_subscribed_says_so(cluster: ClusterFactory, uid: str) -> None:
+    """NotAllowedError naming the real reason (it used to say the partition had moved to another
+    consumer, which would redeliver it: there is no such consumer)."""
+    c = cluster()
+    topic, other = f"acked_{uid}", f"other_{uid}"
+    _setup(c, topic, 1)
+    _setup(c, other, 1)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    foreign = c.client.create_reader(other).read_next(5000)
+    with pytest.raises(NotAllowedError, match="is not subscribed by"):
+        consumer.acknowledge(foreign)
+    consumer.close()
+
+
 def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
     cluster: ClusterFactory, uid: str
 ) -> None:
