@@ -993,6 +993,7 @@ class Consumer(Generic[T]):
                     self._unacked.pop(k, None)
                     counts.pop(k, None)
             return
+        cumulative = (txn_id, part.tp) in self._cum_txns
         self._cum_txns.discard((txn_id, part.tp))
         missing = []
         for offset in released:
@@ -1002,6 +1003,13 @@ class Consumer(Generic[T]):
                 self._redeliver(msg, 0)
             elif key not in self._unacked:  # delivered and unacked: still the application's
                 missing.append(offset)
+        if cumulative:
+            # As Pulsar's pending-ack handle on a cumulative abort: every message of the partition
+            # delivered here and not acked comes again (and counts toward max redeliveries), not
+            # only the acked position.
+            topic, partition = part.tp
+            for key in [k for k in self._unacked if k[0] == topic and k[1] == partition]:
+                self._redeliver(self._unacked.pop(key)[0], 0)
         if missing:
             self._refetch_due.append((part.tp, missing))
 

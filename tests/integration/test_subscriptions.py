@@ -1101,6 +1101,26 @@ def test_a_seek_right_after_a_commit_survives_a_restart(cluster: ClusterFactory,
     again.close()
 
 
+def test_aborting_a_cumulative_ack_redelivers_every_unacked_message_of_the_partition(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Pulsar's pending-ack handle redelivers the consumer's unacknowledged messages when a
+    transaction holding a cumulative ack aborts, each counted as a redelivery. Only the acked
+    position used to come back: m0-m2 stayed with the application, never counted."""
+    c = cluster()
+    topic, sub = f"cumabort_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted(receive_all(consumer), key=lambda m: m.message_id.offset)
+    t = c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[3], txn=t)
+    t.abort()
+    again = receive_all(consumer, 1500)
+    assert _values(again) == _values(msgs)
+    assert all(m.redelivery_count == 1 for m in again)
+    consumer.close()
+
+
 def test_a_committed_txn_leaves_nothing_of_its_messages_in_the_consumers_bookkeeping(
     cluster: ClusterFactory, uid: str
 ) -> None:
