@@ -610,6 +610,18 @@ class Consumer(Generic[T]):
             )
         return part
 
+    def _readable_part_for(self, mid: MessageId) -> _Part:
+        """``_part_for``, refusing an offset at or past the partition's readable end: no message is
+        there (yet), and an ack stored for it would swallow the message written there later."""
+        part = self._part_for(mid)
+        end = self._reader.readable_end(*part.tp)
+        if mid.offset >= end:
+            raise NotAllowedError(
+                f"cannot acknowledge {mid}: no readable message there ({part.tp[0]}[{part.tp[1]}] is "
+                f"readable below offset {end})"
+            )
+        return part
+
     def acknowledge(
         self,
         message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId],
@@ -628,8 +640,9 @@ class Consumer(Generic[T]):
                 self._ack_in_txn(txn, AckKind.INDIVIDUAL, group)
             return
         with self._lock:
-            for mid in mids:
-                self._ack_offset(self._part_for(mid), mid.offset)
+            parts = [self._readable_part_for(mid) for mid in mids]  # all checked before any applies
+            for part, mid in zip(parts, mids, strict=True):
+                self._ack_offset(part, mid.offset)
 
     def acknowledge_cumulative(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
@@ -644,7 +657,7 @@ class Consumer(Generic[T]):
             raise NotAllowedError("a cumulative ack takes exactly one message id")
         mid = mids[0]
         with self._lock:
-            part = self._part_for(mid)
+            part = self._readable_part_for(mid)
             part.cursor.ack_cumulative(mid.offset)
             part.dirty = True
             for key in [k for k in self._unacked if (k[0], k[1]) == part.tp and k[2] <= mid.offset]:
@@ -715,7 +728,7 @@ class Consumer(Generic[T]):
         first = mids[0]
         offsets = [m.offset for m in mids]
         with self._lock:
-            part = self._part_for(first)
+            part = self._readable_part_for(max(mids, key=lambda m: m.offset))
         # The log must exist before the transaction ends: the TC writes its outcome marker only to an
         # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
         try:

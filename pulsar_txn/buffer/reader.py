@@ -284,6 +284,12 @@ class CommittedReader:
         self._ensure_started()
         return self._parts[(topic, partition)].position
 
+    def readable_end(self, topic: str, partition: int) -> int:
+        """Nothing at or after this offset is readable yet (``max_read_position``, or, reading
+        uncommitted, what has been scanned)."""
+        self._ensure_started()
+        return self._limit(self._parts[(topic, partition)])
+
     def visible(self, topic: str, partition: int, offset: int, headers: Sequence[tuple[str, bytes]]) -> bool:
         """Would this reader deliver the record (below its partition's limit)?"""
         self._ensure_started()

@@ -371,6 +371,32 @@ def test_acking_a_message_of_a_topic_not_subscribed_says_so(cluster: ClusterFact
     consumer.close()
 
 
+def test_acking_past_the_readable_end_is_refused_and_loses_no_later_message(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """An id naming no message yet (past the partition's end), individually, cumulatively or in a
+    transaction: NotAllowedError. These acks used to be stored, and the messages later written
+    there were never delivered."""
+    c = cluster()
+    topic, sub = f"pastend_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    consumer.acknowledge(receive_all(consumer))
+    with pytest.raises(NotAllowedError, match="no readable message there"):
+        consumer.acknowledge(MessageId(topic, 0, 7))
+    with pytest.raises(NotAllowedError, match="no readable message there"):
+        consumer.acknowledge_cumulative(MessageId(topic, 0, 1000))
+    txn = c.client.transaction(60)
+    with pytest.raises(NotAllowedError, match="no readable message there"):
+        consumer.acknowledge(MessageId(topic, 0, 8), txn=txn)
+    txn.abort()
+    producer = c.client.create_producer(topic)
+    for i in range(5, 10):
+        producer.send(f"m{i:04d}")
+    assert _values(receive_all(consumer)) == [f"m{i:04d}" for i in range(5, 10)]
+    consumer.close()
+
+
 def test_exclusive_rejects_a_second_consumer_and_failover_moves_partitions(
     cluster: ClusterFactory, uid: str
 ) -> None:
