@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -22,6 +24,7 @@ from kafka_store import (
     TopicNotFoundError,
     end_offsets,
 )
+from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
@@ -99,6 +102,8 @@ class Client:
     ) -> None:
         if isinstance(kafka, KafkaConfig):
             self.kafka = kafka
+        elif kafka is not None and not isinstance(kafka, Mapping):
+            raise ConfigError(f"kafka is a KafkaConfig or a dict of its settings, not {type(kafka).__name__}")
         else:
             settings = dict(kafka or {})
             if bootstrap_servers:
@@ -109,8 +114,9 @@ class Client:
                 self.kafka = KafkaConfig(**settings)
             except ValidationError as exc:
                 raise ConfigError(f"kafka settings: {_first_problem(exc)}") from exc
-        if operation_timeout_seconds <= 0:
-            raise ConfigError("operation_timeout_seconds must be positive")
+        operation_timeout_seconds = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
+        if num_tcs is not None:
+            _args.integer(num_tcs, "num_tcs", minimum=1)
         check_service_url(service_url)  # a typo fails here, not at the first transaction
         self.service_url = service_url
         self.operation_timeout_seconds = operation_timeout_seconds
@@ -204,6 +210,7 @@ class Client:
         """A producer for ``topic`` (``TopicNotFound`` if it does not exist). ``schema``: how
         values are encoded (default bytes; ``StringSchema()``, ``JsonSchema(T)``, ``AvroSchema(T)``)."""
         self._check_open()
+        _check_schema(schema)
         return Producer(self, topic, producer_name=producer_name, schema=schema)
 
     @overload
@@ -251,8 +258,17 @@ class Client:
         options: ``consumer_name``, ``ack_timeout_millis``, ``negative_ack_redelivery_delay_ms``,
         ``dead_letter_policy``, ``subscribe_timeout`` (seconds), ``instance_id``,
         ``subscription_isolation_level`` (``READ_COMMITTED``, the default, or ``READ_UNCOMMITTED``)."""
+        _check_schema(schema)
+        consumer_type = _enum(ConsumerType, consumer_type, "consumer_type")
+        initial_position = _enum(InitialPosition, initial_position, "initial_position")
+        unknown = sorted(set(options) - _SUBSCRIBE_OPTIONS)
+        if unknown:
+            raise ConfigError(f"unknown subscribe option(s) {unknown}; known: {sorted(_SUBSCRIBE_OPTIONS)}")
         if pattern is not None:
-            regex = re.compile(pattern)
+            try:
+                regex = re.compile(_args.text(pattern, "pattern"))
+            except re.error as exc:
+                raise ConfigError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
             # Either form matches: Kafka's topic name, or Pulsar's full name (persistent://t/ns/x).
             parsed = [(t, TopicName.parse(t)) for t in self._admin.list_topics()]
             names = [n for t, n in parsed if regex.fullmatch(t) or regex.fullmatch(str(n))]
@@ -328,6 +344,8 @@ class Client:
         given MessageId (as Pulsar's reader: the message itself too with
         ``start_message_id_inclusive=True``); ``schema`` as in ``subscribe``."""
         self._check_open()
+        _check_schema(schema)
+        _args.instance(start_message_id, MessageId, "start_message_id")
         return Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
@@ -338,8 +356,8 @@ class Client:
         """A handle on a transaction begun elsewhere, from its TxnID or its printed form ``"(0,3)"``:
         commit or abort it by id from another client or process. ``timeout_ms`` only bounds this
         handle's client-side state; the coordinator keeps the transaction's own timeout."""
-        tid = txn_id if isinstance(txn_id, TxnID) else TxnID.parse(str(txn_id))
-        return Transaction(self, tid, timeout_ms)
+        tid = txn_id if isinstance(txn_id, TxnID) else TxnID.parse(_args.text(txn_id, "txn_id"))
+        return Transaction(self, tid, int(_args.number(timeout_ms, "timeout_ms", minimum=1)))
 
     # ------------------------------------------------------------------ internals used by the API
     def _new_txn(self, timeout_ms: int) -> Transaction:
@@ -445,6 +463,7 @@ class Client:
         """Create a (partitioned) topic; a no-op if it exists. (Pulsar does this with its admin API;
         here it is a Kafka topic with that many partitions.)"""
         name = TopicName.parse(topic)
+        _args.integer(partitions, "partitions", minimum=1, maximum=_MAX_PARTITIONS)
         self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
 
     def delete_topic(self, topic: str, *, force: bool = False) -> TopicDeleted:
@@ -510,3 +529,30 @@ def _first_problem(exc: ValidationError) -> str:
     """Which setting is wrong and why, without echoing values (a value may be a secret)."""
     problems = [f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()]
     return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
+
+
+_MAX_PARTITIONS = 100_000  # Kafka's own bound on a topic's partitions
+# What subscribe(**options) passes on to the Consumer (the rest of its parameters are subscribe's own).
+_SUBSCRIBE_OPTIONS = frozenset(inspect.signature(Consumer.__init__).parameters) - {
+    "self",
+    "client",
+    "topics",
+    "subscription_name",
+    "consumer_type",
+    "initial_position",
+    "schema",
+}
+EnumT = TypeVar("EnumT", bound=Enum)
+
+
+def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(str(m.value) for m in kind)
+        raise ConfigError(f"{what} {value!r} is not one of {known}") from None
+
+
+def _check_schema(schema: object) -> None:
+    if schema is not None and not isinstance(schema, Schema):
+        raise ConfigError(f"schema is a pulsar_txn Schema (e.g. StringSchema()), not {type(schema).__name__}")

@@ -33,6 +33,7 @@ from kafka_store import (
     offsets_for_time,
     read_range,
 )
+from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.buffer.reader import CommittedReader
@@ -193,11 +194,18 @@ class Consumer(Generic[T]):
         self.consumer_type = consumer_type
         self._initial = InitialPosition(initial_position)
         self.consumer_name = consumer_name or f"consumer-{uuid.uuid4().hex[:8]}"
-        self._ack_timeout = ack_timeout_millis / 1000
-        if pending_ack_check_after_ms <= 0:
+        self._ack_timeout = _args.millis(ack_timeout_millis, "ack_timeout_millis") / 1000
+        if _args.number(pending_ack_check_after_ms, "pending_ack_check_after_ms") <= 0:
             raise NotAllowedError("pending_ack_check_after_ms must be positive")
         self._stale = StalePendingCheck(client.kafka, client._log_topic, pending_ack_check_after_ms / 1000)
-        self._nack_delay = negative_ack_redelivery_delay_ms / 1000
+        self._nack_delay = (
+            _args.millis(negative_ack_redelivery_delay_ms, "negative_ack_redelivery_delay_ms") / 1000
+        )
+        if dead_letter_policy is not None:
+            _args.instance(dead_letter_policy, DeadLetterPolicy, "dead_letter_policy")
+        if consumer_name is not None:
+            _args.text(consumer_name, "consumer_name")
+        subscribe_timeout = _args.seconds(subscribe_timeout, "subscribe_timeout")
         self._dlq = dead_letter_policy
         self._lock = threading.RLock()
         # Reading may block (a poll waits for records): it has locks of its own, so that acks, ends of
@@ -467,7 +475,8 @@ class Consumer(Generic[T]):
     # ------------------------------------------------------------------ receiving
     def receive(self, timeout_millis: int | None = None) -> Message[T]:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
-        deadline = time.monotonic() + (timeout_millis if timeout_millis is not None else 1 << 30) / 1000
+        wait_ms = _args.millis(timeout_millis, "timeout_millis") if timeout_millis is not None else 1 << 30
+        deadline = time.monotonic() + wait_ms / 1000
         while True:
             msg = self._next_ready()
             if msg is not None:
@@ -480,7 +489,8 @@ class Consumer(Generic[T]):
     def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
         """Up to ``max_messages`` messages, waiting at most ``timeout_millis`` (maybe none)."""
         out: list[Message[T]] = []
-        deadline = time.monotonic() + timeout_millis / 1000
+        _args.integer(max_messages, "max_messages", minimum=1)
+        deadline = time.monotonic() + _args.millis(timeout_millis, "timeout_millis") / 1000
         while len(out) < max_messages:
             msg = self._next_ready()
             if msg is not None:
@@ -838,7 +848,10 @@ class Consumer(Generic[T]):
 
     def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
         """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
-        (mid,) = self._with_topic([message.message_id if isinstance(message, Message) else message])
+        ids = _message_ids(message)
+        if len(ids) != 1:
+            raise ConfigError("negative_acknowledge takes one message or message id")
+        (mid,) = self._with_topic(ids)
         with self._lock:
             key = (mid.topic, mid.partition, mid.offset)
             entry = self._unacked.pop(key, None)
@@ -1375,10 +1388,15 @@ class Consumer(Generic[T]):
 
 
 def _message_ids(message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId]) -> list[MessageId]:
-    """The ids an ack call names: one message or id, or a sequence of them."""
+    """The ids an ack call names: one message or id, or a sequence of them (``ConfigError`` for
+    anything else)."""
     if isinstance(message, (Message, MessageId)):
         return [message.message_id if isinstance(message, Message) else message]
-    return [m.message_id if isinstance(m, Message) else m for m in message]
+    if isinstance(message, Sequence) and not isinstance(message, str | bytes):
+        ids = [m.message_id if isinstance(m, Message) else m for m in message]
+        if all(isinstance(m, MessageId) for m in ids):
+            return ids
+    raise ConfigError(f"acknowledge takes a Message, a MessageId or a list of them, not {message!r}")
 
 
 _TYPE_CODES = {ConsumerType.Exclusive: "x", ConsumerType.Failover: "f"}

@@ -31,6 +31,8 @@ class TopicName:
     def parse(cls, name: str) -> TopicName:
         """``persistent://tenant/ns/topic[-partition-N]`` or a short name; ``InvalidTopicName`` if bad.
         Cached: names are parsed on every send, ack and marker."""
+        if not isinstance(name, str):
+            raise InvalidTopicName(f"a topic name is a str, not {type(name).__name__} {name!r}")
         return _parse(name)
 
     @classmethod

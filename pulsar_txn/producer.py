@@ -29,11 +29,11 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
+from pulsar_txn.transaction import Transaction
 
 if TYPE_CHECKING:
     from kafka_store import Appender
     from pulsar_txn.client import Client
-    from pulsar_txn.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +80,11 @@ class Producer(Generic[T]):
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
         self._closed = False
 
-    def _choose_partition(self, partition_key: str | None) -> int:
+    def _choose_partition(self, key: bytes | None) -> int:
         if self.topic.partition is not None:
             return self.topic.partition
-        if partition_key is not None:
-            return zlib.crc32(partition_key.encode()) % self._partitions
+        if key is not None:
+            return zlib.crc32(key) % self._partitions
         return next(self._round_robin) % self._partitions
 
     def send_async(
@@ -118,32 +118,48 @@ class Producer(Generic[T]):
         partition_key: str | None,
         event_timestamp: int | None,
     ) -> Future[MessageId]:
-        if partition_key is not None and not isinstance(partition_key, str):
-            raise ConfigError(f"partition_key is a str, not {type(partition_key).__name__}")
-        if event_timestamp is not None and (
-            isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float)
-        ):
-            raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
-        partition = self._choose_partition(partition_key)
-        event_time = int(event_timestamp) if event_timestamp is not None else None
+        key: bytes | None = None
+        if partition_key is not None:
+            if not isinstance(partition_key, str):
+                raise ConfigError(f"partition_key is a str, not {type(partition_key).__name__}")
+            key = _encoded(partition_key, "partition_key")
+        event_time: int | None = None
+        if event_timestamp is not None:
+            if isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float):
+                raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
+            if event_timestamp != event_timestamp or event_timestamp in (_INF, -_INF):
+                raise ConfigError(f"event_timestamp must be finite, not {event_timestamp!r}")
+            event_time = int(event_timestamp)
+        if txn is not None and not isinstance(txn, Transaction):
+            raise ConfigError(f"txn is a Transaction, not {type(txn).__name__} {txn!r}")
+        if properties is not None and not isinstance(properties, Mapping):
+            raise ConfigError(f"properties map str to str: a mapping, not {type(properties).__name__}")
+        partition = self._choose_partition(key)
         check_event_time(event_time)  # a rejected send takes no sequence id
         if properties and not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise ConfigError(f"properties map str to str: {dict(properties)!r}")
+        props = (
+            [
+                (PROPERTY_PREFIX + _text(k, "a property name"), _encoded(v, f"property {k!r}"))
+                for k, v in properties.items()
+            ]
+            if properties
+            else ()
+        )
         meta = encode_meta(next(self._sequence), self._name_bytes, event_time)
         # A dict: the header names are unique, and unlike a list of tuples it is never tracked by the
         # garbage collector while the record is in flight.
         headers: dict[str, bytes] = {META_HEADER: meta}
         if schema_header is not None:
             headers[SCHEMA_HEADER] = schema_header
-        if properties:
-            for name, value in properties.items():
-                headers[PROPERTY_PREFIX + name] = value.encode()
+        for name, raw in props:
+            headers[name] = raw
         send = _Send(
             self._client._appender(),
             self.topic.kafka_topic,
             partition,
             payload,
-            partition_key.encode() if partition_key is not None else None,
+            key,
             headers,
             txn,
             callback,
@@ -226,6 +242,21 @@ class Producer(Generic[T]):
             return
         self._closed = True
         self.flush()
+
+
+_INF = float("inf")
+
+
+def _encoded(value: str, what: str) -> bytes:
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} is not valid text (it does not encode as UTF-8): {value!r}") from None
+
+
+def _text(value: str, what: str) -> str:
+    _encoded(value, what)
+    return value
 
 
 def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid: MessageId | None) -> None:

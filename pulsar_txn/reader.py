@@ -6,6 +6,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import offsets_for_time, read_range
+from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
@@ -58,7 +59,9 @@ class Reader(Generic[T]):
 
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
         """The next committed message; raises ``Timeout`` if none arrives in time."""
-        timeout = (timeout_millis if timeout_millis is not None else 30_000) / 1000
+        timeout = (
+            _args.millis(timeout_millis, "timeout_millis") if timeout_millis is not None else 30_000
+        ) / 1000
         if not self._fill(timeout):
             raise Timeout(f"no committed message on {self.topic} within {timeout}s")
         return self._buffer.popleft()

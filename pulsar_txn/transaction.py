@@ -16,9 +16,9 @@ from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pulsar_txn import _args
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.errors import (
-    ConfigError,
     InvalidTxnStatusError,
     PulsarTxnError,
     Timeout,
@@ -471,9 +471,7 @@ class TransactionBuilder:
 
     def with_transaction_timeout(self, seconds: float) -> TransactionBuilder:
         """The coordinator aborts the transaction if it has not ended within ``seconds``."""
-        if seconds <= 0:
-            raise ConfigError("transaction timeout must be positive")
-        self._timeout_ms = int(seconds * 1000)
+        self._timeout_ms = int(_args.seconds(seconds, "transaction timeout") * 1000)
         return self
 
     def build(self) -> Transaction:

@@ -1,0 +1,79 @@
+"""Argument checks at the public API's entry points: a wrong type or value is a ``ConfigError`` saying
+which argument and why, never a TypeError, ValueError or AttributeError from deep inside (and a NaN
+or infinite timeout never turns a bounded wait into an endless one)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TypeVar
+
+from pulsar_txn.errors import ConfigError
+
+E = TypeVar("E")
+
+# Longer than any wait an application means (~31 years), short enough for time.monotonic() arithmetic
+# and for datetime/time_t conversions not to overflow.
+_MAX_SECONDS = 1e9
+
+
+def number(value: object, what: str, *, minimum: float = 0.0, unit: str = "") -> float:
+    """``value`` as a finite float at or above ``minimum`` (and below ~31 years' worth)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} is a number{unit}, not {type(value).__name__} {value!r}")
+    result = float(value)
+    if not math.isfinite(result) or result < minimum:
+        raise ConfigError(f"{what} must be a finite number >= {minimum:g}{unit}, not {value!r}")
+    return result
+
+
+def seconds(value: object, what: str, *, positive: bool = True) -> float:
+    """A duration in seconds: finite, positive (or >= 0), at most ~31 years."""
+    result = number(value, what, unit=" of seconds")
+    if positive and result <= 0:
+        raise ConfigError(f"{what} must be positive, not {value!r}")
+    return min(result, _MAX_SECONDS)
+
+
+def millis(value: object, what: str) -> float:
+    """A wait in milliseconds: finite and >= 0 (0: only what is ready now), at most ~31 years."""
+    return min(number(value, what, unit=" of milliseconds"), _MAX_SECONDS * 1000)
+
+
+def integer(value: object, what: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{what} is an int, not {type(value).__name__} {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{what} must be {bound}, not {value}")
+    return value
+
+
+def text(value: object, what: str) -> str:
+    """A str that encodes as UTF-8 (lone surrogates do not)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} is a str, not {type(value).__name__} {value!r}")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} is not valid text (it does not encode as UTF-8): {value!r}") from None
+    return value
+
+
+def str_map(value: object, what: str) -> Mapping[str, str]:
+    """A mapping of str to str, each encodable."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} map str to str: a mapping, not {type(value).__name__} {value!r}")
+    for key, item in value.items():
+        text(key, f"{what}' names")
+        text(item, f"{what}' values")
+    return value
+
+
+def instance(value: object, kind: type[E], what: str) -> E:
+    if not isinstance(value, kind):
+        raise ConfigError(f"{what} is a {kind.__name__}, not {type(value).__name__} {value!r}")
+    return value
+
+
+__all__ = ["instance", "integer", "millis", "number", "seconds", "str_map", "text"]
