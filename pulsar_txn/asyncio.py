@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,6 +48,8 @@ from pulsar_txn.txnid import TxnID
 T = TypeVar("T")
 R = TypeVar("R")
 P = ParamSpec("P")
+
+log = logging.getLogger(__name__)
 
 _SLICE_MS = 100  # one blocking poll in the pool; bounds how long a receive holds a worker
 
@@ -169,6 +172,17 @@ class AsyncTransactionBuilder:
     async def build(self) -> AsyncTransaction:
         """Begin the transaction at the coordinator and return it, open."""
         return await self._client._begin(self._timeout)
+
+
+def _abort_unused(job: Future[Transaction]) -> None:
+    if not job.cancelled() and job.exception() is None:
+        job.result().abort_async().add_done_callback(_log_abort_failure)
+
+
+def _log_abort_failure(ended: Future[None]) -> None:
+    exc = ended.exception()
+    if exc is not None:
+        log.info("aborting a transaction begun for a cancelled caller failed (its timeout ends it): %s", exc)
 
 
 def _unwrap(txn: AsyncTransaction | Transaction | None) -> Transaction | None:
@@ -362,6 +376,25 @@ class AsyncConsumer(Generic[T]):
         """Redeliver the message after the consumer's negative-ack delay."""
         await self._pool.run(self.sync.negative_acknowledge, message)
 
+    async def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every delivered, unacknowledged message now (also those received by this
+        wrapper and not handed out yet)."""
+        await self._settle_orphan()
+        self._stash.clear()  # the sync consumer delivered them: they are among its unacked ones
+        await self._pool.run(self.sync.redeliver_unacknowledged_messages)
+
+    def stats(self) -> dict[str, Any]:
+        """Per-partition cursor and pending-ack counters (no I/O)."""
+        return self.sync.stats()
+
+    def pending_transactions(self) -> dict[TxnID, int]:
+        """Transactions holding pending acks on this consumer's partitions -> how many message ids."""
+        return self.sync.pending_transactions()
+
+    def assigned_partitions(self) -> list[tuple[str, int]]:
+        """The (Kafka topic, partition) pairs this consumer holds now."""
+        return self.sync.assigned_partitions()
+
     async def seek(self, message_id: MessageId | int) -> None:
         """Reset the subscription's cursor on that partition to ``message_id``."""
         await self._settle_orphan()
@@ -495,6 +528,7 @@ class AsyncClient:
     # ------------------------------------------------------------------ transactions
     def new_transaction(self) -> AsyncTransactionBuilder:
         """``await client.new_transaction().with_transaction_timeout(seconds).build()``."""
+        self._check_open()
         return AsyncTransactionBuilder(self)
 
     def transaction(self, timeout: float = 60.0) -> _TransactionStart:
@@ -506,7 +540,14 @@ class AsyncClient:
 
     async def _begin(self, timeout: float) -> AsyncTransaction:
         self._check_open()
-        txn = await self._pool.run(self.sync.transaction, timeout)
+        job = self._pool.submit(self.sync.transaction, timeout)
+        try:
+            txn = await self._pool.wait(job, shield=True)
+        except asyncio.CancelledError:
+            # The caller is gone: a transaction begun after all is aborted now, not left open (and
+            # holding nothing) until the coordinator times it out.
+            job.add_done_callback(_abort_unused)
+            raise
         return AsyncTransaction(txn, self._pool)
 
     def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> AsyncTransaction:

@@ -217,3 +217,58 @@ def test_committing_a_resumed_transaction_never_blocks_the_event_loop(kafka: obj
     assert isinstance(error, PulsarTxnError) and error.retriable, repr(error)
     # Blocking, the loop stalls for the whole 3 s timeout; 1 s leaves room for a loaded machine.
     assert worst < 1.0, f"the event loop stalled for {worst:.2f} s"
+
+
+def test_a_transaction_begun_for_a_cancelled_caller_is_aborted_not_left_open(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """``async with client.transaction()`` cancelled while NEW_TXN is under way: the transaction
+    that opens after all is aborted at once (it used to stay open until the coordinator's timeout)."""
+    c = cluster()
+    begun: list[object] = []
+
+    async def main() -> None:
+        async with AsyncClient(c.client, max_workers=1) as client:
+            real_transaction = client.sync.transaction
+
+            def slow_transaction(timeout: float) -> object:
+                time.sleep(0.3)  # the caller is cancelled meanwhile
+                txn = real_transaction(timeout)
+                begun.append(txn)
+                return txn
+
+            client.sync.transaction = slow_transaction  # type: ignore[method-assign]
+            task = asyncio.create_task(client.transaction(60).__aenter__())
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(1.0)
+
+    asyncio.run(main())
+    (txn,) = begun
+    assert txn.state is TransactionState.ABORTED  # type: ignore[attr-defined]
+
+
+def test_the_async_consumer_offers_the_sync_consumers_redelivery_and_stats(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"aio_redeliver_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+
+    async def main() -> list[int]:
+        async with AsyncClient(c.client) as client:
+            consumer = await client.subscribe(topic, f"s_{uid}", initial_position="Earliest")
+            first = [await consumer.receive(5000) for _ in range(3)]
+            assert consumer.assigned_partitions() == [(topic, 0)]
+            assert consumer.stats()["unacked"] == 3 and consumer.pending_transactions() == {}
+            await consumer.redeliver_unacknowledged_messages()
+            again = [await consumer.receive(5000) for _ in range(3)]
+            assert [m.data for m in again] == [m.data for m in first]
+            return [m.redelivery_count for m in again]
+
+    assert asyncio.run(main()) == [1, 1, 1]
