@@ -5,7 +5,6 @@ or infinite timeout never turns a bounded wait into an endless one)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import TypeVar
 
 from pulsar_txn.errors import ConfigError
@@ -18,7 +17,7 @@ _MAX_SECONDS = 1e9
 
 
 def number(value: object, what: str, *, minimum: float = 0.0, unit: str = "") -> float:
-    """``value`` as a finite float at or above ``minimum`` (and below ~31 years' worth)."""
+    """``value`` as a finite float at or above ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{what} is a number{unit}, not {type(value).__name__} {value!r}")
     result = float(value)
@@ -27,10 +26,10 @@ def number(value: object, what: str, *, minimum: float = 0.0, unit: str = "") ->
     return result
 
 
-def seconds(value: object, what: str, *, positive: bool = True) -> float:
-    """A duration in seconds: finite, positive (or >= 0), at most ~31 years."""
+def seconds(value: object, what: str) -> float:
+    """A duration in seconds: finite, positive, at most ~31 years."""
     result = number(value, what, unit=" of seconds")
-    if positive and result <= 0:
+    if result <= 0:
         raise ConfigError(f"{what} must be positive, not {value!r}")
     return min(result, _MAX_SECONDS)
 
@@ -49,24 +48,19 @@ def integer(value: object, what: str, *, minimum: int = 0, maximum: int | None =
     return value
 
 
-def text(value: object, what: str) -> str:
-    """A str that encodes as UTF-8 (lone surrogates do not)."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} is a str, not {type(value).__name__} {value!r}")
+def encoded(value: str, what: str) -> bytes:
+    """``value`` as UTF-8 (a str with lone surrogates has none)."""
     try:
-        value.encode()
+        return value.encode()
     except UnicodeEncodeError:
         raise ConfigError(f"{what} is not valid text (it does not encode as UTF-8): {value!r}") from None
-    return value
 
 
-def str_map(value: object, what: str) -> Mapping[str, str]:
-    """A mapping of str to str, each encodable."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{what} map str to str: a mapping, not {type(value).__name__} {value!r}")
-    for key, item in value.items():
-        text(key, f"{what}' names")
-        text(item, f"{what}' values")
+def text(value: object, what: str) -> str:
+    """A str that encodes as UTF-8."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} is a str, not {type(value).__name__} {value!r}")
+    encoded(value, what)
     return value
 
 
@@ -76,4 +70,4 @@ def instance(value: object, kind: type[E], what: str) -> E:
     return value
 
 
-__all__ = ["instance", "integer", "millis", "number", "seconds", "str_map", "text"]
+__all__ = ["encoded", "instance", "integer", "millis", "number", "seconds", "text"]

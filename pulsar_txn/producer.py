@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import uuid
 import zlib
@@ -13,6 +14,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import Delivery, StoreError
+from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import StartedFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
@@ -122,12 +124,12 @@ class Producer(Generic[T]):
         if partition_key is not None:
             if not isinstance(partition_key, str):
                 raise ConfigError(f"partition_key is a str, not {type(partition_key).__name__}")
-            key = _encoded(partition_key, "partition_key")
+            key = _args.encoded(partition_key, "partition_key")
         event_time: int | None = None
         if event_timestamp is not None:
             if isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float):
                 raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
-            if event_timestamp != event_timestamp or event_timestamp in (_INF, -_INF):
+            if not math.isfinite(event_timestamp):
                 raise ConfigError(f"event_timestamp must be finite, not {event_timestamp!r}")
             event_time = int(event_timestamp)
         if txn is not None and not isinstance(txn, Transaction):
@@ -140,7 +142,7 @@ class Producer(Generic[T]):
             raise ConfigError(f"properties map str to str: {dict(properties)!r}")
         props = (
             [
-                (PROPERTY_PREFIX + _text(k, "a property name"), _encoded(v, f"property {k!r}"))
+                (PROPERTY_PREFIX + _args.text(k, "a property name"), _args.encoded(v, f"property {k!r}"))
                 for k, v in properties.items()
             ]
             if properties
@@ -242,21 +244,6 @@ class Producer(Generic[T]):
             return
         self._closed = True
         self.flush()
-
-
-_INF = float("inf")
-
-
-def _encoded(value: str, what: str) -> bytes:
-    try:
-        return value.encode()
-    except UnicodeEncodeError:
-        raise ConfigError(f"{what} is not valid text (it does not encode as UTF-8): {value!r}") from None
-
-
-def _text(value: str, what: str) -> str:
-    _encoded(value, what)
-    return value
 
 
 def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid: MessageId | None) -> None:
