@@ -6,11 +6,12 @@ import itertools
 import logging
 import math
 import threading
+import time
 import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from kafka_store import Delivery, StoreError
@@ -234,8 +235,17 @@ class Producer(Generic[T]):
             ) from None
 
     def flush(self) -> None:
-        """Wait until every message sent so far is stored."""
-        self._client._appender().flush(self._client.operation_timeout_seconds)
+        """Wait until every message sent so far is stored (or failed), also transactional sends
+        still waiting for their partition to join the transaction; ``Timeout`` after the client's
+        operation timeout."""
+        timeout = self._client.operation_timeout_seconds
+        deadline = time.monotonic() + timeout
+        with self._order_lock:
+            queued = [send.result for send in self._pending]  # not in the Kafka producer yet
+        unsent = self._client._appender().flush(timeout)
+        _done, waiting = wait(queued, max(0.0, deadline - time.monotonic()))
+        if unsent or waiting:
+            raise Timeout(f"flush of {self.topic}: {unsent + len(waiting)} sends not stored within {timeout}s")
 
     def close(self) -> None:
         """Flush, then refuse further sends (``NotAllowedError``); the producer holds no other
@@ -243,7 +253,10 @@ class Producer(Generic[T]):
         if self._closed:
             return
         self._closed = True
-        self.flush()
+        try:
+            self.flush()
+        except Timeout as exc:  # closing must not fail: the sends' futures report their own outcome
+            log.warning("producer %s closed with sends still in flight: %s", self.producer_name, exc)
 
 
 def _notify(callback: SendCallback | None, result: Result | PulsarTxnError, mid: MessageId | None) -> None:
