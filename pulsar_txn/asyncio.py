@@ -470,10 +470,11 @@ class AsyncReader(Generic[T]):
                 self._orphan = None
 
     async def has_message_available(self) -> bool:
-        """Whether a committed message is ready to read now."""
+        """Whether ``read_next`` has a committed message to return (``Reader.has_message_available``:
+        positions are compared, so the answer does not depend on how fast records arrive)."""
         async with self._lock:
             await self._settle_orphan()
-            return await self._poll(0.2)
+            return await self._pool.run(self.sync.has_message_available)
 
     async def seek(self, message_id: MessageId | int) -> None:
         """Read that partition again from ``message_id``."""

@@ -35,7 +35,9 @@ class Reader(Generic[T]):
         inclusive: bool = False,
     ) -> None:
         """``inclusive``: a reader started at a MessageId reads that message too (Pulsar's
-        ``startMessageIdInclusive``); by default it starts after it, as in Pulsar."""
+        ``startMessageIdInclusive``); by default it starts after it, as in Pulsar. As in Pulsar, it
+        also applies to ``LATEST`` (an inclusive reader starts at the last readable message) and to
+        ``seek(message_id)``."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema ``msg.value()`` decodes with."""
         self._client = client
@@ -43,10 +45,11 @@ class Reader(Generic[T]):
         count = client._partition_count(self.topic)
         parts = [self.topic.partition] if self.topic.partition is not None else list(range(count))
         self._tps = [(self.topic.kafka_topic, p) for p in parts]
+        self._inclusive = inclusive
         starts: dict[tuple[str, int], int] = {}
         for tp in self._tps:
             if start_message_id in (EARLIEST, LATEST):
-                starts[tp] = client._sentinel_offset(*tp, start_message_id)
+                starts[tp] = self._sentinel(tp, start_message_id)
             elif start_message_id.partition == tp[1]:
                 starts[tp] = start_message_id.offset + (0 if inclusive else 1)
             else:
@@ -57,8 +60,18 @@ class Reader(Generic[T]):
         self._buffer: deque[Message[T]] = deque()
         self._closed = False
 
+    def _sentinel(self, tp: tuple[str, int], position: MessageId) -> int:
+        """Where ``EARLIEST`` / ``LATEST`` start reading ``tp``; an inclusive reader's ``LATEST`` is
+        the last readable message (Pulsar: latest + inclusive reads the last message)."""
+        if position == LATEST and self._inclusive:
+            last = _last_readable(self._client, tp[0], tp[1])
+            if last is not None:
+                return last
+        return self._client._sentinel_offset(*tp, position)
+
     def read_next(self, timeout_millis: int | None = None) -> Message[T]:
-        """The next committed message; raises ``Timeout`` if none arrives in time."""
+        """The next committed message; raises ``Timeout`` if none arrives in time (``None``: 30 s,
+        as the asyncio reader)."""
         timeout = (
             _args.millis(timeout_millis, "timeout_millis") if timeout_millis is not None else 30_000
         ) / 1000
@@ -67,8 +80,17 @@ class Reader(Generic[T]):
         return self._buffer.popleft()
 
     def has_message_available(self) -> bool:
-        """Whether a committed message is ready to read now (waits up to 0.2 s to find out)."""
-        return self._fill(0.2)
+        """Whether ``read_next`` has a committed message to return: one is here already, or a
+        partition's last readable message (``get_last_message_id``) lies at or after where this
+        reader is. As in Pulsar, the answer compares positions, so it does not depend on how fast
+        records arrive: after True, ``read_next`` returns a message (fetching it may take a moment)."""
+        if self._fill(0.0):
+            return True
+        for topic, partition in self._tps:
+            last = _last_readable(self._client, topic, partition)
+            if last is not None and last >= self._committed.position(topic, partition):
+                return True
+        return False
 
     def _fill(self, timeout: float) -> bool:
         """Whether a message is ready, waiting up to ``timeout`` for one to arrive (nothing is
@@ -94,12 +116,13 @@ class Reader(Generic[T]):
             raise ConfigError(f"seek takes a MessageId or a publish time in ms, not {message_id!r}")
         if message_id in (EARLIEST, LATEST):
             for tp in self._tps:
-                self._committed.seek(*tp, self._client._sentinel_offset(*tp, message_id))
+                self._committed.seek(*tp, self._sentinel(tp, message_id))
             return
         tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
         if tp not in self._tps:
             raise ConfigError(f"cannot seek to {message_id}: not a partition of {self.topic} read here")
-        self._committed.seek(*tp, message_id.offset)
+        # Pulsar: startMessageIdInclusive "also applies for any cursor reset operation like seek".
+        self._committed.seek(*tp, message_id.offset + (0 if self._inclusive else 1))
 
     def close(self) -> None:
         """Stop reading and release the Kafka connections; reading after this raises
@@ -120,18 +143,21 @@ def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
     parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
     result: dict[int, MessageId | None] = {}
     for p in parts:
-        state = client._buffer_state(name.kafka_topic, p)
-        result[p] = None
-        end, step = state.max_read_position, 64
-        while end > 0:  # walk back in growing windows until a visible record turns up
-            start = max(0, end - step)
-            visible = [
-                r
-                for r in read_range(client.kafka, name.kafka_topic, p, start, end)
-                if state.is_visible(r.offset, r.headers)
-            ]
-            if visible:
-                result[p] = MessageId(name.kafka_topic, p, visible[-1].offset)
-                break
-            end, step = start, step * 4
+        offset = _last_readable(client, name.kafka_topic, p)
+        result[p] = None if offset is None else MessageId(name.kafka_topic, p, offset)
     return result
+
+
+def _last_readable(client: Client, topic: str, partition: int) -> int | None:
+    """The offset of the partition's last readable message (None if it has none)."""
+    state = client._buffer_state(topic, partition)
+    end, step = state.max_read_position, 64
+    while end > 0:  # walk back in growing windows until a visible record turns up
+        start = max(0, end - step)
+        visible = [
+            r for r in read_range(client.kafka, topic, partition, start, end) if state.is_visible(r.offset, r.headers)
+        ]
+        if visible:
+            return visible[-1].offset
+        end, step = start, step * 4
+    return None

@@ -393,7 +393,7 @@ def test_seek_back_into_records_delivered_from_the_window_delivers_them_again_in
         messages = read_all(reader)
         assert _values(messages) == first
         committed.seek(topic, 0, 5)
-        reader.seek(messages[5].message_id)
+        reader.seek(messages[4].message_id)  # an exclusive reader resumes after the id (Pulsar)
         txn.commit()
         expected = [f"p{i}" for i in range(5, 10)] + ["t10", "p11", "p12"]
         assert _committed_values(committed, len(expected)) == expected
