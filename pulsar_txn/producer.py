@@ -245,7 +245,8 @@ class Producer(Generic[T]):
         unsent = self._client._appender().flush(timeout)
         _done, waiting = wait(queued, max(0.0, deadline - time.monotonic()))
         if unsent or waiting:
-            raise Timeout(f"flush of {self.topic}: {unsent + len(waiting)} sends not stored within {timeout}s")
+            missing = unsent + len(waiting)
+            raise Timeout(f"flush of {self.topic}: {missing} sends not stored within {timeout}s")
 
     def close(self) -> None:
         """Flush, then refuse further sends (``NotAllowedError``); the producer holds no other

@@ -154,9 +154,8 @@ def _last_readable(client: Client, topic: str, partition: int) -> int | None:
     end, step = state.max_read_position, 64
     while end > 0:  # walk back in growing windows until a visible record turns up
         start = max(0, end - step)
-        visible = [
-            r for r in read_range(client.kafka, topic, partition, start, end) if state.is_visible(r.offset, r.headers)
-        ]
+        records = read_range(client.kafka, topic, partition, start, end)
+        visible = [r for r in records if state.is_visible(r.offset, r.headers)]
         if visible:
             return visible[-1].offset
         end, step = start, step * 4
