@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 import types
 import typing
 from typing import Any, Union
@@ -33,6 +34,23 @@ def _fields(record_type: type) -> dict[str, Any]:
     return {name: hints[name] for name in record_type.model_fields}
 
 
+def _defaults(record_type: type) -> dict[str, Any]:
+    """Field name -> default value, for the fields that have one (a factory is called once)."""
+    out: dict[str, Any] = {}
+    if dataclasses.is_dataclass(record_type):
+        for f in dataclasses.fields(record_type):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+        return out
+    assert issubclass(record_type, BaseModel)
+    for name, info in record_type.model_fields.items():
+        if not info.is_required():
+            out[name] = info.get_default(call_default_factory=True)
+    return out
+
+
 def _optional_arg(tp: Any) -> Any | None:
     """``X`` for ``X | None`` / ``Optional[X]``, else None."""
     origin = typing.get_origin(tp)
@@ -54,9 +72,26 @@ def avro_schema(record_type: type, namespace: str | None = None) -> dict[str, An
 def _avro_record(record_type: type, namespace: str | None, seen: set[str]) -> dict[str, Any]:
     seen.add(record_type.__name__)
     fields: list[dict[str, Any]] = []
+    defaults = _defaults(record_type)
     for name, tp in _fields(record_type).items():
         field: dict[str, Any] = {"name": name, "type": _avro_type(tp, namespace, seen)}
-        if _optional_arg(tp) is not None:
+        optional = _optional_arg(tp) is not None
+        if name in defaults:
+            # Avro resolution fills a field missing from an older writer with the reader's default:
+            # the record type's own default, as plain JSON (bytes as code points 0-255, per Avro).
+            default = defaults[name]
+            try:
+                plain = to_plain(default, tp)
+            except SchemaSerializationError as exc:
+                raise ConfigError(
+                    f"{record_type.__name__}.{name}: its default does not fit its type: {exc}"
+                ) from None
+            if isinstance(plain, bytes):
+                plain = plain.decode("latin-1")
+            field["default"] = plain
+            if optional and plain is not None:  # a union's default must match its first branch
+                field["type"] = [*field["type"][1:], "null"]
+        elif optional:
             field["default"] = None
         fields.append(field)
     schema: dict[str, Any] = {"type": "record", "name": record_type.__name__, "fields": fields}
@@ -104,11 +139,20 @@ def to_plain(value: Any, tp: Any) -> Any:
         return {name: to_plain(getattr(value, name), ftp) for name, ftp in _fields(tp).items()}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list:
+        if not isinstance(value, list | tuple):  # a str is iterable too: never split it into chars
+            raise SchemaSerializationError(
+                f"expected a list for {tp}, got {type(value).__name__}: {value!r:.80}"
+            )
         return [to_plain(v, args[0]) for v in value]
     if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise SchemaSerializationError(f"expected a dict with str keys for {tp}, got {value!r:.80}")
         return {k: to_plain(v, args[1]) for k, v in value.items()}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if not isinstance(value, tp):
+            raise SchemaSerializationError(f"expected a {tp.__name__} member, got {value!r:.80}")
         return value.name
+    _check_scalar(value, tp)
     return value
 
 
@@ -143,14 +187,30 @@ def from_plain(data: Any, tp: Any) -> Any:
             return tp[data]
         except (KeyError, TypeError):  # TypeError: not even a name (e.g. a list)
             raise SchemaSerializationError(f"{data!r} is not a member of {tp.__name__}") from None
-    scalar = _SCALARS.get(tp)
-    if scalar is not None and (not isinstance(data, scalar) or (tp is not bool and isinstance(data, bool))):
-        raise SchemaSerializationError(f"expected {tp.__name__}, got {type(data).__name__}: {data!r:.80}")
+    if tp is bytes and isinstance(data, str):
+        # fastavro hands a bytes field's schema default over as written in the schema (code points).
+        try:
+            return data.encode("latin-1")
+        except UnicodeEncodeError:
+            raise SchemaSerializationError(f"expected bytes, got str: {data!r:.80}") from None
+    _check_scalar(data, tp)
     return data
 
 
-# What a JSON/Avro decoder may hand over for each scalar type hint (a float field takes an int).
-_SCALARS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+# What a scalar type hint takes, on both sides (a float field takes an int; bool is no int here).
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    str: (str,),
+    int: (numbers.Integral,),  # numpy integers too
+    float: (numbers.Real,),
+    bool: (bool,),
+    bytes: (bytes, bytearray),
+}
+
+
+def _check_scalar(value: Any, tp: Any) -> None:
+    scalar = _SCALARS.get(tp)
+    if scalar is not None and (not isinstance(value, scalar) or (tp is not bool and isinstance(value, bool))):
+        raise SchemaSerializationError(f"expected {tp.__name__}, got {type(value).__name__}: {value!r:.80}")
 
 
 def _expect(data: Any, kind: type, what: str) -> None:
@@ -158,11 +218,22 @@ def _expect(data: Any, kind: type, what: str) -> None:
         raise SchemaSerializationError(f"expected {what}, got {type(data).__name__}: {data!r:.80}")
 
 
-def check_json_compatible(record_type: type) -> None:
-    """JSON has no bytes: refuse record types with bytes fields up front."""
+def check_json_compatible(record_type: type, seen: frozenset[type] = frozenset()) -> None:
+    """JSON has no bytes: refuse record types with bytes fields (also inside lists, dicts, optional
+    fields and nested records) up front."""
     for name, tp in _fields(record_type).items():
-        if "bytes" in str(tp) or tp is bytes:
+        if _holds_bytes(tp):
             raise ConfigError(f"{record_type.__name__}.{name} is bytes: use AvroSchema for binary fields")
-        inner = _optional_arg(tp) or tp
-        if is_record_type(inner):
-            check_json_compatible(inner)
+        for nested in _nested_records(tp):
+            if nested not in seen:
+                check_json_compatible(nested, seen | {record_type})
+
+
+def _holds_bytes(tp: Any) -> bool:
+    return tp in (bytes, bytearray) or any(_holds_bytes(arg) for arg in typing.get_args(tp))
+
+
+def _nested_records(tp: Any) -> list[type]:
+    if is_record_type(tp):
+        return [tp]
+    return [r for arg in typing.get_args(tp) for r in _nested_records(arg)]

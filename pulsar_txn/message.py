@@ -23,10 +23,11 @@ REDELIVERY_HEADER = "pulsar.redelivery"
 PROPERTY_PREFIX = "pulsar.prop."
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class MessageId:
     """Where a message is: (Kafka topic, partition, offset). Orders like Pulsar's MessageId within a
-    partition; ``earliest``/``latest`` are the sentinels readers start from."""
+    partition; ``earliest``/``latest`` are the sentinels readers start from, and sort before and
+    after every other id, as in Pulsar."""
 
     topic: str
     partition: int
@@ -34,6 +35,31 @@ class MessageId:
 
     def __str__(self) -> str:
         return f"{self.topic}:{self.partition}:{self.offset}"
+
+    def _key(self) -> tuple[int, str, int, int]:
+        sentinel = self.partition == -1 and not self.topic  # EARLIEST (offset -2) or LATEST (-1)
+        rank = (2 if self.offset == -1 else 0) if sentinel else 1
+        return (rank, self.topic, self.partition, self.offset)
+
+    def __lt__(self, other: MessageId) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __le__(self, other: MessageId) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() <= other._key()
+
+    def __gt__(self, other: MessageId) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() > other._key()
+
+    def __ge__(self, other: MessageId) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() >= other._key()
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
@@ -81,6 +107,10 @@ class Message(Generic[T]):
     """The ``pulsar.schema`` header the message was written with (None: plain bytes)."""
     schema: Schema[T] = field(default=cast("Schema[T]", _BYTES), repr=False, compare=False)
     """The schema ``value()`` decodes with."""
+
+    def __hash__(self) -> int:
+        # Equal messages have the same id; the properties dict would make the generated hash fail.
+        return hash(self.message_id)
 
     def value(self) -> T:
         """The payload decoded with the schema; ``IncompatibleSchema`` if it was written with a

@@ -76,7 +76,7 @@ class BytesSchema(Schema[bytes]):
 
     def encode(self, value: bytes) -> bytes:
         if isinstance(value, str):  # the producer's historical convenience: str -> UTF-8
-            return value.encode()
+            return _utf8(value)
         if isinstance(value, bytes | bytearray | memoryview):
             return bytes(value)
         raise SchemaSerializationError(f"BytesSchema takes bytes or str, not {type(value).__name__}")
@@ -99,13 +99,20 @@ class StringSchema(Schema[str]):
     def encode(self, value: str) -> bytes:
         if not isinstance(value, str):
             raise SchemaSerializationError(f"StringSchema takes str, not {type(value).__name__}")
-        return value.encode()
+        return _utf8(value)
 
     def decode(self, data: bytes) -> str:
         try:
             return bytes(data).decode()
         except UnicodeDecodeError as exc:
             raise SchemaSerializationError(f"payload is not UTF-8: {exc}") from None
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise SchemaSerializationError(f"text does not encode as UTF-8: {exc}") from None
 
 
 def _fingerprint(avro: dict[str, Any]) -> str:
@@ -167,7 +174,9 @@ class JsonSchema(_RecordSchema[R]):
     def encode(self, value: R) -> bytes:
         try:
             return json.dumps(self._to_plain(value), separators=(",", ":"), ensure_ascii=False).encode()
-        except (TypeError, ValueError) as exc:
+        except SchemaSerializationError:
+            raise
+        except Exception as exc:  # whatever a value json cannot take raises (TypeError, ValueError, ...)
             raise SchemaSerializationError(f"cannot encode {type(value).__name__} as JSON: {exc}") from None
 
     def decode(self, data: bytes) -> R:
