@@ -62,6 +62,7 @@ _WRITE_HIGH_WATER = 1 << 20  # bytes buffered for a client before a response wai
 _INT32_MAX = (1 << 31) - 1
 _INTERNAL_ERROR = "internal error in the transaction coordinator"
 _MAX_PRE_CONNECT_BYTES = 64 * 1024
+_CLOSE_FLUSH_S = 2.0  # a closing connection's last answers get this long to be read
 """Bytes buffered from a peer that has not yet CONNECTed. A CONNECT (even with a large token) is far
 smaller; without this an unauthenticated peer could make us hold a whole max-size frame per connection."""
 _MAX_IN_FLIGHT = 1024
@@ -193,8 +194,16 @@ class _Connection:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(keepalive, *self._tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+            try:
+                # close() waits for what is buffered to be written: a peer that does not read would
+                # hold the socket (and stop()) for good, so the flush gets a bounded time.
+                async with asyncio.timeout(_CLOSE_FLUSH_S):
+                    await self._writer.wait_closed()
+            except TimeoutError:
+                log.info("connection from %s: answers left unread; dropping them", self.peer)
+                self._writer.transport.abort()
+            except Exception:  # the peer reset the connection: closed either way
+                pass
             log.debug("connection from %s closed", self.peer)
 
     async def _read_loop(self) -> None:
@@ -298,26 +307,31 @@ class _Connection:
                 # As Pulsar's handler: a handshake not done by the first check closes the connection
                 # (a peer trickling bytes without CONNECT would otherwise hold it for good).
                 log.info("closing connection from %s: no CONNECT within %.1fs", self.peer, interval)
-                self._writer.close()
+                self._writer.transport.abort()  # the read loop then sees the end and cleans up
                 return
             if self._loop.time() - self._last_received >= 2 * interval:
                 log.info("closing connection from %s: silent for %.1fs", self.peer, 2 * interval)
-                self._flush()
-                self._writer.close()  # the read loop then sees EOF and cleans up
+                self._writer.transport.abort()  # not close(): that would wait for it to read
                 return
-            if self._connected:
-                await self._send(wrap(CommandPing()))
+            # Never wait here for the peer to read (a _send may): this task must reach the checks.
+            self._queue(wrap(CommandPing()))
 
     # -- sending -------------------------------------------------------------------------------------
 
-    async def _send(self, base: BaseCommand) -> None:
+    def _queue(self, base: BaseCommand) -> bool:
+        """Queue ``base`` for the next write; False if the connection is closing."""
         # Responses finished in one loop iteration go out in one write (one syscall, not one each).
         if self._writer.is_closing():
-            return
+            return False
         self._out.append(encode_command(base))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+        return True
+
+    async def _send(self, base: BaseCommand) -> None:
+        if not self._queue(base):
+            return
         if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             try:
                 await self._writer.drain()  # a client that does not read holds us back, not our memory
