@@ -20,6 +20,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _MAX_REQUEST = 16 * 1024
+_WRITE_TIMEOUT_S = 10  # an answer not read by then is dropped with its connection
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,14 @@ class AdminHttpServer:
             "Connection: close\r\n\r\n".encode()
             + payload
         )
+        writer.transport.set_write_buffer_limits(0)  # drain() returns once all of it is handed over
         try:
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
+        except TimeoutError:
+            # A client that does not read must not hold the answer, the socket and this task.
+            log.info("admin answer to %s dropped: not read within %ds", peer, _WRITE_TIMEOUT_S)
+            writer.transport.abort()
+            return
         except ConnectionError:
             pass
         writer.close()

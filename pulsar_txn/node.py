@@ -55,46 +55,55 @@ async def start_node(
     admin: AdminHttpServer | None = None
     buffer = TransactionBufferService(kafka, config) if config.tb_service_enabled else None
     token = config.auth_token.get_secret_value() if config.auth_token else None
-    if serve:
-        # Bind first so the advertised URL (with the real port) goes into ownership records.
-        server = CoordinatorServer(
-            service,
-            host=config.host,
-            port=config.port,
-            auth_token=token,
-            advertised_url=config.advertised_url,
-        )
-        await server.start()
-        service.advertised_url = config.advertised_url or server.url
-    if config.admin_port is not None:
-        admin = AdminHttpServer(
-            {
-                "/admin/v2/transactions/coordinatorStats": service.stats,
-                "/admin/v2/health": lambda: {"owned_tcs": service.owned_tcs()},
-                "/admin/v2/transactions/transactionBufferStats": (
-                    buffer.stats if buffer is not None else lambda: {"partitions": {}}
-                ),
-                "/metrics": lambda: TextBody(
-                    _prometheus.render(service.stats(), buffer.stats() if buffer is not None else None),
-                    _prometheus.CONTENT_TYPE,
-                ),
-            },
-            host=config.host,
-            port=config.admin_port,
-            auth_token=token,
-            path_tokens={"/metrics": config.metrics_token.get_secret_value()}
-            if config.metrics_token
-            else None,
-        )
-        await admin.start()
     try:
+        if serve:
+            # Bind first so the advertised URL (with the real port) goes into ownership records.
+            server = CoordinatorServer(
+                service,
+                host=config.host,
+                port=config.port,
+                auth_token=token,
+                advertised_url=config.advertised_url,
+            )
+            await server.start()
+            service.advertised_url = config.advertised_url or server.url
+        if config.admin_port is not None:
+            admin = _admin_server(config, config.admin_port, service, buffer, token)
+            await admin.start()
         await service.start()
         if buffer is not None:
             await asyncio.to_thread(buffer.start)
     except BaseException:
+        # Whatever failed (a port taken, Kafka unreachable), nothing started stays listening.
         if server is not None:
             await server.stop()
         if admin is not None:
             await admin.stop()
         raise
     return Node(service, server, admin, buffer)
+
+
+def _admin_server(
+    config: CoordinatorConfig,
+    port: int,
+    service: CoordinatorService,
+    buffer: TransactionBufferService | None,
+    token: str | None,
+) -> AdminHttpServer:
+    return AdminHttpServer(
+        {
+            "/admin/v2/transactions/coordinatorStats": service.stats,
+            "/admin/v2/health": lambda: {"owned_tcs": service.owned_tcs()},
+            "/admin/v2/transactions/transactionBufferStats": (
+                buffer.stats if buffer is not None else lambda: {"partitions": {}}
+            ),
+            "/metrics": lambda: TextBody(
+                _prometheus.render(service.stats(), buffer.stats() if buffer is not None else None),
+                _prometheus.CONTENT_TYPE,
+            ),
+        },
+        host=config.host,
+        port=port,
+        auth_token=token,
+        path_tokens={"/metrics": config.metrics_token.get_secret_value()} if config.metrics_token else None,
+    )
