@@ -36,7 +36,7 @@ from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, NotAllowedError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName, from_kafka, names_of_kafka_topic
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
 from pulsar_txn.schema import Schema
@@ -269,9 +269,16 @@ class Client:
                 regex = re.compile(_args.text(pattern, "pattern"))
             except re.error as exc:
                 raise ConfigError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
-            # Either form matches: Kafka's topic name, or Pulsar's full name (persistent://t/ns/x).
-            parsed = [(t, TopicName.parse(t)) for t in self._admin.list_topics()]
-            names = [n for t, n in parsed if regex.fullmatch(t) or regex.fullmatch(str(n))]
+            # Either form matches: Kafka's topic name, or a Pulsar full name (persistent://t/ns/x) of
+            # it, also in a namespace other than public/default (Kafka name tenant.namespace.x).
+            names = []
+            for t in self._admin.list_topics():
+                candidates = names_of_kafka_topic(t)
+                full = [n for n in candidates if regex.fullmatch(str(n))]
+                if full:
+                    names.append(TopicName.parse(str(full[-1])))  # parsed: remembered as its name
+                elif regex.fullmatch(t):
+                    names.append(from_kafka(t))
             names = [
                 n
                 for n in names

@@ -4,6 +4,10 @@
 namespace is ``public/default`` and to ``tenant.namespace.local`` otherwise; ``-partition-N`` is Kafka
 partition N; a non-partitioned Pulsar topic is partition 0. A bare ``local`` name means
 ``persistent://public/default/local``.
+
+The mapping is not one-to-one: ``persistent://public/default/a.b.c`` and ``persistent://a/b/c`` share
+the Kafka topic ``a.b.c`` (one topic under two names). Going back from a Kafka name, ``from_kafka``
+prefers the namespaced name this process last used for that topic, else ``public/default``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ _PART = re.compile(r"^(.*)-partition-(\d+)$")
 _MAX_PARTITION = (1 << 31) - 1
 _KAFKA_OK = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SEGMENT_OK = re.compile(r"^[A-Za-z0-9_=:.~-]+$")
+# persistent:// + tenant/namespace + a Kafka name (<= 249) + -partition-N: longer is never valid. Checked
+# before the cached parse, so a client cannot park huge strings in its cache.
+_MAX_NAME = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +40,8 @@ class TopicName:
         Cached: names are parsed on every send, ack and marker."""
         if not isinstance(name, str):
             raise InvalidTopicName(f"a topic name is a str, not {type(name).__name__} {name!r}")
+        if len(name) > _MAX_NAME:
+            raise InvalidTopicName(f"{name[:80]!r}...: {len(name)} characters, over {_MAX_NAME}")
         return _parse(name)
 
     @classmethod
@@ -62,6 +71,8 @@ class TopicName:
         topic = cls(tenant, namespace, local, partition)
         if not _KAFKA_OK.match(topic.kafka_topic):
             raise InvalidTopicName(f"{name!r}: maps to {topic.kafka_topic!r}, not a valid Kafka topic name")
+        if (tenant, namespace) != ("public", "default"):
+            _remember(topic.base)
         return topic
 
     @property
@@ -91,11 +102,47 @@ def _parse(name: str) -> TopicName:
     return TopicName._parse_uncached(name)
 
 
+_NAMESPACED: dict[str, TopicName] = {}  # Kafka topic -> the namespaced name last parsed for it
+_NAMESPACED_MAX = 65_536
+
+
+def _remember(topic: TopicName) -> None:
+    if _NAMESPACED.get(topic.kafka_topic) == topic:
+        return
+    if len(_NAMESPACED) >= _NAMESPACED_MAX:
+        _NAMESPACED.clear()  # a process using that many namespaced topics re-learns them as it goes
+    _NAMESPACED[topic.kafka_topic] = topic
+    partition_name.cache_clear()  # names made before this one may have said public/default
+
+
+def from_kafka(kafka_topic: str) -> TopicName:
+    """The Pulsar name of a Kafka topic: the namespaced name this process used for it, if any
+    (``acme.orders.t`` -> ``persistent://acme/orders/t``), else its ``public/default`` name."""
+    known = _NAMESPACED.get(kafka_topic)
+    return known if known is not None else TopicName.parse(kafka_topic)
+
+
+def names_of_kafka_topic(kafka_topic: str) -> list[TopicName]:
+    """Every Pulsar name that maps to ``kafka_topic``: its ``public/default`` name and, for a name
+    with two dots or more, ``tenant.namespace.local`` read as ``persistent://tenant/namespace/local``
+    (a pattern subscription matches either)."""
+    names = [TopicName.parse(kafka_topic)]
+    tenant, _, rest = kafka_topic.partition(".")
+    namespace, _, local = rest.partition(".")
+    if (
+        local
+        and (tenant, namespace) != ("public", "default")
+        and all(map(_SEGMENT_OK.match, (tenant, namespace)))
+    ):
+        names.append(TopicName(tenant, namespace, local))  # not remembered: only a candidate
+    return names
+
+
 @functools.lru_cache(maxsize=4096)
 def partition_name(kafka_topic: str, partition: int) -> str:
-    """The Pulsar name of a Kafka topic's partition (``persistent://public/default/t-partition-0``);
-    cached: every received message carries one."""
-    return str(TopicName.parse(kafka_topic).with_partition(partition))
+    """The Pulsar name of a Kafka topic's partition (``persistent://public/default/t-partition-0``;
+    ``from_kafka`` says which namespace); cached: every received message carries one."""
+    return str(from_kafka(kafka_topic).with_partition(partition))
 
 
 DEFAULT_LOG_TOPIC = "__pulsar_txn_log"

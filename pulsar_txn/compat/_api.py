@@ -19,7 +19,7 @@ from pulsar_txn.compat._listener import ListenerThread
 from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
 from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import TopicName, from_kafka
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
 T = TypeVar("T")
@@ -451,7 +451,7 @@ class _TopicNames:
     def wrap(self, msg: _message.Message[T]) -> Message[T]:
         kafka_topic = msg.message_id.topic
         if kafka_topic not in self._plain:
-            name = TopicName.parse(kafka_topic)
+            name = from_kafka(kafka_topic)
             self._plain[kafka_topic] = str(name) if self._client._partition_count(name) <= 1 else None
         return Message(msg, self._plain[kafka_topic])
 
