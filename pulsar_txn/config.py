@@ -42,6 +42,9 @@ class CoordinatorConfig(BaseModel):
     # -- transactions ----------------------------------------------------------------------------
     default_txn_timeout_ms: int = Field(default=60_000, gt=0)
     max_txn_timeout_ms: int = Field(default=3 * 3600 * 1000, gt=0)
+    # Partitions plus subscriptions one transaction may hold: each is in every record of it (the whole
+    # state per record) and gets a marker; a request beyond it is refused before any work.
+    max_txn_participants: int = Field(default=10_000, ge=1)
     end_txn_retention_ms: int = Field(
         default=300_000, ge=0, description="how long a finished txn's outcome is kept for idempotent end"
     )

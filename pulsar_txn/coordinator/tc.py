@@ -405,6 +405,7 @@ class TransactionCoordinator:
     def _settle(self, meta: TxnMeta, riding: list[_Unlogged], error: BaseException | None) -> None:
         seq = meta.txn_id.least_bits
         unlogged = self._unlogged.get(seq, {})
+        dropped: set[str | tuple[str, str]] = set()
         for rec in riding:
             if rec.future.done():
                 continue  # an earlier write carrying it was confirmed
@@ -415,16 +416,15 @@ class TransactionCoordinator:
                 continue  # a later write carries it too
             else:
                 # In memory but in no record: drop it, or a retry would be answered without a write.
-                item = rec.item
-                if isinstance(item, str):
-                    meta.partitions.remove(item)
-                else:
-                    meta.subscriptions.remove(item)
+                dropped.add(rec.item)
                 if not isinstance(error, Exception):
                     error = PersistenceError(f"TC {self.tc_id}: write of {meta.txn_id} was abandoned")
                 _fail(rec.future, error)
             if unlogged.get(rec.item) is rec:
                 del unlogged[rec.item]
+        if dropped:  # one pass each (removing one by one was quadratic in a request's size)
+            meta.partitions[:] = [p for p in meta.partitions if p not in dropped]
+            meta.subscriptions[:] = [s for s in meta.subscriptions if s not in dropped]
         if not unlogged:
             self._unlogged.pop(seq, None)
 
@@ -470,9 +470,19 @@ class TransactionCoordinator:
         await self._write_meta(meta)
         return meta.txn_id
 
+    def _check_participants(self, meta: TxnMeta, more: int) -> None:
+        limit = self._config.max_txn_participants
+        held = len(meta.partitions) + len(meta.subscriptions)
+        if held + more > limit:
+            raise NotAllowedError(
+                f"transaction {meta.txn_id} would hold {held + more} partitions and subscriptions; "
+                f"at most {limit} (max_txn_participants)"
+            )
+
     async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add partitions")
+        self._check_participants(meta, len(partitions) - len(set(partitions) & set(meta.partitions)))
         have = set(meta.partitions)  # a set: a request may name many (a list made this quadratic)
         for p in partitions:
             if p not in have:
@@ -484,6 +494,7 @@ class TransactionCoordinator:
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add subscriptions")
+        self._check_participants(meta, len(subscriptions) - len(set(subscriptions) & set(meta.subscriptions)))
         have = set(meta.subscriptions)
         for topic, sub in subscriptions:
             if (topic, sub) not in have:
@@ -497,6 +508,7 @@ class TransactionCoordinator:
         known = set(have)
         new = [x for x in wanted if x not in known]
         if new:
+            self._check_participants(meta, len(new))
             unlogged = self._unlogged.setdefault(meta.txn_id.least_bits, {})
             loop = asyncio.get_running_loop()
             for x in new:

@@ -145,6 +145,23 @@ def test_bad_requests_get_typed_errors(embedded: Factory, coord_config: ConfigFa
     assert meta is not None and meta.timeout_ms == 5_000
 
 
+def test_a_txn_holds_at_most_max_txn_participants_and_a_refused_request_adds_nothing(
+    embedded: Factory, coord_config: ConfigFactory, uid: str
+) -> None:
+    ec = embedded(coord_config(static_tc_ids=(0,), max_txn_participants=5))
+    s = ec.service
+    txn = ec.run(s.new_txn(0, 0))
+    ec.run(s.add_partitions(txn, [f"cap_{uid}-partition-{i}" for i in range(3)]))
+    with pytest.raises(NotAllowedError, match="max_txn_participants"):
+        ec.run(s.add_partitions(txn, [f"cap_{uid}-partition-{i}" for i in range(3, 6)]))
+    with pytest.raises(NotAllowedError, match="max_txn_participants"):
+        ec.run(s.add_subscriptions(txn, [(f"cap_{uid}", f"sub{i}") for i in range(3)]))
+    ec.run(s.add_partitions(txn, [f"cap_{uid}-partition-{i}" for i in range(4)]))  # 3 known + 1 new
+    ec.run(s.add_subscriptions(txn, [(f"cap_{uid}", "sub0")]))
+    meta = s.coordinator(0).get(txn)
+    assert meta is not None and len(meta.partitions) == 4 and len(meta.subscriptions) == 1
+
+
 def test_timed_out_txn_is_aborted_and_commit_fails_clearly(
     embedded: Factory, coord_config: ConfigFactory
 ) -> None:
