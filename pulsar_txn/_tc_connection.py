@@ -35,6 +35,7 @@ from pulsar_txn.protocol import (
     BaseCommand,
     CommandConnect,
     CommandConnected,
+    CommandPing,
     CommandPong,
     CommandType,
     FrameDecoder,
@@ -43,7 +44,7 @@ from pulsar_txn.protocol import (
     wrap,
 )
 
-__all__ = ["CLIENT_VERSION", "TcConnection"]
+__all__ = ["CLIENT_VERSION", "DEFAULT_KEEP_ALIVE_S", "TcConnection"]
 
 log = logging.getLogger("pulsar_txn.tc_client")
 
@@ -52,6 +53,8 @@ _READ_SIZE = 64 * 1024
 _READ_WAKE_S = 0.25  # the reader checks for close and expiry at least this often
 _EXPIRY_STEP_S = 0.05
 _PONG = encode_command(wrap(CommandPong()))
+_PING = encode_command(wrap(CommandPing()))
+DEFAULT_KEEP_ALIVE_S = 30.0  # Pulsar's keepAliveIntervalSeconds
 
 
 class _Waiter(Protocol):
@@ -63,8 +66,16 @@ class _Waiter(Protocol):
 class TcConnection:
     """Handshake, request/response correlation by (response type, request id), PONGs, expiry."""
 
-    def __init__(self, url: str, sock: socket.socket, max_frame: int, write_timeout: float) -> None:
+    def __init__(
+        self, url: str, sock: socket.socket, max_frame: int, write_timeout: float, keep_alive: float
+    ) -> None:
         self.url = url
+        # Liveness, as Pulsar's ClientCnx: after ``keep_alive`` seconds without a byte from the peer
+        # a PING goes out; after twice that the connection is given up (a frozen or half-open peer
+        # would otherwise keep every call to its TCs timing out, the owner never looked up again).
+        self._keep_alive = keep_alive
+        self._last_received = time.monotonic()
+        self._pinged = False
         self._loop = asyncio.get_running_loop()
         self._wsock = sock  # writes, under _write_lock; closed only by _close_sockets
         self._wsock.settimeout(write_timeout)  # a peer that stops reading cannot hold a writer forever
@@ -88,14 +99,21 @@ class TcConnection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, url: str, token: str | None, connect_timeout: float, max_frame: int
+        cls,
+        host: str,
+        port: int,
+        url: str,
+        token: str | None,
+        connect_timeout: float,
+        max_frame: int,
+        keep_alive: float = DEFAULT_KEEP_ALIVE_S,
     ) -> TcConnection:
         try:
             async with asyncio.timeout(connect_timeout):
                 sock = await _connect_socket(host, port)
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {url}: {exc or 'timed out'}") from exc
-        conn = cls(url, sock, max_frame, connect_timeout)
+        conn = cls(url, sock, max_frame, connect_timeout, keep_alive)
         conn._reader.start()
         try:
             connect = CommandConnect(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION)
@@ -197,12 +215,21 @@ class TcConnection:
                     data = self._rsock.recv(_READ_SIZE)
                 except TimeoutError:
                     data = None
+                now = time.monotonic()
                 if data is not None:
                     if not data:
                         break
+                    self._last_received, self._pinged = now, False
                     for frame in self._decoder.feed(data):
                         self._on_command(frame.command)
-                now = time.monotonic()
+                elif now - self._last_received >= self._keep_alive:
+                    if now - self._last_received >= 2 * self._keep_alive:
+                        reason = f"gave no sign of life for {now - self._last_received:.1f}s (keep-alive)"
+                        log.warning("connection to %s %s; closing it", self.url, reason)
+                        break
+                    if not self._pinged:
+                        self._pinged = True
+                        self._send(_PING)
                 if self._deadlines and now >= next_expiry:
                     self._expire(now)
                     next_expiry = now + _EXPIRY_STEP_S

@@ -79,7 +79,9 @@ class Client:
     ``service_url`` is a coordinator (``pulsar://host:6650``); Kafka is where the data lives
     (``kafka`` takes any ``KafkaConfig`` field, e.g. SASL settings). ``operation_timeout_seconds``
     bounds every blocking call; ``authentication`` is a token (``AuthenticationToken`` or str) for
-    the coordinator. ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the
+    the coordinator; ``keep_alive_interval_seconds`` (30, as Pulsar's): a coordinator connection
+    silent that long gets a PING, and after twice that it is given up and its TCs looked up again.
+    ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the
     coordinators' settings (consumers look up, in the transaction log, transactions that stay
     pending). ``num_tcs``: the cluster's TC count; by default the transaction log's partition
     count, learnt on first use, so reads fold exactly as the transaction-buffer service does. No
@@ -99,6 +101,7 @@ class Client:
         marker_secret: str | bytes | None = None,
         snapshot_topic: str = DEFAULT_SNAPSHOT_TOPIC,
         log_topic: str = DEFAULT_LOG_TOPIC,
+        keep_alive_interval_seconds: float = 30.0,
     ) -> None:
         if isinstance(kafka, KafkaConfig):
             self.kafka = kafka
@@ -120,6 +123,7 @@ class Client:
         check_service_url(service_url)  # a typo fails here, not at the first transaction
         self.service_url = service_url
         self.operation_timeout_seconds = operation_timeout_seconds
+        self._keep_alive = _args.seconds(keep_alive_interval_seconds, "keep_alive_interval_seconds")
         if isinstance(authentication, AuthenticationToken):
             authentication = authentication.token
         self._auth = authentication
@@ -397,6 +401,7 @@ class Client:
                     auth_token=self._auth,
                     operation_timeout=self.operation_timeout_seconds,
                     num_tcs=self._num_tcs,
+                    keep_alive_interval=self._keep_alive,
                 )
                 client.connect()
                 self._tc_client = client

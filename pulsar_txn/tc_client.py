@@ -39,7 +39,7 @@ from pulsar_txn._tc_calls import (
     new_txn_call,
     raise_for,
 )
-from pulsar_txn._tc_connection import CLIENT_VERSION, TcConnection, checked_answer
+from pulsar_txn._tc_connection import CLIENT_VERSION, DEFAULT_KEEP_ALIVE_S, TcConnection, checked_answer
 from pulsar_txn.errors import (
     ConfigError,
     ConnectionClosed,
@@ -102,10 +102,17 @@ class TcClient:
         max_retries_backoff: float = 1.0,
         num_tcs: int | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        keep_alive_interval: float = DEFAULT_KEEP_ALIVE_S,
     ) -> None:
+        """``keep_alive_interval``: seconds without a byte from a coordinator before a PING; after
+        twice that its connection is given up and its TCs looked up again (Pulsar's keep-alive)."""
         _host_port(service_url)  # fail fast on a bad URL
-        if operation_timeout <= 0 or connect_timeout <= 0 or max_retries_backoff <= 0:
-            raise ConfigError("operation_timeout, connect_timeout and max_retries_backoff must be positive")
+        if min(operation_timeout, connect_timeout, max_retries_backoff, keep_alive_interval) <= 0:
+            raise ConfigError(
+                "operation_timeout, connect_timeout, max_retries_backoff and keep_alive_interval "
+                "must be positive"
+            )
+        self._keep_alive = keep_alive_interval
         if num_tcs is not None and num_tcs < 1:
             raise ConfigError(f"num_tcs must be at least 1, got {num_tcs}")
         self.service_url = service_url
@@ -332,7 +339,7 @@ class TcClient:
                 await conn.close()
             host, port = _host_port(url)
             conn = await TcConnection.open(
-                host, port, url, self._token, self._connect_timeout, self._max_frame
+                host, port, url, self._token, self._connect_timeout, self._max_frame, self._keep_alive
             )
             if self._closed:  # close() ran while we were connecting
                 await conn.close()
@@ -343,6 +350,9 @@ class TcClient:
     async def _tc_connection(self, tc_id: int) -> TcConnection:
         """A connection to the owner of ``tc_id`` on which TC_CLIENT_CONNECT has succeeded."""
         owner = self._owners.get(tc_id)
+        known = self._connections.get(owner) if owner is not None else None
+        if known is not None and known.closed:
+            owner = None  # its connection went away (e.g. given up by the keep-alive): the TC may have moved
         if owner is None:
             owner = self._owners[tc_id] = await self._lookup(tc_id)
         conn = await self._connection(owner)
@@ -380,6 +390,7 @@ class SyncTcClient:
         connect_timeout: float = 10.0,
         max_retries_backoff: float = 1.0,
         num_tcs: int | None = None,
+        keep_alive_interval: float = DEFAULT_KEEP_ALIVE_S,
     ) -> None:
         self._client = TcClient(
             service_url,
@@ -388,6 +399,7 @@ class SyncTcClient:
             connect_timeout=connect_timeout,
             max_retries_backoff=max_retries_backoff,
             num_tcs=num_tcs,
+            keep_alive_interval=keep_alive_interval,
         )
         self._loop = _loops.new_event_loop()
         self._thread = threading.Thread(
