@@ -26,6 +26,7 @@ from kafka_store.group_admin import (
     describe_group,
     group_admin,
     group_offsets,
+    group_topics,
     list_groups,
 )
 from kafka_store.producer import Appender, Delivery
@@ -74,6 +75,7 @@ __all__ = [
     "free_port",
     "group_admin",
     "group_offsets",
+    "group_topics",
     "list_groups",
     "offsets_for_time",
     "read_range",

@@ -62,6 +62,19 @@ def list_groups(config: KafkaConfig, *, admin: Any = None) -> list[GroupInfo]:
     return out
 
 
+def group_topics(config: KafkaConfig, group_id: str) -> frozenset[str]:
+    """The topics a group reads: with an offset committed, or assigned to a current member."""
+    admin = group_admin(config)
+    timeout = config.request_timeout_ms / 1000
+    request = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
+    )
+    offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
+    committed = frozenset(tp.topic for tp in offsets.topic_partitions or () if tp.offset >= 0)
+    assigned = frozenset(t for m in describe_group(config, group_id, admin=admin) for t in m.topics)
+    return committed | assigned
+
+
 def group_admin(config: KafkaConfig) -> Any:
     """An admin client for repeated ``describe_group`` calls (opaque outside ``kafka_store``)."""
     return make_client(AdminClient, admin_conf(config), "Kafka admin client")

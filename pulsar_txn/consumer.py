@@ -30,6 +30,7 @@ from kafka_store import (
     delete_group,
     describe_group,
     end_offsets,
+    group_topics,
     offsets_for_time,
     read_range,
 )
@@ -281,12 +282,16 @@ class Consumer(Generic[T]):
     # ------------------------------------------------------------------ exclusivity
     def _other_members(self) -> list[str]:
         """Client ids of the subscription's other members; a dead predecessor with our instance id
-        is not another consumer (it is being replaced)."""
+        is not another consumer (it is being replaced). The group is named after the subscription
+        alone, so it may also hold consumers of a same-named subscription on other topics (one
+        subscription each in Pulsar): a member assigned only partitions of other topics is not ours."""
+        ours = {t.kafka_topic for t in self.topics}
         return [
             m.client_id
             for m in describe_group(self._client.kafka, self.subscription)
             if m.client_id != self._client_id
             and not (self._instance_id and m.instance_id == self._instance_id)
+            and (not m.topics or m.topics & ours)
         ]
 
     def _refuse_if_busy(self, others: list[str]) -> None:
@@ -1368,10 +1373,22 @@ class Consumer(Generic[T]):
                 log.warning("%s: transactional acks not written: %s", self.subscription, exc)
 
     def unsubscribe(self) -> None:
-        """Close and delete the subscription (its consumer group and pending-ack logs)."""
+        """Close and delete the subscription (its consumer group and pending-ack logs).
+        ``NotAllowedError``, with nothing deleted, if the group also holds the cursors of a
+        same-named subscription on other topics (deleting the group would delete those too)."""
         self.close()
         pa_topics = sorted({pending_ack_topic(t, self.subscription) for t in self.topics})
         try:
+            others = group_topics(self._client.kafka, self.subscription) - {
+                t.kafka_topic for t in self.topics
+            }
+            others &= set(self._client._admin.list_topics())  # a deleted topic's cursor is no one's
+            if others:
+                raise NotAllowedError(
+                    f"cannot unsubscribe {self.subscription!r}: its Kafka group also holds the cursors "
+                    f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
+                    "with a consumer of all of them"
+                )
             delete_group(self._client.kafka, self.subscription)
             deleted = [t for t in pa_topics if self._client._admin.topic_exists(t)]
             self._client._admin.delete_topics(deleted)
