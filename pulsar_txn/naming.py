@@ -162,7 +162,8 @@ def check_subscription(topic: str, subscription: str) -> None:
     valid Kafka topic name (it embeds the subscription name)."""
     name = pending_ack_topic(TopicName.parse(topic), subscription)
     if not subscription or not _KAFKA_OK.match(name):
+        # Quoted shortened: a client's string goes back to it and into the log.
         raise InvalidTopicName(
-            f"subscription {subscription!r} of {topic!r}: its pending-ack log {name!r} is not a valid "
-            "Kafka topic name"
+            f"subscription {subscription!r:.100} of {topic!r:.100}: its pending-ack log {name!r:.300} is "
+            "not a valid Kafka topic name"
         )

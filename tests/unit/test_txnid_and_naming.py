@@ -1,7 +1,7 @@
 import pytest
 
 from pulsar_txn.errors import InvalidTopicName, InvalidTxnID, PulsarTxnError
-from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
 from pulsar_txn.txnid import TxnID
 
 
@@ -54,3 +54,11 @@ def test_topic_names_map_to_kafka() -> None:
 def test_bad_topic_names_raise_invalid_topic_name(bad: str) -> None:
     with pytest.raises(InvalidTopicName):
         TopicName.parse(bad)
+
+
+def test_refusals_quote_a_clients_huge_names_shortened() -> None:
+    with pytest.raises(InvalidTopicName) as topic:
+        TopicName.parse("t" * 100_000)
+    with pytest.raises(InvalidTopicName) as subscription:
+        check_subscription("orders", "s" * 100_000)
+    assert len(str(topic.value)) < 500 and len(str(subscription.value)) < 1000
