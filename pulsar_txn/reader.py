@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
-from kafka_store import offsets_for_time, read_range
+from kafka_store import end_offsets, offsets_for_time, read_range
 from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
+from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
@@ -86,9 +87,15 @@ class Reader(Generic[T]):
         records arrive: after True, ``read_next`` returns a message (fetching it may take a moment)."""
         if self._fill(0.0):
             return True
-        for topic, partition in self._tps:
-            last = _last_readable(self._client, topic, partition)
-            if last is not None and last >= self._committed.position(topic, partition):
+        ends = end_offsets(self._client.kafka, self._tps)
+        for tp in self._tps:
+            position = self._committed.position(*tp)
+            if position >= ends.get(tp, 0):
+                continue  # nothing at all past us (the common, caught-up case: one request)
+            # The reader's own state, if it has seen the partition to its end; else a snapshot + scan.
+            state = self._committed.state(*tp)
+            last = _last_readable(self._client, *tp, state if state.scanned_to >= ends[tp] else None)
+            if last is not None and last >= position:
                 return True
         return False
 
@@ -148,9 +155,13 @@ def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
     return result
 
 
-def _last_readable(client: Client, topic: str, partition: int) -> int | None:
-    """The offset of the partition's last readable message (None if it has none)."""
-    state = client._buffer_state(topic, partition)
+def _last_readable(
+    client: Client, topic: str, partition: int, state: TxnBufferState | None = None
+) -> int | None:
+    """The offset of the partition's last readable message (None if it has none); ``state``: the
+    partition's TB state if the caller has a current one."""
+    if state is None:
+        state = client._buffer_state(topic, partition)
     end, step = state.max_read_position, 64
     while end > 0:  # walk back in growing windows until a visible record turns up
         start = max(0, end - step)
