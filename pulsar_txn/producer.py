@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from kafka_store import Appender
     from pulsar_txn.client import Client
 
+PARTITIONS_REFRESH_S = 60.0  # how often a producer looks for partitions added to its topic
 log = logging.getLogger(__name__)
 
 SendCallback = Callable[[Result | PulsarTxnError, MessageId | None], None]
@@ -72,6 +73,7 @@ class Producer(Generic[T]):
         self._schema_header = self.schema.header()
         self._name_bytes = self.producer_name.encode()
         self._partitions = client._partition_count(self.topic)
+        self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
         # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
@@ -86,9 +88,27 @@ class Producer(Generic[T]):
     def _choose_partition(self, key: bytes | None) -> int:
         if self.topic.partition is not None:
             return self.topic.partition
+        if time.monotonic() >= self._partitions_due:
+            self._refresh_partitions()
         if key is not None:
             return zlib.crc32(key) % self._partitions
         return next(self._round_robin) % self._partitions
+
+    def _refresh_partitions(self) -> None:
+        """Pick up partitions added to the topic since (Pulsar's autoUpdatePartitions, every 60 s);
+        a failed look-up keeps the count known and tries again at the next due time."""
+        self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
+        try:
+            count = self._client._admin.partition_count(self.topic.kafka_topic)
+        except Exception as exc:  # the broker is away: sending may still work, the count stays
+            log.info(
+                "producer %s: partition count of %s not refreshed: %s", self.producer_name, self.topic, exc
+            )
+            return
+        if count > self._partitions:
+            log.info("producer %s: %s grew to %d partitions", self.producer_name, self.topic, count)
+            self._partitions = count
+            self._client._counts[self.topic.kafka_topic] = count
 
     def send_async(
         self,

@@ -473,3 +473,19 @@ def test_a_partition_added_after_the_client_learnt_the_count_is_found(
     assert sorted(m.data for m in read_all(c.client.create_reader(f"{topic}-partition-1"))) == [
         b"in the new partition"
     ]
+
+
+def test_a_producer_picks_up_partitions_added_to_its_topic(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pulsar's autoUpdatePartitions: a producer looks for new partitions every 60 s (here at once)."""
+    import pulsar_txn.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "PARTITIONS_REFRESH_S", 0.0)
+    c = cluster(tb_service_enabled=False)
+    topic = f"autogrow_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    assert {producer.send(b"a").partition for _ in range(4)} == {0}
+    c.client._admin.add_partitions(topic, 3)
+    assert {producer.send(b"b").partition for _ in range(6)} == {0, 1, 2}  # round robin over all
