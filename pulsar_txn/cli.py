@@ -68,11 +68,16 @@ def build_configs(
             coord[flag] = value
     if getattr(args, "tc_ids", None):
         coord["ownership"] = "static"
-        coord["static_tc_ids"] = tuple(int(x) for x in args.tc_ids.split(","))
+        try:
+            coord["static_tc_ids"] = tuple(int(x) for x in args.tc_ids.split(","))
+        except ValueError:
+            raise ConfigError(f"--tc-ids: comma-separated integers, not {args.tc_ids!r:.80}") from None
     try:
         return KafkaConfig(**kafka), CoordinatorConfig(**coord)
     except ValidationError as exc:
-        raise PulsarTxnError(f"bad configuration:\n{exc}") from None
+        # One line, no input values (they may be secrets): where, and what is wrong.
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"bad configuration: {problems}") from None
 
 
 async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:

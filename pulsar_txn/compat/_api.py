@@ -231,8 +231,8 @@ class Producer(Generic[T]):
         return self._last_sequence_id
 
     def is_connected(self) -> bool:
-        """Always True: the Kafka producer reconnects by itself."""
-        return True
+        """True until closed (the Kafka producer reconnects by itself)."""
+        return not self.native._closed
 
     def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
         """Send and wait until stored; returns its MessageId. ``txn=``: inside that transaction."""

@@ -147,8 +147,8 @@ class Producer(Generic[T]):
         return self.sync.last_sequence_id()
 
     def is_connected(self) -> bool:
-        """Always True: the Kafka producer reconnects by itself."""
-        return True
+        """True until closed (the Kafka producer reconnects by itself)."""
+        return self.sync.is_connected()
 
     async def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
         """Send and wait until stored (``txn=``: inside that transaction)."""
