@@ -87,6 +87,9 @@ class AdminHttpServer:
         writer.transport.set_write_buffer_limits(0)  # drain() returns once all of it is handed over
         try:
             await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
+        except asyncio.CancelledError:  # the server stops: do not leave the socket half closed
+            writer.transport.abort()
+            raise
         except TimeoutError:
             # A client that does not read must not hold the answer, the socket and this task.
             log.info("admin answer to %s dropped: not read within %ds", peer, _WRITE_TIMEOUT_S)

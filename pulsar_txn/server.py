@@ -202,6 +202,9 @@ class _Connection:
             except TimeoutError:
                 log.info("connection from %s: answers left unread; dropping them", self.peer)
                 self._writer.transport.abort()
+            except asyncio.CancelledError:  # stop() while flushing: do not leave it half closed
+                self._writer.transport.abort()
+                raise
             except Exception:  # the peer reset the connection: closed either way
                 pass
             log.debug("connection from %s closed", self.peer)
