@@ -53,26 +53,25 @@ def list_groups(config: KafkaConfig, *, admin: Any = None) -> list[GroupInfo]:
     }
     out: list[GroupInfo] = []
     for group_id in ids:
-        request = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
-        )
-        offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
-        committed = frozenset(tp.topic for tp in offsets.topic_partitions if tp.offset >= 0)
+        committed = _committed_topics(admin, group_id, timeout)
         out.append(GroupInfo(group_id, tuple(_members(described[group_id])), committed))
     return out
+
+
+def _committed_topics(admin: Any, group_id: str, timeout: float) -> frozenset[str]:
+    """The topics a group has an offset committed for."""
+    request = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
+    )
+    offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
+    return frozenset(tp.topic for tp in offsets.topic_partitions or () if tp.offset >= 0)
 
 
 def group_topics(config: KafkaConfig, group_id: str) -> frozenset[str]:
     """The topics a group reads: with an offset committed, or assigned to a current member."""
     admin = group_admin(config)
-    timeout = config.request_timeout_ms / 1000
-    request = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout
-    )
-    offsets = _result(request[group_id], f"offsets of group {group_id}", timeout)
-    committed = frozenset(tp.topic for tp in offsets.topic_partitions or () if tp.offset >= 0)
-    assigned = frozenset(t for m in describe_group(config, group_id, admin=admin) for t in m.topics)
-    return committed | assigned
+    committed = _committed_topics(admin, group_id, config.request_timeout_ms / 1000)
+    return committed | frozenset(t for m in describe_group(config, group_id, admin=admin) for t in m.topics)
 
 
 def group_admin(config: KafkaConfig) -> Any:

@@ -21,7 +21,7 @@ from kafka_store import KafkaConfig, LocalBroker, StoreError
 from pulsar_txn import _loops
 from pulsar_txn._admin_cli import add_commands as add_admin_commands
 from pulsar_txn._gc import tune_for_service
-from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
 
@@ -75,9 +75,7 @@ def build_configs(
     try:
         return KafkaConfig(**kafka), CoordinatorConfig(**coord)
     except ValidationError as exc:
-        # One line, no input values (they may be secrets): where, and what is wrong.
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"bad configuration: {problems}") from None
+        raise ConfigError(f"bad configuration: {validation_problems(exc)}") from None
 
 
 async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:

@@ -32,7 +32,7 @@ from pulsar_txn._topic_delete import TopicDeleted, delete_topic
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import ConfigError, NotAllowedError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
@@ -116,7 +116,7 @@ class Client:
             try:
                 self.kafka = KafkaConfig(**settings)
             except ValidationError as exc:
-                raise ConfigError(f"kafka settings: {_first_problem(exc)}") from exc
+                raise ConfigError(f"kafka settings: {validation_problems(exc)}") from exc
         operation_timeout_seconds = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
         if num_tcs is not None:
             _args.integer(num_tcs, "num_tcs", minimum=1)
@@ -457,10 +457,11 @@ class Client:
             return end_offsets(self.kafka, [(topic, partition)])[(topic, partition)]
         return self._buffer_state(topic, partition).max_read_position
 
-    def _partition_count(self, topic: TopicName) -> int:
+    def _partition_count(self, topic: TopicName, *, refresh: bool = False) -> int:
+        """The topic's partition count, cached; ``refresh``: ask the broker again."""
         name = topic.kafka_topic
         count = self._counts.get(name)
-        if count is None or (topic.partition is not None and topic.partition >= count):
+        if refresh or count is None or (topic.partition is not None and topic.partition >= count):
             # Unknown, or a partition beyond the count known here: the topic may have grown since.
             try:
                 count = self._admin.partition_count(name)
@@ -535,12 +536,6 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _first_problem(exc: ValidationError) -> str:
-    """Which setting is wrong and why, without echoing values (a value may be a secret)."""
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()]
-    return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
 
 
 _MAX_PARTITIONS = 100_000  # Kafka's own bound on a topic's partitions

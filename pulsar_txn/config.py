@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from kafka_store import KafkaConfig
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC
@@ -136,3 +136,9 @@ class CoordinatorConfig(BaseModel):
 
 
 __all__ = ["CoordinatorConfig", "KafkaConfig"]
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Which setting is wrong and why, in one line, without echoing values (a value may be a secret)."""
+    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()]
+    return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")

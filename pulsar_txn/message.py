@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, cast
 
@@ -23,6 +24,7 @@ REDELIVERY_HEADER = "pulsar.redelivery"
 PROPERTY_PREFIX = "pulsar.prop."
 
 
+@functools.total_ordering  # from __lt__ and the dataclass's __eq__ (equal ids have equal keys)
 @dataclass(frozen=True, slots=True)
 class MessageId:
     """Where a message is: (Kafka topic, partition, offset). Orders like Pulsar's MessageId within a
@@ -45,21 +47,6 @@ class MessageId:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() < other._key()
-
-    def __le__(self, other: MessageId) -> bool:
-        if not isinstance(other, MessageId):
-            return NotImplemented
-        return self._key() <= other._key()
-
-    def __gt__(self, other: MessageId) -> bool:
-        if not isinstance(other, MessageId):
-            return NotImplemented
-        return self._key() > other._key()
-
-    def __ge__(self, other: MessageId) -> bool:
-        if not isinstance(other, MessageId):
-            return NotImplemented
-        return self._key() >= other._key()
 
     @classmethod
     def parse(cls, text: str) -> MessageId:

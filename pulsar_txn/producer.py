@@ -99,7 +99,7 @@ class Producer(Generic[T]):
         a failed look-up keeps the count known and tries again at the next due time."""
         self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
         try:
-            count = self._client._admin.partition_count(self.topic.kafka_topic)
+            count = self._client._partition_count(self.topic, refresh=True)
         except Exception as exc:  # the broker is away: sending may still work, the count stays
             log.info(
                 "producer %s: partition count of %s not refreshed: %s", self.producer_name, self.topic, exc
@@ -108,7 +108,6 @@ class Producer(Generic[T]):
         if count > self._partitions:
             log.info("producer %s: %s grew to %d partitions", self.producer_name, self.topic, count)
             self._partitions = count
-            self._client._counts[self.topic.kafka_topic] = count
 
     def send_async(
         self,

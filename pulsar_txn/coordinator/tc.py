@@ -482,33 +482,28 @@ class TransactionCoordinator:
     async def add_partitions(self, txn_id: TxnID, partitions: list[str]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add partitions")
-        self._check_participants(meta, len(partitions) - len(set(partitions) & set(meta.partitions)))
-        have = set(meta.partitions)  # a set: a request may name many (a list made this quadratic)
-        for p in partitions:
-            if p not in have:
-                # A name no marker can ever be written to would hold the end (and the low
-                # watermark) for good: InvalidTopicName, before anything is logged.
-                TopicName.parse(p)
-        await self._add(meta, meta.partitions, partitions)
+        # A name no marker can ever be written to would hold the end (and the low watermark) for
+        # good: InvalidTopicName, before anything is logged.
+        await self._add(meta, meta.partitions, partitions, TopicName.parse)
 
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         meta = self._get(txn_id)
         self._require_open(meta, "add subscriptions")
-        self._check_participants(meta, len(subscriptions) - len(set(subscriptions) & set(meta.subscriptions)))
-        have = set(meta.subscriptions)
-        for topic, sub in subscriptions:
-            if (topic, sub) not in have:
-                check_subscription(topic, sub)
-        await self._add(meta, meta.subscriptions, subscriptions)
+        await self._add(meta, meta.subscriptions, subscriptions, lambda pair: check_subscription(*pair))
 
-    async def _add(self, meta: TxnMeta, have: list[_T], wanted: list[_T]) -> None:
+    async def _add(
+        self, meta: TxnMeta, have: list[_T], wanted: list[_T], validate: Callable[[_T], object]
+    ) -> None:
         """Answered once every wanted item is in a confirmed record: the client writes to a
-        partition as soon as it hears back, and recovery only knows the partitions in the log."""
+        partition as soon as it hears back, and recovery only knows the partitions in the log.
+        New items are counted against ``max_txn_participants`` and ``validate``d before any work."""
         wanted = list(dict.fromkeys(wanted))
         known = set(have)
         new = [x for x in wanted if x not in known]
         if new:
             self._check_participants(meta, len(new))
+            for x in new:
+                validate(x)
             unlogged = self._unlogged.setdefault(meta.txn_id.least_bits, {})
             loop = asyncio.get_running_loop()
             for x in new:
