@@ -15,10 +15,56 @@ from kafka_store.errors import (
 
 
 class Result(StrEnum):
-    """What a ``send_async`` callback gets as its first argument on success (Pulsar's
-    ``Result.Ok``); on failure it gets the typed ``PulsarTxnError`` instead."""
+    """pulsar-client's ``Result`` codes. A native ``send_async`` callback gets ``Result.Ok`` as its
+    first argument on success and the typed ``PulsarTxnError`` on failure; the compat layer's gets
+    the failure's code (``exc.error()``), as pulsar-client's does."""
 
     Ok = "Ok"
+    UnknownError = "UnknownError"
+    InvalidConfiguration = "InvalidConfiguration"
+    Timeout = "Timeout"
+    LookupError = "LookupError"
+    ConnectError = "ConnectError"
+    ReadError = "ReadError"
+    AuthenticationError = "AuthenticationError"
+    AuthorizationError = "AuthorizationError"
+    ErrorGettingAuthenticationData = "ErrorGettingAuthenticationData"
+    BrokerMetadataError = "BrokerMetadataError"
+    BrokerPersistenceError = "BrokerPersistenceError"
+    ChecksumError = "ChecksumError"
+    ConsumerBusy = "ConsumerBusy"
+    NotConnected = "NotConnected"
+    AlreadyClosed = "AlreadyClosed"
+    InvalidMessage = "InvalidMessage"
+    ConsumerNotInitialized = "ConsumerNotInitialized"
+    ProducerNotInitialized = "ProducerNotInitialized"
+    ProducerBusy = "ProducerBusy"
+    TooManyLookupRequestException = "TooManyLookupRequestException"
+    InvalidTopicName = "InvalidTopicName"
+    InvalidUrl = "InvalidUrl"
+    ServiceUnitNotReady = "ServiceUnitNotReady"
+    OperationNotSupported = "OperationNotSupported"
+    ProducerBlockedQuotaExceededError = "ProducerBlockedQuotaExceededError"
+    ProducerBlockedQuotaExceededException = "ProducerBlockedQuotaExceededException"
+    ProducerQueueIsFull = "ProducerQueueIsFull"
+    MessageTooBig = "MessageTooBig"
+    TopicNotFound = "TopicNotFound"
+    SubscriptionNotFound = "SubscriptionNotFound"
+    ConsumerNotFound = "ConsumerNotFound"
+    UnsupportedVersionError = "UnsupportedVersionError"
+    TopicTerminated = "TopicTerminated"
+    CryptoError = "CryptoError"
+    IncompatibleSchema = "IncompatibleSchema"
+    ConsumerAssignError = "ConsumerAssignError"
+    CumulativeAcknowledgementNotAllowedError = "CumulativeAcknowledgementNotAllowedError"
+    TransactionCoordinatorNotFoundError = "TransactionCoordinatorNotFoundError"
+    InvalidTxnStatusError = "InvalidTxnStatusError"
+    NotAllowedError = "NotAllowedError"
+    TransactionConflict = "TransactionConflict"
+    TransactionNotFound = "TransactionNotFound"
+    ProducerFenced = "ProducerFenced"
+    MemoryBufferIsFull = "MemoryBufferIsFull"
+    Interrupted = "Interrupted"
 
 
 class ServerError(IntEnum):
@@ -57,16 +103,22 @@ class PulsarTxnError(Exception):
 
     ``retriable`` says whether repeating the same operation may succeed (``Timeout``,
     ``ServiceNotReady``, ...); when it is False, retry only at a higher level (a new transaction).
-    ``server_error`` is the Pulsar protocol code the error travels as.
+    ``server_error`` is the Pulsar protocol code the error travels as; ``error()`` the
+    pulsar-client ``Result`` code.
     """
 
     retriable: bool = False
     server_error: ServerError = ServerError.UnknownError
+    result: Result = Result.UnknownError  # pulsar-client's code for this failure
 
     def __init__(self, message: str = "", *, retriable: bool | None = None) -> None:
         super().__init__(message or self.__class__.__name__)
         if retriable is not None:
             self.retriable = retriable
+
+    def error(self) -> Result:
+        """pulsar-client's ``Result`` code of this failure (``PulsarException.error()``)."""
+        return self.result
 
 
 class UnknownError(PulsarTxnError):
@@ -76,12 +128,14 @@ class UnknownError(PulsarTxnError):
 class ConfigError(PulsarTxnError, ValueError):
     """Bad configuration: names the setting and why."""
 
+    result = Result.InvalidConfiguration
     server_error = ServerError.NotAllowedError
 
 
 class PersistenceError(PulsarTxnError):
     """Kafka did not store something we needed stored."""
 
+    result = Result.BrokerPersistenceError
     retriable = True
     server_error = ServerError.PersistenceError
 
@@ -90,6 +144,7 @@ class ConnectError(PulsarTxnError):
     """Kafka did not answer in time: a dead broker, a wrong address, a network partition (Pulsar's
     ``ConnectError``)."""
 
+    result = Result.ConnectError
     retriable = True
     server_error = ServerError.ServiceNotReady
 
@@ -97,32 +152,40 @@ class ConnectError(PulsarTxnError):
 class MessageTooBig(PulsarTxnError):
     """A message is larger than the producer or the broker accepts (Pulsar's ``MessageTooBig``)."""
 
+    result = Result.MessageTooBig
+
 
 class DataLossError(PulsarTxnError):
     """Records a reader was asked for are gone (deleted by retention, or the partition shrank)."""
+
+    result = Result.ReadError
 
 
 class AuthenticationError(PulsarTxnError):
     """The coordinator rejected the client's credentials."""
 
+    result = Result.AuthenticationError
     server_error = ServerError.AuthenticationError
 
 
 class AuthorizationError(PulsarTxnError):
     """The credentials are valid but do not allow this operation."""
 
+    result = Result.AuthorizationError
     server_error = ServerError.AuthorizationError
 
 
 class ConsumerBusy(PulsarTxnError):
     """An Exclusive subscription already has a consumer."""
 
+    result = Result.ConsumerBusy
     server_error = ServerError.ConsumerBusy
 
 
 class ServiceNotReady(PulsarTxnError):
     """The coordinator is starting or recovering; retry shortly."""
 
+    result = Result.ServiceUnitNotReady
     retriable = True
     server_error = ServerError.ServiceNotReady
 
@@ -130,12 +193,14 @@ class ServiceNotReady(PulsarTxnError):
 class UnsupportedVersionError(PulsarTxnError):
     """The peer speaks a protocol version this library does not support."""
 
+    result = Result.UnsupportedVersionError
     server_error = ServerError.UnsupportedVersionError
 
 
 class TopicNotFound(PulsarTxnError):
     """The topic (or the partition) does not exist; create it first (``Client.create_topic``)."""
 
+    result = Result.TopicNotFound
     server_error = ServerError.TopicNotFound
 
 
@@ -143,22 +208,27 @@ class SubscriptionNotFound(PulsarTxnError):
     """The topic has no such subscription (no consumer group with its cursor or members, no
     pending-ack log)."""
 
+    result = Result.SubscriptionNotFound
     server_error = ServerError.SubscriptionNotFound
 
 
 class InvalidTopicName(PulsarTxnError, ValueError):
     """A topic name Pulsar would not accept."""
 
+    result = Result.InvalidTopicName
     server_error = ServerError.InvalidTopicName
 
 
 class InvalidTxnID(PulsarTxnError, ValueError):
     """Text that is not a TxnID's printed form ``(0,3)``, or bytes that are not a TxnID."""
 
+    result = Result.InvalidConfiguration
+
 
 class TooManyRequests(PulsarTxnError):
     """The coordinator is overloaded; retry after a pause."""
 
+    result = Result.TooManyLookupRequestException
     retriable = True
     server_error = ServerError.TooManyRequests
 
@@ -166,6 +236,7 @@ class TooManyRequests(PulsarTxnError):
 class TransactionCoordinatorNotFoundError(PulsarTxnError):
     """This endpoint does not own the TC (any more); look the owner up again and retry."""
 
+    result = Result.TransactionCoordinatorNotFoundError
     retriable = True
     server_error = ServerError.TransactionCoordinatorNotFound
 
@@ -177,6 +248,7 @@ class TransactionCoordinatorNotFoundError(PulsarTxnError):
 class InvalidTxnStatusError(PulsarTxnError):
     """An operation that the transaction's current status does not allow."""
 
+    result = Result.InvalidTxnStatusError
     server_error = ServerError.InvalidTxnStatus
 
 
@@ -184,6 +256,7 @@ class NotAllowedError(PulsarTxnError):
     """The operation is not allowed here (e.g. a closed consumer, a partition no longer assigned, a
     Shared subscription)."""
 
+    result = Result.NotAllowedError
     server_error = ServerError.NotAllowedError
 
 
@@ -192,18 +265,21 @@ class TransactionConflict(PulsarTxnError):
 
     Not retriable as an operation: abort the transaction and start a new one."""
 
+    result = Result.TransactionConflict
     server_error = ServerError.TransactionConflict
 
 
 class TransactionNotFound(PulsarTxnError):
     """The coordinator does not know the TxnID (never existed, or ended beyond the retention window)."""
 
+    result = Result.TransactionNotFound
     server_error = ServerError.TransactionNotFound
 
 
 class ProducerFenced(PulsarTxnError):
     """A newer owner took over; this one may no longer act."""
 
+    result = Result.ProducerFenced
     server_error = ServerError.ProducerFenced
 
 
@@ -213,6 +289,7 @@ class CoordinatorFencedError(ProducerFenced):
     Retriable from a client's point of view: look the owner up again.
     """
 
+    result = Result.TransactionCoordinatorNotFoundError
     retriable = True
     server_error = ServerError.TransactionCoordinatorNotFound
 
@@ -220,6 +297,7 @@ class CoordinatorFencedError(ProducerFenced):
 class Timeout(PulsarTxnError):
     """No answer within the operation timeout."""
 
+    result = Result.Timeout
     retriable = True
 
 
@@ -234,6 +312,7 @@ class ProtocolError(PulsarTxnError):
 class ConnectionClosed(PulsarTxnError):
     """The connection to the coordinator closed; the client reconnects on the next call."""
 
+    result = Result.AlreadyClosed
     retriable = True
 
 
@@ -243,12 +322,15 @@ class IncompatibleSchema(PulsarTxnError, ValueError):
     fingerprint; never a misread: the bytes are kept, ``msg.data()`` still returns them), or a
     DataFrame without a ``value`` column."""
 
+    result = Result.IncompatibleSchema
     server_error = ServerError.IncompatibleSchema
 
 
 class SchemaSerializationError(PulsarTxnError, ValueError):
     """A value could not be encoded with the schema, or a payload could not be decoded (Pulsar
     Java's ``SchemaSerializationException``)."""
+
+    result = Result.InvalidMessage
 
 
 _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {

@@ -78,7 +78,8 @@ AlreadyClosed = _errors.ConnectionClosed
 def _never_raised(name: str) -> type[_errors.PulsarTxnError]:
     """pulsar-client's exceptions for failures that cannot happen here: defined so that ``except``
     clauses of migrated code still work."""
-    return type(name, (_errors.PulsarTxnError,), {"__doc__": f"pulsar-client's {name}; never raised here."})
+    attrs = {"__doc__": f"pulsar-client's {name}; never raised here.", "result": Result[name]}
+    return type(name, (_errors.PulsarTxnError,), attrs)
 
 
 ChecksumError = _never_raised("ChecksumError")

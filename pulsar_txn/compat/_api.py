@@ -250,13 +250,15 @@ class Producer(Generic[T]):
         txn: Transaction | None = None,
         **kwargs: Any,
     ) -> None:
-        """Send; ``callback(result, msg_id)`` once stored or failed. ``txn=``: inside that transaction."""
+        """Send; ``callback(result, msg_id)`` once stored or failed, ``result`` a ``Result`` as in
+        pulsar-client (``Result.Ok``, ``Result.Timeout``, ...). ``txn=``: inside that transaction."""
         given = _params.SEND_ASYNC.positional(args, kwargs)
         _params.SEND_ASYNC.check(given)
 
         def done(result: Result | PulsarTxnError, mid: _message.MessageId | None) -> None:
             if callback is not None:
-                callback(result, MessageId.wrap(mid) if mid is not None else None)
+                code = result.error() if isinstance(result, PulsarTxnError) else result
+                callback(code, MessageId.wrap(mid) if mid is not None else None)
 
         self.native.send_async(content, done, txn=txn, **_send_options(given))
         self._last_sequence_id += 1

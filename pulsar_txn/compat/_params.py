@@ -20,11 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pulsar_txn.errors import NotAllowedError
+from pulsar_txn.errors import NotAllowedError, Result
 
 
 class OperationNotSupported(NotAllowedError):
     """A pulsar-client option or call with no equivalent here (Pulsar's ``OperationNotSupported``)."""
+
+    result = Result.OperationNotSupported
 
 
 @dataclass(frozen=True)

@@ -394,3 +394,16 @@ def test_a_subscribe_refused_for_an_option_leaves_no_consumer_behind(
         client.subscribe(topic, f"sub_{uid}", message_listener="not callable")
     client.subscribe(topic, f"sub_{uid}").close()  # the subscription is free: no ConsumerBusy
     client.close()
+
+
+def test_send_async_callback_gets_the_result_code_of_a_failure(cluster: ClusterFactory, uid: str) -> None:
+    topic = f"compat_big_{uid}"
+    client = _with_topics(cluster(), {topic: 1})
+    producer = client.create_producer(topic)
+    results: list[Any] = []
+    producer.send_async(b"x" * 3_000_000, lambda res, mid: results.append((res, mid)))  # over Kafka's limit
+    producer.send_async(b"fine", lambda res, mid: results.append((res, mid)))
+    producer.flush()
+    assert [r for r, _ in results] == [pulsar.Result.MessageTooBig, pulsar.Result.Ok]
+    assert results[0][1] is None and results[1][1] is not None
+    client.close()
