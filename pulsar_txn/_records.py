@@ -167,9 +167,8 @@ def from_plain(data: Any, tp: Any) -> Any:
         if not isinstance(data, dict):
             raise SchemaSerializationError(f"expected an object for {tp.__name__}, got {type(data).__name__}")
         fields = _fields(tp)
-        unknown = set(data) - set(fields)
-        if unknown:
-            raise SchemaSerializationError(f"{tp.__name__} has no fields {sorted(unknown)}")
+        # Fields the record type lacks are ignored (a newer writer added them), as Pulsar's JSON
+        # schema does (Jackson with FAIL_ON_UNKNOWN_PROPERTIES off); Avro resolution drops them too.
         kwargs = {name: from_plain(data[name], ftp) for name, ftp in fields.items() if name in data}
         try:
             return tp(**kwargs)
