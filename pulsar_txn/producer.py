@@ -52,8 +52,10 @@ T = TypeVar("T")
 class Producer(Generic[T]):
     """Sends messages to one topic, plain or inside a transaction; made by ``Client.create_producer``.
 
-    Partition choice follows Pulsar: a partition key hashes to a partition, no key goes round-robin,
-    a ``-partition-N`` topic always goes to N. Sends start in call order."""
+    Partition choice follows Pulsar: a partition key hashes to a partition (CRC32 of the key modulo
+    the partition count: where librdkafka's default partitioner puts it, so confluent-kafka
+    producers of the same topic agree), no key goes round-robin, a ``-partition-N`` topic always
+    goes to N. Sends start in call order."""
 
     def __init__(
         self,

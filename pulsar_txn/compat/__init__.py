@@ -117,7 +117,8 @@ class CompressionType(Enum):
 
 
 class PartitionsRoutingMode(Enum):
-    """Accepted and ignored: the partition is the key's hash, else round robin."""
+    """Accepted and ignored: the partition is the key's CRC32 hash (librdkafka's default), else round
+    robin."""
 
     UseSinglePartition = 0
     RoundRobinDistribution = 1
