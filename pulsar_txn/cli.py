@@ -12,6 +12,7 @@ import signal
 import sys
 import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +157,35 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer not below ``minimum`` (argparse reports the rest, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C: the demos' ``finally`` blocks stop the pipeline process and
+    the embedded broker they started (left running before)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.demo import run_pipeline_demo
 
+    _stop_cleanly_on_sigterm()
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
     return run_pipeline_demo(Path(data_dir), messages=args.messages, kills=args.kills)
 
@@ -166,6 +193,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_tc_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.demo import run_demo
 
+    _stop_cleanly_on_sigterm()
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
     return run_demo(Path(data_dir), transactions=args.transactions)
 
@@ -243,8 +271,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job: the exactly-once pipeline, killed and restarted, checked")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
-    p.add_argument("--messages", type=int, default=20_000, help="input messages")
-    p.add_argument("--kills", type=int, default=2, help="how many times the pipeline is SIGKILLed")
+    p.add_argument("--messages", type=_at_least(1), default=20_000, help="input messages")
+    p.add_argument("--kills", type=_at_least(0), default=2, help="how many times the pipeline is SIGKILLed")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser(
@@ -266,7 +294,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tc-demo", help="standalone + a scripted series of raw coordinator transactions")
     p.add_argument("--data-dir", help="broker data dir (default: a new temporary dir)")
-    p.add_argument("--transactions", type=int, default=200)
+    p.add_argument("--transactions", type=_at_least(1), default=200)
     p.set_defaults(func=cmd_tc_demo)
     return root
 

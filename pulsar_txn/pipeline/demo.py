@@ -63,21 +63,27 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     args = [sys.executable, "-m", "pulsar_txn.cli", "pipeline", "--service-url", url]
     args += ["--bootstrap-servers", bootstrap, "--input", INPUT, "--output", OUTPUT, "--num-tcs", "4"]
     started = time.monotonic()
-    for n in range(kills):
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        echo = _echo_until(proc, progress_lines=2)
-        print(f"[demo] SIGKILL the pipeline mid-work ({n + 1}/{kills}); restarting it ...", flush=True)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        echo.join(10)  # the pipe ends with the process
-        assert proc.stdout is not None
-        proc.stdout.close()
-    feeder.join(120)
-    proc = subprocess.Popen(
-        [*args, "--idle-exit", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    _echo_until(proc, progress_lines=None)
-    code = proc.wait(300)
+    proc: subprocess.Popen[str] | None = None
+    try:
+        for n in range(kills):
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            echo = _echo_until(proc, progress_lines=2)
+            print(f"[demo] SIGKILL the pipeline mid-work ({n + 1}/{kills}); restarting it ...", flush=True)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            echo.join(10)  # the pipe ends with the process
+            assert proc.stdout is not None
+            proc.stdout.close()
+        feeder.join(120)
+        proc = subprocess.Popen(
+            [*args, "--idle-exit", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        _echo_until(proc, progress_lines=None)
+        code = proc.wait(300)
+    finally:
+        if proc is not None and proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): no orphan left
+            proc.kill()
+            proc.wait(30)
     elapsed = time.monotonic() - started
     print("\nchecking the output against the input ...", flush=True)
     verdict = verify_exactly_once(client, INPUT, OUTPUT, upper)

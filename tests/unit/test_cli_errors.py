@@ -37,3 +37,21 @@ def test_a_compat_producer_is_not_connected_once_closed() -> None:
     assert producer.is_connected()
     producer.close()
     assert not producer.is_connected()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["demo", "--messages", "-5"], "--messages: must be at least 1, got -5"),
+        (["demo", "--messages", "many"], "--messages: not an integer"),
+        (["demo", "--kills", "-1"], "--kills: must be at least 0"),
+        (["tc-demo", "--transactions", "0"], "--transactions: must be at least 1"),
+    ],
+)
+def test_demo_counts_out_of_range_are_refused_before_anything_starts(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
