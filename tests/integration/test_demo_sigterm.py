@@ -51,7 +51,7 @@ def test_sigterm_during_the_demo_leaves_no_broker_or_pipeline_running(tmp_path: 
         assert pipeline, "the demo's pipeline process should be running"
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(60) == 130
-        gone, alive = psutil.wait_procs(broker + pipeline, timeout=30)
+        _gone, alive = psutil.wait_procs(broker + pipeline, timeout=30)
         assert not alive, [p.cmdline() for p in alive]
     finally:
         if demo.poll() is None:
