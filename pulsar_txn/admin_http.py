@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 _MAX_REQUEST = 16 * 1024
 _WRITE_TIMEOUT_S = 10  # an answer not read by then is dropped with its connection
+_MAX_OPEN = 128  # connections answered at once; more are closed at once (a client asks again)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class AdminHttpServer:
         self._token = auth_token
         self._path_tokens = dict(path_tokens or {})
         self._server: asyncio.Server | None = None
+        self._open = 0  # connections being answered
+        self.refused_connections = 0
 
     @property
     def url(self) -> str:
@@ -67,6 +70,24 @@ class AdminHttpServer:
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= _MAX_OPEN:
+            # Stats and metrics are cheap to ask again; a flood must not pin sockets and tasks.
+            self.refused_connections += 1
+            if self.refused_connections % 100 == 1:
+                log.warning(
+                    "admin connection refused: %d open (%d refused so far)",
+                    _MAX_OPEN,
+                    self.refused_connections,
+                )
+            writer.transport.abort()
+            return
+        self._open += 1
+        try:
+            await self._answer(reader, writer)
+        finally:
+            self._open -= 1
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)

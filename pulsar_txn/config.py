@@ -108,6 +108,11 @@ class CoordinatorConfig(BaseModel):
     advertised_url: str | None = None
     auth_token: SecretStr | None = None
     admin_port: int | None = Field(default=None, ge=0, le=65535)
+    # Pulsar's brokerMaxConnections / maxConnectionsPerIp (0 = no limit, Pulsar's default for both):
+    # a connection over a limit is closed at once, so a flood of clients cannot exhaust the file
+    # descriptors or memory the coordinator's own clients need.
+    max_connections: int = Field(default=10_000, ge=0)
+    max_connections_per_ip: int = Field(default=0, ge=0)
     # A read-only credential for GET /metrics (a scraper's), accepted there besides auth_token, which
     # also ends transactions. Unset: /metrics takes auth_token (or nothing, without one).
     metrics_token: SecretStr | None = None

@@ -64,6 +64,8 @@ async def start_node(
                 port=config.port,
                 auth_token=token,
                 advertised_url=config.advertised_url,
+                max_connections=config.max_connections,
+                max_connections_per_ip=config.max_connections_per_ip,
             )
             await server.start()
             service.advertised_url = config.advertised_url or server.url

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -86,9 +87,19 @@ class CoordinatorServer:
         advertised_url: str | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         ping_interval: float = 30.0,
+        max_connections: int = 0,
+        max_connections_per_ip: int = 0,
     ) -> None:
+        """``max_connections`` / ``max_connections_per_ip``: 0 means no limit (Pulsar's
+        brokerMaxConnections / maxConnectionsPerIp); a connection over a limit is closed at once."""
         if ping_interval <= 0:
             raise ValueError("ping_interval must be positive")
+        if max_connections < 0 or max_connections_per_ip < 0:
+            raise ValueError("connection limits must be >= 0 (0: no limit)")
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self._per_ip: Counter[str] = Counter()
+        self.refused_connections = 0
         self.api = api
         self.host = host
         self.max_frame_size = max_frame_size
@@ -140,11 +151,35 @@ class CoordinatorServer:
             return False
         return hmac.compare_digest(auth_data, self._token)
 
+    def _over_limit(self, ip: str) -> str | None:
+        """Which connection limit a new connection from ``ip`` would pass, or None."""
+        if self.max_connections and len(self._connections) >= self.max_connections:
+            return f"max_connections ({self.max_connections})"
+        if self.max_connections_per_ip and self._per_ip[ip] >= self.max_connections_per_ip:
+            return f"max_connections_per_ip ({self.max_connections_per_ip})"
+        return None
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        limit = self._over_limit(ip)
+        if limit is not None:
+            self.refused_connections += 1
+            # One line per 100 refusals: a line for each would let a flood fill the log.
+            if self.refused_connections % 100 == 1:
+                log.warning(
+                    "connection from %s refused: %s reached (%d refused so far)",
+                    ip,
+                    limit,
+                    self.refused_connections,
+                )
+            writer.transport.abort()
+            return
         conn = _Connection(self, reader, writer)
         task = asyncio.current_task()
         assert task is not None
         self._connections[conn] = task
+        self._per_ip[ip] += 1
         try:
             await conn.run()
         except asyncio.CancelledError:
@@ -153,6 +188,9 @@ class CoordinatorServer:
             log.exception("connection from %s failed", conn.peer)
         finally:
             self._connections.pop(conn, None)
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
 
 
 class _Connection:

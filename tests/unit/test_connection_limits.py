@@ -1,0 +1,106 @@
+"""Connection limits on the endpoints we open: a connection over ``max_connections`` (or over
+``max_connections_per_ip``) is closed at once and counted; closing one frees its place. The admin
+endpoint answers a bounded number of connections at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from pulsar_txn import admin_http
+from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.config import CoordinatorConfig
+from tests.unit.test_protocol_server import RawClient, run
+from tests.unit.test_security_server import serving_nothing
+
+
+async def _closed_at_once(client: RawClient) -> bool:
+    try:
+        return await client.recv_until_closed(timeout=2) == []
+    except TimeoutError:
+        return False
+
+
+def test_connections_over_max_connections_are_closed_and_a_freed_place_is_reused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pulsar_txn.server")
+
+    async def scenario() -> None:
+        async with serving_nothing(max_connections=2) as server:
+            first, second = await RawClient.open(server), await RawClient.open(server)
+            await first.handshake()
+            await second.handshake()
+            third = await RawClient.open(server)
+            assert await _closed_at_once(third)
+            assert server.refused_connections == 1
+            await first.ping_pong()  # the admitted ones are untouched
+            await first.close()
+            await asyncio.sleep(0.2)
+            fourth = await RawClient.open(server)
+            await fourth.handshake()  # the freed place is taken
+            for c in (second, third, fourth):
+                await c.close()
+
+    run(scenario())
+    assert "max_connections (2)" in caplog.text
+
+
+def test_connections_over_the_per_ip_limit_are_closed() -> None:
+    async def scenario() -> None:
+        async with serving_nothing(max_connections_per_ip=1) as server:
+            first = await RawClient.open(server)
+            await first.handshake()
+            second = await RawClient.open(server)
+            assert await _closed_at_once(second)
+            await first.ping_pong()
+            await first.close()
+            await second.close()
+
+    run(scenario())
+
+
+def test_limits_come_from_the_coordinator_config_and_refuse_negatives() -> None:
+    config = CoordinatorConfig(max_connections=5, max_connections_per_ip=2)
+    assert (config.max_connections, config.max_connections_per_ip) == (5, 2)
+    assert CoordinatorConfig().max_connections == 10_000
+    with pytest.raises(ValueError, match="max_connections"):
+        CoordinatorConfig(max_connections=-1)
+
+
+def test_the_admin_endpoint_answers_a_bounded_number_of_connections_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admin_http, "_MAX_OPEN", 2)
+
+    async def scenario() -> None:
+        server = AdminHttpServer({"/admin/v2/health": lambda: {"ok": True}})
+        await server.start()
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        try:
+            # Two idle connections (no request yet) hold both places.
+            idle: list[Any] = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                got = await asyncio.wait_for(reader.read(), 2)
+            except ConnectionResetError:  # aborted: an RST instead of a FIN
+                got = b""
+            assert got == b""  # closed, nothing answered
+            writer.close()
+            assert server.refused_connections == 1
+            for _, w in idle:
+                w.close()
+            await asyncio.sleep(0.2)  # their handlers end (unreadable request)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /admin/v2/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 5)
+            assert answer.startswith(b"HTTP/1.1 200")
+            writer.close()
+        finally:
+            await server.stop()
+
+    run(scenario())
