@@ -269,6 +269,11 @@ class Producer(Generic[T]):
             missing = unsent + len(waiting)
             raise Timeout(f"flush of {self.topic}: {missing} sends not stored within {timeout}s")
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called (sends are then refused)."""
+        return self._closed
+
     def close(self) -> None:
         """Flush, then refuse further sends (``NotAllowedError``); the producer holds no other
         resources (the client's Kafka producer is shared). Closing again does nothing."""

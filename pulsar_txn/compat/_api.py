@@ -232,7 +232,7 @@ class Producer(Generic[T]):
 
     def is_connected(self) -> bool:
         """True until closed (the Kafka producer reconnects by itself)."""
-        return not self.native._closed
+        return not self.native.closed
 
     def send(self, content: T, *args: Any, txn: Transaction | None = None, **kwargs: Any) -> MessageId:
         """Send and wait until stored; returns its MessageId. ``txn=``: inside that transaction."""

@@ -406,4 +406,7 @@ def test_send_async_callback_gets_the_result_code_of_a_failure(cluster: ClusterF
     producer.flush()
     assert [r for r, _ in results] == [pulsar.Result.MessageTooBig, pulsar.Result.Ok]
     assert results[0][1] is None and results[1][1] is not None
+    assert producer.is_connected() and not producer.native.closed
+    producer.close()
+    assert not producer.is_connected() and producer.native.closed
     client.close()

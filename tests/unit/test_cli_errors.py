@@ -26,11 +26,11 @@ def test_a_compat_producer_is_not_connected_once_closed() -> None:
     from pulsar_txn.compat._api import Producer as CompatProducer
 
     class Native:
-        _closed = False
+        closed = False
         producer_name = "p"
 
         def close(self) -> None:
-            self._closed = True
+            self.closed = True
 
     producer = CompatProducer.__new__(CompatProducer)
     producer.native = Native()  # type: ignore[assignment]
