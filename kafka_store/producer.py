@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -93,6 +94,7 @@ class Appender:
         self._threads: list[threading.Thread] = []
         # Records refused for an unknown partition, per partition, in order; see _hold.
         self._held: dict[tuple[str, int], deque[Delivery]] = {}
+        self._stale: set[tuple[str, int]] = set()  # held partitions unknown to the producer's metadata
         self._held_lock = threading.Lock()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -265,22 +267,28 @@ class Appender:
                 queue = self._held[tp]
                 if not queue:
                     del self._held[tp]
+                    self._stale.discard(tp)
                     return
                 d = queue[0]
-            if self._produce(d, True):
+                refresh = tp in self._stale
+            if self._produce(d, refresh, held=True):
                 with self._held_lock:
                     self._held[tp].popleft()
+                    self._stale.discard(tp)
+            # else: its partition is not in the metadata yet (now marked stale): again, refreshed
 
-    def _produce(self, d: Delivery, refresh: bool) -> bool:
-        """Queue ``d`` on the producer, or settle it with its error. False: it must wait for a
-        metadata refresh first (handed to ``_hold``, or, when ``refresh``, left to the caller, the
-        thread re-sending its partition's held records, which keeps it at their head)."""
-        if refresh:
-            time.sleep(0.05)
+    def _produce(self, d: Delivery, refresh: bool, *, held: bool = False) -> bool:
+        """Queue ``d`` on the producer, or settle it with its error. False: it waits for a retry off
+        this thread (handed to ``_hold``; when ``held``, this is the thread re-sending its partition's
+        held records, which keeps it at their head): after a metadata refresh when its partition is
+        unknown yet, or, on an event loop's thread, for room in a full producer queue."""
+        if held:
             # The current producer: the one the record was queued on may have been set aside (renew,
             # or a fatal error) while it waited, and a retired producer's delivery thread stops once
             # it has nothing in flight, so nobody would report the record.
             d.producer = self._ensure_started()
+        if refresh:
+            time.sleep(0.05)
             self._refresh_metadata(d.producer, d.topic)
         while True:
             try:
@@ -294,6 +302,11 @@ class Appender:
                         None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
                     return True
+                if not held and _on_event_loop():
+                    # A caller's thread waits for room (back-pressure), but an event loop must not:
+                    # the partition's retry thread does, keeping the records in order.
+                    self._hold(d)
+                    return False
                 time.sleep(0.005)
             except KafkaException as exc:
                 err = exc.args[0]
@@ -305,7 +318,9 @@ class Appender:
                 if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < d.deadline:
                     # A topic created (or grown) moments ago: metadata lags. Retried off this
                     # thread, which may be an event loop's, in order with its partition's others.
-                    if not refresh:
+                    with self._held_lock:
+                        self._stale.add((d.topic, d.partition))
+                    if not held:
                         self._hold(d)
                     return False
                 d.delivered(None, translate_kafka_error(err, f"append to {d.topic}[{d.partition}]"))
@@ -343,6 +358,15 @@ class Appender:
         for thread in self._threads:
             thread.join(timeout)
         self._producer = None
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop now (it must not sleep)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Delivery:
