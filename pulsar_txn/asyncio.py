@@ -33,11 +33,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from pulsar_txn import _args
 from pulsar_txn._boundary import call_translated
 from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
+from pulsar_txn.errors import ConfigError, NotAllowedError, PulsarTxnError, Timeout
 from pulsar_txn.message import EARLIEST, Message, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader
@@ -112,14 +113,24 @@ class AsyncTransaction:
         return self.sync.state
 
     async def commit(self) -> None:
-        """Wait for the transaction's sends and acks, then commit (see ``Transaction.commit``)."""
-        await _connected(self.sync, self._pool)
-        await asyncio.wrap_future(self.sync.commit_async())
+        """Wait for the transaction's sends and acks, then commit (see ``Transaction.commit``).
+        Cancelling the caller does not stop a commit once begun: it ends either way."""
+        await self._finish(self.sync.commit_async)
 
     async def abort(self) -> None:
         """Abort the transaction (see ``Transaction.abort``)."""
+        await self._finish(self.sync.abort_async)
+
+    async def _finish(self, start: Callable[[], Future[None]]) -> None:
         await _connected(self.sync, self._pool)
-        await asyncio.wrap_future(self.sync.abort_async())
+        # Begun here, at once (neither call blocks): nothing queued that a cancellation could drop,
+        # and the wait is shielded, so a cancelled caller leaves the end to finish, never half done.
+        ending = start()
+        limit = self.sync._end_limit()
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ending)), limit)
+        except TimeoutError:
+            raise Timeout(f"transaction {self.txn_id} did not end within {limit:.0f}s") from None
 
     def __repr__(self) -> str:
         return f"Async{self.sync!r}"
@@ -130,7 +141,17 @@ class AsyncTransaction:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._pool.run(self.sync.__exit__, exc_type, exc, tb)
+        # As the sync ``__exit__``: commit on success; on an exception (a cancellation too) abort,
+        # and if that fails, log it and let the block's exception through.
+        state = self.sync.state
+        if exc is None:
+            if state not in (TransactionState.COMMITTED, TransactionState.ABORTED):
+                await self.commit()
+        elif state in (TransactionState.OPEN, TransactionState.TIME_OUT):
+            try:
+                await self.abort()
+            except PulsarTxnError as abort_error:
+                log.warning("aborting %s after %r failed: %s", self.txn_id, exc, abort_error)
 
 
 class _TransactionStart:
@@ -164,9 +185,7 @@ class AsyncTransactionBuilder:
 
     def with_transaction_timeout(self, seconds: float) -> AsyncTransactionBuilder:
         """The coordinator aborts the transaction if it has not ended within ``seconds``."""
-        if seconds <= 0:
-            raise ConfigError("transaction timeout must be positive")
-        self._timeout = seconds
+        self._timeout = _args.seconds(seconds, "transaction timeout")
         return self
 
     async def build(self) -> AsyncTransaction:
@@ -206,8 +225,10 @@ class AsyncProducer(Generic[T]):
         """The underlying sync ``Producer``."""
         self._pool = pool
         self._timeout = timeout
-        self._in_flight: deque[Future[MessageId]] = deque()
         self._max_pending = max_pending_messages
+        # A place per send in flight, taken before it starts and given back when it is stored or
+        # failed: concurrent tasks never have more than max_pending_messages sends out together.
+        self._room = asyncio.Semaphore(max_pending_messages)
 
     @property
     def topic(self) -> str:
@@ -219,13 +240,22 @@ class AsyncProducer(Generic[T]):
         """The name stored with each message."""
         return self.sync.producer_name
 
-    async def _make_room(self) -> None:
-        while self._in_flight and self._in_flight[0].done():
-            self._in_flight.popleft()
-        while len(self._in_flight) >= self._max_pending:
-            oldest = self._in_flight.popleft()
-            if not oldest.done():
-                await asyncio.wait([asyncio.wrap_future(oldest)], timeout=self._timeout)
+    async def _take_room(self) -> Callable[..., None]:
+        """Wait for a place among the sends in flight (``Timeout`` after the operation timeout);
+        returns what gives it back, callable from any thread."""
+        try:
+            await asyncio.wait_for(self._room.acquire(), self._timeout)
+        except TimeoutError:
+            raise Timeout(
+                f"send to {self.topic}: {self._max_pending} sends still in flight after {self._timeout}s"
+            ) from None
+        loop = asyncio.get_running_loop()
+
+        def give_back(_done: object = None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is everyone waiting on it
+                loop.call_soon_threadsafe(self._room.release)
+
+        return give_back
 
     async def send_async(
         self,
@@ -238,17 +268,23 @@ class AsyncProducer(Generic[T]):
     ) -> asyncio.Future[MessageId]:
         """Queue the send and return at once with a future of its MessageId: send many, then
         ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)"""
-        await self._make_room()
-        sync_txn = _unwrap(txn)
-        await _connected(sync_txn, self._pool)
-        fut = self.sync.send_async(
-            content,
-            txn=sync_txn,
-            properties=properties,
-            partition_key=partition_key,
-            event_timestamp=event_timestamp,
-        )
-        self._in_flight.append(fut)
+        give_back = await self._take_room()
+        try:
+            sync_txn = _unwrap(txn)
+            await _connected(sync_txn, self._pool)
+            if self.sync._refresh_due():  # a metadata request: not on the event loop
+                await self._pool.run(self.sync._refresh_partitions)
+            fut = self.sync.send_async(
+                content,
+                txn=sync_txn,
+                properties=properties,
+                partition_key=partition_key,
+                event_timestamp=event_timestamp,
+            )
+        except BaseException:
+            give_back()
+            raise
+        fut.add_done_callback(give_back)
         return asyncio.wrap_future(fut)
 
     async def send(
@@ -278,9 +314,13 @@ class AsyncProducer(Generic[T]):
         await self._pool.run(self.sync.flush)
 
     async def close(self) -> None:
-        """Flush (nothing to do once the client is closed)."""
-        if not self._pool.closed:
-            await self._pool.run(self.sync.close)
+        """Flush and close the producer."""
+        if self._pool.closed:
+            # The wrapper's pool is gone, but a wrapped client's owner may keep the sync client
+            # open: the producer is still flushed and closed, on a thread of its own.
+            await asyncio.to_thread(self.sync.close)
+            return
+        await self._pool.run(self.sync.close)
 
 
 class AsyncConsumer(Generic[T]):
@@ -323,7 +363,8 @@ class AsyncConsumer(Generic[T]):
         """The next committed message; ``Timeout`` if none arrives within ``timeout_millis`` (0:
         only a message ready now, as the sync ``receive(0)``)."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout_millis is None else loop.time() + timeout_millis / 1000
+        wait_ms = None if timeout_millis is None else _args.millis(timeout_millis, "timeout_millis")
+        deadline = None if wait_ms is None else loop.time() + wait_ms / 1000
         await self._settle_orphan()
         polled = False
         while True:
@@ -345,19 +386,29 @@ class AsyncConsumer(Generic[T]):
             return None
 
     async def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
-        """Up to ``max_messages`` messages within ``timeout_millis`` (maybe none)."""
+        """Up to ``max_messages`` messages within ``timeout_millis`` (maybe none). Polls in short
+        slices, as ``receive`` does, so a long wait does not hold a worker of the pool."""
+        _args.integer(max_messages, "max_messages", minimum=1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _args.millis(timeout_millis, "timeout_millis") / 1000
         await self._settle_orphan()
         out = [self._stash.popleft() for _ in range(min(len(self._stash), max_messages))]
-        if len(out) < max_messages:
-            job = self._pool.submit(self.sync.batch_receive, max_messages - len(out), timeout_millis)
-            try:
+        polled = False
+        try:
+            while len(out) < max_messages:
+                remaining_ms = int((deadline - loop.time()) * 1000)
+                if remaining_ms <= 0 and polled:
+                    break
+                slice_ms = max(0, min(remaining_ms, _SLICE_MS))
+                job = self._pool.submit(self.sync.batch_receive, max_messages - len(out), slice_ms)
+                polled = True
                 more: list[Message[T]] = await self._wait_poll(job)
-            except BaseException:
-                # What this call had taken from the stash goes back first (a cancelled call's poll
-                # is collected behind it by the next call).
-                self._stash.extendleft(reversed(out))
-                raise
-            out += more
+                out += more
+        except BaseException:
+            # What this call had taken goes back first (a cancelled call's poll is collected behind
+            # it by the next call).
+            self._stash.extendleft(reversed(out))
+            raise
         return out
 
     async def acknowledge(
@@ -402,16 +453,20 @@ class AsyncConsumer(Generic[T]):
         await self._pool.run(self.sync.seek, message_id)
 
     async def close(self) -> None:
-        """Persist the cursor and leave the subscription (the client's close did so already)."""
-        if self._pool.closed:
-            return
+        """Persist the cursor and leave the subscription."""
         await self._settle_orphan()
         stashed, self._stash = list(self._stash), deque()
+        if self._pool.closed:
+            # The wrapper's pool is gone, but a wrapped client's owner may keep the sync client
+            # open: the consumer still leaves its subscription, on a thread of its own.
+            await asyncio.to_thread(self._close, stashed)
+            return
         await self._pool.run(self._close, stashed)
 
     def _close(self, stashed: list[Message[T]]) -> None:
         for msg in stashed:  # received, handed out to nobody: let them come back
-            self.sync.negative_acknowledge(msg)
+            with contextlib.suppress(PulsarTxnError):  # closed already: they come back anyway
+                self.sync.negative_acknowledge(msg)
         self.sync.close()
 
     async def unsubscribe(self) -> None:
@@ -442,16 +497,19 @@ class AsyncReader(Generic[T]):
         Cancelling a read (e.g. ``asyncio.wait_for``) loses nothing: a message that arrives after all
         is the next call's."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout_millis if timeout_millis is not None else 30_000) / 1000
+        wait_ms = _args.millis(timeout_millis, "timeout_millis") if timeout_millis is not None else 30_000
+        deadline = loop.time() + wait_ms / 1000
         async with self._lock:
             await self._settle_orphan()
+            polled = False  # read_next(0) still takes a message that is ready, as the sync one
             while True:
                 if self.sync._buffer:
                     return self.sync._buffer.popleft()
                 remaining_ms = int((deadline - loop.time()) * 1000)
-                if remaining_ms <= 0:
+                if remaining_ms <= 0 and polled:
                     raise Timeout(f"no committed message on {self.sync.topic} within {timeout_millis} ms")
-                await self._poll(min(remaining_ms, _SLICE_MS) / 1000)
+                await self._poll(max(0, min(remaining_ms, _SLICE_MS)) / 1000)
+                polled = True
 
     async def _poll(self, timeout: float) -> bool:
         job = self._pool.submit(call_translated, self.sync._fill, timeout)
@@ -535,9 +593,8 @@ class AsyncClient:
     def transaction(self, timeout: float = 60.0) -> _TransactionStart:
         """``async with client.transaction(timeout=30) as txn:`` (commit on success, abort on an
         exception), or ``txn = await client.transaction(30)``."""
-        if timeout <= 0:
-            raise ConfigError("transaction timeout must be positive")
-        return _TransactionStart(lambda: self._begin(timeout))
+        seconds = _args.seconds(timeout, "transaction timeout")
+        return _TransactionStart(lambda: self._begin(seconds))
 
     async def _begin(self, timeout: float) -> AsyncTransaction:
         self._check_open()
@@ -584,7 +641,7 @@ class AsyncClient:
         if max_pending_messages < 1:
             raise ConfigError("max_pending_messages must be at least 1")
         producer: Producer[Any] = await self._pool.run(
-            functools.partial(Producer, self.sync, topic, producer_name=producer_name, schema=schema)
+            functools.partial(self.sync.create_producer, topic, producer_name=producer_name, schema=schema)
         )
         return AsyncProducer(producer, self._pool, self.operation_timeout_seconds, max_pending_messages)
 

@@ -90,11 +90,15 @@ class Producer(Generic[T]):
     def _choose_partition(self, key: bytes | None) -> int:
         if self.topic.partition is not None:
             return self.topic.partition
-        if time.monotonic() >= self._partitions_due:
+        if self._refresh_due():
             self._refresh_partitions()
         if key is not None:
             return zlib.crc32(key) % self._partitions
         return next(self._round_robin) % self._partitions
+
+    def _refresh_due(self) -> bool:
+        """Whether the next send looks the partition count up again (``_refresh_partitions``)."""
+        return self.topic.partition is None and time.monotonic() >= self._partitions_due
 
     def _refresh_partitions(self) -> None:
         """Pick up partitions added to the topic since (Pulsar's autoUpdatePartitions, every 60 s);
