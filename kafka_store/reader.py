@@ -318,13 +318,18 @@ class PartitionReader:
         return out
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        try:
-            low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout, cached=False
-            )
-        except KafkaException as exc:
-            raise self._lookup_error(exc, topic, partition, f"watermarks of {topic}[{partition}]") from None
-        return int(low), int(high)
+        for last_try in (False, True):
+            try:
+                low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                )
+            except KafkaException as exc:
+                error = self._lookup_error(exc, topic, partition, f"watermarks of {topic}[{partition}]")
+                if isinstance(error, _StaleMetadata) and not last_try:
+                    continue  # a partition added since this client's metadata: the listing refreshed it
+                raise error from None
+            return int(low), int(high)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first offset whose record timestamp is at or after ``timestamp_ms`` (Kafka's
@@ -356,12 +361,17 @@ class PartitionReader:
         found = meta.topics.get(topic)
         if found is None or found.error is not None or partition not in found.partitions:
             return error
-        return BrokerUnavailableError(f"{what}: {err.str()} (the topic exists; its leader did not answer)")
+        return _StaleMetadata(f"{what}: {err.str()} (the topic exists; its leader did not answer)")
 
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+class _StaleMetadata(BrokerUnavailableError):
+    """The cluster lists the partition this client called unknown: its metadata predated the
+    partition (added since) or no broker had answered yet. Asking again may succeed."""
 
 
 def _translate(exc: KafkaException, what: str) -> StoreError:

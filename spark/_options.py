@@ -66,7 +66,7 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"option {name}={raw!r}: expected true or false")
 
 
-def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+def _positive_int(opts: Mapping[str, str], name: str, maximum: int | None = None) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
         return None
@@ -76,6 +76,8 @@ def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
         raise ConfigError(f"option {name}={raw!r}: expected a positive integer") from None
     if value <= 0:
         raise ConfigError(f"option {name}={raw!r}: expected a positive integer")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"option {name}={raw!r}: at most {maximum:,}")
     return value
 
 
@@ -198,6 +200,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         snapshot_topic=snapshot if snapshot.strip().lower() not in ("", "none") else None,
         num_tcs=num_tcs,
         log_topic=opts.get("logtopic", DEFAULT_LOG_TOPIC),
-        fetch_batch=_positive_int(opts, "fetchBatch") or 10_000,
+        # librdkafka's consume() takes at most 1M records per call
+        fetch_batch=_positive_int(opts, "fetchBatch", maximum=1_000_000) or 10_000,
         poll_timeout_s=float(_positive_int(opts, "pollTimeoutMs") or 30_000) / 1000,
     )

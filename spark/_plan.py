@@ -26,7 +26,7 @@ from kafka_store import (
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state, scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import ConfigError, DataLossError, TopicNotFound, from_store_error
+from pulsar_txn.errors import ConfigError, DataLossError, PulsarTxnError, TopicNotFound, from_store_error
 from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
     kind, value = opts.subscription
     admin = TopicAdmin(kafka)
     try:
-        if kind == "assign":
-            return sorted(parse_assign(value))
+        if kind == "assign":  # a partition or topic named twice is read once, as Spark's Kafka source
+            return sorted(set(parse_assign(value)))
         if kind == "subscribe":
             topics = [t.strip() for t in value.split(",") if t.strip()]
         else:
@@ -70,14 +70,20 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
             except re.error as exc:
                 raise ConfigError(f"option subscribePattern={value!r}: {exc}") from None
             topics = [t for t in admin.list_topics() if pattern.fullmatch(t) and not t.startswith("__")]
-        out: list[TopicPartition] = []
-        for topic in topics:
-            out.extend((topic, p) for p in range(admin.partition_count(topic)))
+        out: set[TopicPartition] = set()
+        for topic in dict.fromkeys(topics):
+            out.update((topic, p) for p in range(admin.partition_count(topic)))
         return sorted(out)
     except StoreError as exc:
-        if isinstance(exc, TopicNotFoundError):
-            raise TopicNotFound(str(exc)) from None
-        raise from_store_error(exc, "kafka.* options" if isinstance(exc, ClientConfigError) else "") from None
+        raise _typed(exc) from None
+
+
+def _typed(exc: StoreError) -> PulsarTxnError:
+    """The application-facing error for a storage error while planning (a bad ``kafka.*`` option
+    names the options; a missing topic is ``TopicNotFound``)."""
+    if isinstance(exc, TopicNotFoundError):
+        return TopicNotFound(str(exc))
+    return from_store_error(exc, "kafka.* options" if isinstance(exc, ClientConfigError) else "")
 
 
 def watermarks(
@@ -85,14 +91,15 @@ def watermarks(
 ) -> dict[TopicPartition, tuple[int, int]]:
     """(log-start offset, end offset) of each partition."""
     own = reader is None
-    reader = reader or PartitionReader(kafka)
     try:
-        return {tp: reader.watermarks(*tp) for tp in tps}
-    except TopicNotFoundError as exc:  # a dead broker is BrokerUnavailableError (retriable), not this
-        raise TopicNotFound(str(exc)) from None
-    finally:
-        if own:
-            reader.close()
+        reader = reader or PartitionReader(kafka)
+        try:
+            return {tp: reader.watermarks(*tp) for tp in tps}
+        finally:
+            if own:
+                reader.close()
+    except StoreError as exc:  # a dead broker is ConnectError (retriable), a missing topic not
+        raise _typed(exc) from None
 
 
 @dataclass
@@ -133,11 +140,16 @@ class Planner:
         """The TB state of ``tp`` scanned to ``end`` (default: the end offset now); a cached state that
         already covers ``at_least`` is reused as it is."""
         state = self.states.get(tp)
-        if state is None:
-            state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer(), end=end)
-            self.states[tp] = state
-        elif (at_least is None or state.scanned_to < at_least) and (end is None or state.scanned_to < end):
-            scan(state, self.kafka, end)
+        try:
+            if state is None:
+                state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer(), end=end)
+                self.states[tp] = state
+            elif (at_least is None or state.scanned_to < at_least) and (
+                end is None or state.scanned_to < end
+            ):
+                scan(state, self.kafka, end)
+        except StoreError as exc:
+            raise _typed(exc) from None
         return state
 
     def watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:

@@ -33,12 +33,19 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _any_header(condition: str) -> str:
+    """SQL true if a header satisfies ``condition`` (over ``h``), else false, never null: Spark's
+    Kafka source gives ``headers = null`` for a record without headers, and a null in a filter
+    would drop the row."""
+    return f"coalesce(exists(headers, h -> {condition}), false)"
+
+
 def _partition_exclusion(part: RangePartition) -> str | None:
     """SQL true for the records of this range that the TB filter drops besides control records."""
     terms = []
     if part.aborted:
         literals = ", ".join(f"X'{raw.hex()}'" for raw in part.aborted)
-        terms.append(f"exists(headers, h -> h.key = {_sql_string(TXN_HEADER)} AND h.value IN ({literals}))")
+        terms.append(_any_header(f"h.key = {_sql_string(TXN_HEADER)} AND h.value IN ({literals})"))
     terms.extend(f"(offset BETWEEN {first} AND {last})" for first, last in part.discarded)
     if not terms:
         return None
@@ -51,8 +58,9 @@ def filter_sql(ranges: list[RangePartition]) -> str:
     ctl = _sql_string(CTL_HEADER)
     txn = _sql_string(TXN_HEADER)
     clauses = [
-        f"NOT exists(headers, h -> h.key = {ctl})",  # markers and any other control record
-        f"NOT exists(headers, h -> h.key = {txn} AND length(h.value) <> 16)",  # corrupt TxnID header
+        "NOT " + _any_header(f"h.key = {ctl}"),  # markers and any other control record
+        # a corrupt TxnID header (a null value included)
+        "NOT " + _any_header(f"h.key = {txn} AND (h.value IS NULL OR length(h.value) <> 16)"),
     ]
     exclusions = [e for e in (_partition_exclusion(p) for p in ranges) if e is not None]
     if exclusions:

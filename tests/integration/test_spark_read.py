@@ -209,6 +209,44 @@ def test_sql_kafka_plan_keeps_exactly_what_the_source_delivers_on_real_rows(
     open_txn.abort()
 
 
+def test_sql_kafka_plan_keeps_records_without_headers_as_sparks_kafka_source_gives_them(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """spark-sql-kafka gives ``headers = null`` (not an empty array) for a record without headers;
+    a null in the filter dropped such records (with aborted transactions in the partition too)."""
+    from pyspark.sql import functions as F
+
+    from kafka_store import Appender
+    from spark.sql_kafka import committed_read
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"skb_{uid}"
+    c.client.create_topic(topic, 1)
+    app = Appender(kafka)
+    producer = c.client.create_producer(topic)
+    try:
+        app.append(topic, 0, b"bare1").result(10)  # a plain Kafka producer's record: no headers
+        aborted = c.client.transaction(60)
+        producer.send("a0", txn=aborted)
+        aborted.abort()
+        app.append(topic, 0, b"bare2").result(10)
+    finally:
+        app.close()
+    producer.send("p0")
+    opts = _opts(c, kafka, topic)
+    plan = committed_read(opts)
+    raw = (
+        spark.read.format("pulsar_txn")
+        .options(**opts, transactionFilter="false", includeHeaders="true")
+        .option("startingOffsets", plan.starting_offsets)
+        .option("endingOffsets", plan.ending_offsets)
+        .load()
+    )
+    as_kafka = raw.withColumn("headers", F.when(F.size("headers") > 0, F.col("headers")))  # else null
+    kept = as_kafka.where(plan.filter_sql).collect()
+    assert sorted(_values(kept)) == sorted(_values(_batch(spark, opts))) == ["bare1", "bare2", "p0"]
+
+
 def test_batch_report_counts_committed_records_bytes_and_txns_per_partition(
     spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:

@@ -147,3 +147,10 @@ def test_a_kafka_setting_the_client_refuses_is_a_config_error_naming_the_options
     planner = Planner(parse_options({**BASE, **extra}, streaming=False))
     with pytest.raises(ConfigError, match=r"kafka\.\* options: .*invalid Kafka client setting"):
         planner.partitions()
+
+
+def test_fetch_batch_above_what_librdkafka_takes_is_a_config_error() -> None:
+    opts = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert parse_options({**opts, "fetchBatch": "1000000"}, streaming=False).fetch_batch == 1_000_000
+    with pytest.raises(ConfigError, match="fetchBatch"):
+        parse_options({**opts, "fetchBatch": "1000001"}, streaming=False)

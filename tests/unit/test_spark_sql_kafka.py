@@ -27,8 +27,9 @@ def test_offsets_end_at_max_read_position_and_every_partition_is_assigned() -> N
 def test_filter_always_drops_control_records_and_corrupt_txn_headers() -> None:
     sql = filter_sql([_range("t", 0, 0, 10)])
     assert sql == (
-        "NOT exists(headers, h -> h.key = 'ptxn.ctl') AND "
-        "NOT exists(headers, h -> h.key = 'ptxn.txn' AND length(h.value) <> 16)"
+        "NOT coalesce(exists(headers, h -> h.key = 'ptxn.ctl'), false) AND "
+        "NOT coalesce(exists(headers, h -> h.key = 'ptxn.txn' AND "
+        "(h.value IS NULL OR length(h.value) <> 16)), false)"
     )
 
 
@@ -39,7 +40,7 @@ def test_filter_drops_aborted_txns_and_discarded_ranges_per_partition() -> None:
     assert hexed == "0000000000000001" + "0000000000000007"
     assert (
         "NOT ((topic = 't' AND partition = 0 AND ("
-        f"exists(headers, h -> h.key = 'ptxn.txn' AND h.value IN (X'{hexed}')) OR "
+        f"coalesce(exists(headers, h -> h.key = 'ptxn.txn' AND h.value IN (X'{hexed}')), false) OR "
         "(offset BETWEEN 3 AND 4))))"
     ) in sql
     assert "it\\'s" not in sql  # partitions with nothing to drop add no clause

@@ -1,0 +1,121 @@
+"""Planning reads at the edges: a partition added while a stream runs, topics or partitions named
+twice, and storage errors of an ``assign`` read as the same typed errors as a ``subscribe`` one."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kafka_store import Appender, KafkaConfig, PartitionReader, TopicAdmin
+from pulsar_txn.errors import ConfigError, ConnectError
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _opts(c: Cluster, kafka: KafkaConfig, **extra: str) -> dict[str, str]:
+    return {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "snapshotTopic": c.config.snapshot_topic,
+        "numTcs": str(c.config.num_tcs),
+        **extra,
+    }
+
+
+def test_watermarks_of_a_partition_added_after_the_readers_metadata(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"grown_{uid}"
+    admin.ensure_topic(topic, 1)
+    reader = PartitionReader(kafka)
+    try:
+        assert reader.watermarks(topic, 0) == (0, 0)  # the reader's metadata knows one partition
+        admin.add_partitions(topic, 2)
+        app = Appender(kafka)
+        try:
+            app.append(topic, 1, b"b").result(10)
+        finally:
+            app.close()
+        assert reader.watermarks(topic, 1) == (0, 1)
+    finally:
+        reader.close()
+
+
+def test_a_stream_plans_a_partition_added_while_it_runs(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark._options import parse_options
+    from spark.source import PulsarTxnStreamReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"grows_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("a")
+    opts = parse_options(_opts(c, kafka, subscribe=topic, startingOffsets="earliest"), streaming=True)
+    reader = PulsarTxnStreamReader(opts)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {topic: {"0": 1}}
+        admin.add_partitions(topic, 2)
+        app = Appender(kafka)
+        try:
+            app.append(topic, 1, b"b").result(10)
+        finally:
+            app.close()
+        later = reader.latestOffset(end, ReadAllAvailable())
+        assert later == {topic: {"0": 1, "1": 1}}
+        parts: list[Any] = list(reader.partitions(end, later))
+        assert [(p.topic, p.partition, p.start, p.end) for p in parts] == [(topic, 1, 0, 1)]
+    finally:
+        reader.stop()
+
+
+@pytest.mark.parametrize("how", ["subscribe", "assign"])
+def test_a_topic_or_partition_named_twice_is_read_once(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, how: str
+) -> None:
+    from spark._options import parse_options
+    from spark.source import PulsarTxnBatchReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"twice_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(4):  # round robin: two records in each partition
+        producer.send(f"m{i}")
+    named = {"subscribe": f"{topic}, {topic}"} if how == "subscribe" else {"assign": f'{{"{topic}":[1,0,1]}}'}
+    opts = parse_options(_opts(c, kafka, **named), streaming=False)
+    parts: list[Any] = list(PulsarTxnBatchReader(opts).partitions())
+    ranges = sorted((p.topic, p.partition, p.start, p.end) for p in parts)
+    assert ranges == [(topic, 0, 0, 2), (topic, 1, 0, 2)]
+
+
+def test_an_assign_read_with_a_bad_kafka_option_or_a_dead_broker_raises_typed_errors(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    from spark._options import parse_options
+    from spark.source import PulsarTxnBatchReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"assign_err_{uid}"
+    c.client.create_topic(topic, 1)
+    assign = f'{{"{topic}":[0]}}'
+    bad_option = {"kafka.security.protocol": "SASL_SSLX"}
+    bad = parse_options(_opts(c, kafka, assign=assign, **bad_option), streaming=False)
+    with pytest.raises(ConfigError, match="kafka"):
+        PulsarTxnBatchReader(bad).partitions()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead_options = {"kafka.bootstrap.servers": dead, "kafka.socket.timeout.ms": "2000"}
+    gone = parse_options({**_opts(c, kafka, assign=assign), **dead_options}, streaming=False)
+    with pytest.raises(ConnectError):
+        PulsarTxnBatchReader(gone).partitions()
