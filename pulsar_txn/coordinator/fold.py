@@ -52,36 +52,45 @@ class TcLogFold:
         except CodecError as exc:
             self._skip(offset, str(exc))
             return None
-        if int(fields.get("tc_id", -1)) != self.tc_id:
-            self._skip(offset, f"record for TC {fields.get('tc_id')} in the log partition of TC {self.tc_id}")
+        # Every field is read before anything changes: a well-formed record with impossible
+        # contents (a forged one, a bug's) is skipped and counted, never half applied.
+        try:
+            if int(fields.get("tc_id", -1)) != self.tc_id:
+                where = f"in the log partition of TC {self.tc_id}"
+                self._skip(offset, f"record for TC {fields.get('tc_id')} {where}")
+                return None
+            if kind is CLAIM:
+                claimed_at = int(fields["claimed_at_ms"])
+                info = ClaimInfo(offset, fields["owner_id"], fields["owner_url"], claimed_at)
+                if offset > self.epoch:
+                    self.epoch = offset
+                    self.claim = info
+                return info
+            if kind is not TXN_META and kind is not SEQ_HIGH_WATER:
+                self._skip(offset, f"unexpected {kind.name} record in a transaction log")
+                return None
+            epoch = int(fields["epoch"])
+            meta = TxnMeta.from_fields(fields) if kind is TXN_META else None
+            next_seq = meta.txn_id.least_bits + 1 if meta is not None else int(fields["next_seq"])
+        except (KeyError, TypeError, ValueError) as exc:  # ValueError: InvalidTxnID too
+            self._skip(offset, f"malformed {kind.name} record: {type(exc).__name__}: {exc}")
             return None
-        if kind is CLAIM:
-            info = ClaimInfo(offset, fields["owner_id"], fields["owner_url"], int(fields["claimed_at_ms"]))
-            if offset > self.epoch:
-                self.epoch = offset
-                self.claim = info
-            return info
-        epoch = int(fields["epoch"])
+        if epoch > offset or next_seq < 0:
+            # An epoch is the offset of the claim that started it, so always below the record's own.
+            self._skip(offset, f"impossible {kind.name} record (epoch {epoch}, next sequence {next_seq})")
+            return None
         if epoch < self.epoch:
             self.stale_keys.add(key)
             # Its state is ignored, but the sequence it used is not handed out again: never a
             # second transaction under a TxnID a deposed owner may have written data for.
-            if kind is TXN_META:
-                self.next_seq = max(self.next_seq, int(fields["seq"]) + 1)
-            elif kind is SEQ_HIGH_WATER:
-                self.next_seq = max(self.next_seq, int(fields["next_seq"]))
+            self.next_seq = max(self.next_seq, next_seq)
             return None
         self.epoch = epoch  # a record newer than any claim seen: its claim was lost, trust its epoch
-        if kind is TXN_META:
-            meta = TxnMeta.from_fields(fields)
+        if meta is not None:
             seq = meta.txn_id.least_bits
             self.txns[seq] = meta
             self.keys_by_seq.setdefault(seq, set()).add(key)
-            self.next_seq = max(self.next_seq, seq + 1)
-        elif kind is SEQ_HIGH_WATER:
-            self.next_seq = max(self.next_seq, int(fields["next_seq"]))
-        else:
-            self._skip(offset, f"unexpected {kind.name} record in a transaction log")
+        self.next_seq = max(self.next_seq, next_seq)
         return None
 
     def _tombstone(self, key: bytes) -> None:

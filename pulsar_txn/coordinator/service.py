@@ -421,7 +421,10 @@ class CoordinatorService:
                 continue
             tc = self._tcs.get(partition)
             if tc is not None and tc.tail_generation == generation:
-                tc.on_records(records)
+                try:
+                    tc.on_records(records)
+                except Exception:  # a bug of one TC's must not drop the other TCs' records (claims)
+                    log.exception("TC %d: folding log records failed", partition)
 
     def _update_owners(self, records: list[LogRecord]) -> None:
         for offset, _key, value in records:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kafka_store import REGISTRY, KafkaConfig, TopicAdmin, read_range
+from kafka_store import REGISTRY, Appender, KafkaConfig, TopicAdmin, read_range
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, decode_marker
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
@@ -520,3 +520,31 @@ def test_participants_no_marker_can_reach_are_refused_or_given_up_so_the_end_com
     assert tc.get(txn).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
     assert [(t, a) for _o, t, a, _l in _markers(ec.kafka, topic, 0)][-1] == (txn, TxnAction.COMMIT)
     wait_until(lambda: tc.low_watermark() >= later.least_bits, 10, what="low watermark past both")
+
+
+def test_a_tc_recovers_past_a_well_formed_but_impossible_log_record(
+    embedded: Callable[..., EmbeddedCoordinator],
+    coord_config: Callable[..., CoordinatorConfig],
+    kafka: KafkaConfig,
+) -> None:
+    """A TxnMeta with a negative sequence (valid Avro, impossible content: forged or a bug's) is
+    skipped and counted at recovery; it crashed the fold, and the TC never became ready."""
+    cfg = coord_config(static_tc_ids=(0,), recovery_timeout_ms=8000)
+    ec = embedded(cfg)
+    first = ec.run(ec.service.new_txn(0, 0))
+    ec.stop()
+    fields = TxnMeta(TxnID(0, 1), TxnStatus.OPEN, 1000, 0, 1000, 0).to_fields(0)
+    fields["seq"] = -1
+    app = Appender(kafka)
+    try:
+        app.append(cfg.log_topic, 0, TXN_META.encode(fields), key=b"txn/0/-1@0").result(30)
+    finally:
+        app.close()
+    again = embedded(cfg, wait=False)
+    again.wait_ready(20)
+    assert again.run(again.service.new_txn(0, 0)).least_bits > first.least_bits
+
+    async def skipped() -> int:
+        return int(again.service.coordinator(0).stats()["skipped_log_records"])
+
+    assert again.run(skipped()) >= 1
