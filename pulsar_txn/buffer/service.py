@@ -134,19 +134,26 @@ class TransactionBufferService:
                     except Exception as exc:  # broker hiccup: keep serving what we have
                         log.warning("TB service: listing topics failed: %s", exc)
                     next_refresh = now + cfg.tb_topic_refresh_ms / 1000
+                # A recreated partition's fresh state folds from the partition's start (sought below),
+                # not from the record or end seen here: the rest of this poll is not for it.
+                refolding: set[TP] = set()
                 for msg in reader.poll_batch(5000, 0.1):
                     tp = (msg.topic(), msg.partition())
                     owned = self._owned.get(tp)
-                    if owned is not None:
+                    if owned is not None and tp not in refolding:
                         offset = msg.offset()
                         if offset < owned.state.scanned_to:
-                            owned = self._recreated(tp, f"it restarts at offset {offset}")
+                            self._recreated(tp, f"it restarts at offset {offset}")
+                            refolding.add(tp)
+                            continue
                         owned.state.apply(offset, msg.headers(), msg.value())
                 for tp, end in list(reader.eof.items()):
                     owned = self._owned.get(tp)
-                    if owned is not None:
+                    if owned is not None and tp not in refolding:
                         if end < owned.state.scanned_to:
-                            owned = self._recreated(tp, f"it ends at offset {end}")
+                            self._recreated(tp, f"it ends at offset {end}")
+                            refolding.add(tp)
+                            continue
                         if end > owned.state.scanned_to:
                             owned.state.scanned_to = end
                         owned.replaying = False
@@ -155,6 +162,7 @@ class TransactionBufferService:
                     reader.pause_all()
                     self._stop.wait(0.2)
                     reader.resume_all()
+                self._refold |= refolding
                 self._maybe_snapshot()
                 while self._refold:
                     tp = self._refold.pop()

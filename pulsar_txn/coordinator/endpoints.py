@@ -178,7 +178,9 @@ class KafkaTxnEndpoints:
             )
             return
         count = self._partition_counts.get(ack_topic)
-        if count is None or (name.partition is not None and name.partition >= count):  # new, or grown
+        # Looked up again when new, when a partition beyond it is named, and always for a whole-topic
+        # registration: its acks may be in a partition added since, which must get the marker too.
+        if count is None or name.partition is None or name.partition >= count:
             try:
                 count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
             except TopicNotFoundError:
