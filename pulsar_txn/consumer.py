@@ -56,11 +56,11 @@ from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.pendingack.stats import recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
+from pulsar_txn.transaction import Transaction
 from pulsar_txn.txnid import TxnAction, TxnID
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
-    from pulsar_txn.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,12 @@ class DeadLetterPolicy:
 
     max_redeliver_count: int
     dead_letter_topic: str | None = None  # default: "<topic>-<subscription>-DLQ"
+
+    def __post_init__(self) -> None:
+        # Pulsar requires at least 1: with 0 every message would go to the DLQ unseen.
+        _args.integer(self.max_redeliver_count, "max_redeliver_count", minimum=1)
+        if self.dead_letter_topic is not None:
+            _args.text(self.dead_letter_topic, "dead_letter_topic")
 
 
 @dataclass
@@ -482,29 +488,41 @@ class Consumer(Generic[T]):
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
         wait_ms = _args.millis(timeout_millis, "timeout_millis") if timeout_millis is not None else 1 << 30
         deadline = time.monotonic() + wait_ms / 1000
+        polled = False  # receive(0) still polls once: what was fetched meanwhile is ready now
         while True:
             msg = self._next_ready()
             if msg is not None:
                 return msg
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and polled:
                 raise Timeout(f"no message for subscription {self.subscription!r} within {timeout_millis} ms")
-            self._fill(min(remaining, 0.1))
+            self._fill(max(0.0, min(remaining, 0.1)))
+            polled = True
 
     def batch_receive(self, max_messages: int = 100, timeout_millis: int = 100) -> list[Message[T]]:
         """Up to ``max_messages`` messages, waiting at most ``timeout_millis`` (maybe none)."""
         out: list[Message[T]] = []
         _args.integer(max_messages, "max_messages", minimum=1)
         deadline = time.monotonic() + _args.millis(timeout_millis, "timeout_millis") / 1000
+        polled = False
         while len(out) < max_messages:
-            msg = self._next_ready()
+            try:
+                msg = self._next_ready()
+            except Exception as exc:
+                if not out:
+                    raise
+                # A failed dead-letter send (that message comes round again): the messages this
+                # call already took are delivered, not lost with the exception.
+                log.warning("%s: %s; returning the %d messages received", self.subscription, exc, len(out))
+                break
             if msg is not None:
                 out.append(msg)
                 continue
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and polled:
                 break
-            self._fill(min(remaining, 0.05))
+            self._fill(max(0.0, min(remaining, 0.05)))
+            polled = True
         return out
 
     def _decode(self, rec: Any) -> Message[T]:
@@ -597,9 +615,13 @@ class Consumer(Generic[T]):
         props = dict(msg.properties)
         props.update({"REAL_TOPIC": str(name.base), "ORIGIN_MESSAGE_ID": str(msg.message_id)})
         # The raw payload with its schema header, so the DLQ decodes with the original schema.
-        self._client._dlq_producer(dlq)._send_payload(
+        sent = self._client._dlq_producer(dlq)._send_payload(
             msg.data, msg.schema_header, None, None, props, msg.partition_key, msg.event_timestamp
-        ).result(self._client.operation_timeout_seconds)
+        )
+        try:
+            sent.result(self._client.operation_timeout_seconds)
+        except TimeoutError:
+            raise Timeout(f"dead-letter send of {msg.message_id} to {dlq} not stored in time") from None
         with self._lock:
             self._ack_offset(part, msg.message_id.offset)
         log.info(
@@ -648,6 +670,7 @@ class Consumer(Generic[T]):
         partition are checked and written together, which is much cheaper than one call each."""
         mids = self._with_topic(_message_ids(message))
         if txn is not None:
+            _args.instance(txn, Transaction, "txn")
             by_partition: dict[tuple[str, int], list[MessageId]] = {}
             for mid in mids:
                 by_partition.setdefault((mid.topic, mid.partition), []).append(mid)
@@ -666,6 +689,7 @@ class Consumer(Generic[T]):
         as part of that transaction."""
         mids = self._with_topic(_message_ids(message))
         if txn is not None:
+            _args.instance(txn, Transaction, "txn")
             self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
             return
         if len(mids) != 1:
@@ -1230,6 +1254,8 @@ class Consumer(Generic[T]):
 
     def _seek_to(self, message_id: MessageId) -> None:
         tp = (message_id.topic, message_id.partition)
+        if message_id.offset < 0:
+            raise ConfigError(f"cannot seek to {message_id}: a negative offset")
         with self._lock:
             part = self._parts.get(tp)
             if part is None:
@@ -1237,6 +1263,14 @@ class Consumer(Generic[T]):
                     f"cannot seek to {message_id}: partition {message_id.topic}[{message_id.partition}] "
                     f"is not assigned to this consumer of {self.subscription!r}"
                 )
+        try:
+            end = end_offsets(self._client.kafka, [tp])[tp]
+        except StoreError as exc:
+            raise from_store_error(exc, f"seek to {message_id}") from None
+        if message_id.offset > end:
+            # As Pulsar refuses a position past the ledger's end: the cursor would skip (and commit
+            # past) the messages written there later.
+            raise NotAllowedError(f"cannot seek to {message_id}: {tp[0]}[{tp[1]}] ends at offset {end}")
         carried = self._carry_pending_acks(part)
         with self._read_lock, self._lock:
             if self._parts.get(tp) is not part:
@@ -1256,12 +1290,14 @@ class Consumer(Generic[T]):
         before the records of transactions that committed before it, and recovery applied those
         commits to the sought cursor again: the messages the seek made deliverable were lost."""
         self._write_ack_batches({part.tp})  # batched acks first: their records exist and are noted
+        # Outcomes written meanwhile (a commit by id elsewhere) apply now, before the cursor resets:
+        # carried as pending, such a commit would apply after the seek and swallow its messages.
+        self._read_pending_acks_to_end(part)
         with self._lock:
             records = part.pending.pending_acks()
             if records:
                 part.fold.carry_begin()
         if not records:
-            self._read_pending_acks_to_end(part)
             return {}
         try:
             self._ensure_pa_topic(part)

@@ -632,15 +632,19 @@ def test_a_failed_dead_letter_send_does_not_swallow_the_next_ready_message(
     B (not picked in that call) is still delivered afterwards."""
     c = cluster()
     topic, sub = f"dlf_{uid}", f"sub_{uid}"
-    _setup(c, topic, 2)
+    _setup(c, topic, 1)
     consumer = c.client.subscribe(
         topic,
         sub,
         initial_position="Earliest",
         negative_ack_redelivery_delay_ms=50,
-        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=0),
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
     )
     a = consumer.receive(5000)
+    consumer.negative_acknowledge(a)
+    a = consumer.receive(5000)  # redelivered once: the next redelivery goes to the DLQ
+    assert a.redelivery_count == 1
+    c.client.create_producer(topic).send("m0001")
     # B must be queued before A's redelivery is due
     wait_until(lambda: (consumer._fill(0.05), len(consumer._incoming) > 0)[1], 10, what="B queued")
     consumer.negative_acknowledge(a)
