@@ -788,12 +788,18 @@ class Consumer(Generic[T]):
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
             topic, partition = first.topic, first.partition
             take, in_txn = self._unacked.pop, self._in_txn
-            for o in offsets:
-                key = (topic, partition, o)
+            if kind is AckKind.CUMULATIVE:
+                # Every delivered message up to the position is pending now, not only the position:
+                # the ack timeout must not redeliver (and count) them while the transaction is open.
+                position = offsets[0]
+                keys = [k for k in self._unacked if k[0] == topic and k[1] == partition and k[2] <= position]
+            else:
+                keys = [(topic, partition, o) for o in offsets]
+            for key in keys:
                 entry = take(key, None)
                 if entry is not None:
                     in_txn[key] = entry[0]
-                    held.append(o)
+                    held.append(key[2])
             full = self._batch_ack(txn, part, kind, offsets, registered)
         if full:
             self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
@@ -1051,13 +1057,17 @@ class Consumer(Generic[T]):
         cumulative = (txn_id, part.tp) in self._cum_txns
         self._cum_txns.discard((txn_id, part.tp))
         missing = []
+        queued: set[int] | None = None
         for offset in released:
             key = (part.tp[0], part.tp[1], offset)
             msg = self._in_txn.pop(key, None)
             if msg is not None:
                 self._redeliver(msg, 0)
             elif key not in self._unacked:  # delivered and unacked: still the application's
-                missing.append(offset)
+                if queued is None:
+                    queued = self._queued_offsets(part.tp)
+                if offset not in queued:  # read ahead and queued here: delivered from the queue
+                    missing.append(offset)
         if cumulative:
             # As Pulsar's pending-ack handle on a cumulative abort: every message of the partition
             # delivered here and not acked comes again (and counts toward max redeliveries), not
@@ -1068,6 +1078,21 @@ class Consumer(Generic[T]):
         if missing:
             self._refetch_due.append((part.tp, missing))
 
+    def _queued_offsets(self, tp: TP) -> set[int]:
+        """Offsets of ``tp`` waiting here to be delivered (read ahead, or due for redelivery). Under
+        ``_lock``."""
+        return {
+            m.message_id.offset
+            for m in [*self._incoming, *(r.message for r in self._redeliveries)]
+            if (m.message_id.topic, m.message_id.partition) == tp
+        }
+
+    def _held_here(self, tp: TP, offset: int) -> bool:
+        """Whether the application holds the message now (delivered and unacked, or acked in a
+        transaction): a refetch must not deliver it a second time. Under ``_lock``."""
+        key = (tp[0], tp[1], offset)
+        return key in self._unacked or key in self._in_txn
+
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""
         with self._read_lock, self._lock:
@@ -1075,11 +1100,7 @@ class Consumer(Generic[T]):
                 return
             # Offsets the reader has not passed yet, or has queued, will be delivered anyway.
             ahead = self._reader.position(*tp)
-            queued = {
-                m.message_id.offset
-                for m in [*self._incoming, *(r.message for r in self._redeliveries)]
-                if (m.message_id.topic, m.message_id.partition) == tp
-            }
+            queued = self._queued_offsets(tp)
             wanted = {o for o in offsets if o < ahead and o not in queued}
         if not wanted:
             return
@@ -1091,6 +1112,9 @@ class Consumer(Generic[T]):
                     if (
                         part is not None
                         and part.pending.is_pending(rec.offset) is False
+                        and not part.cursor.is_acked(rec.offset)
+                        # delivered since (it was queued when the abort came): not again
+                        and not self._held_here(tp, rec.offset)
                         and self._reader.visible(tp[0], tp[1], rec.offset, rec.headers)
                     ):
                         self._redeliver(self._decode(rec), 0)

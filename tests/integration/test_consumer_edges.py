@@ -137,3 +137,51 @@ def test_arguments_of_the_wrong_type_are_config_errors(cluster: ClusterFactory, 
     for bad in (0, -1, "3", 1.5):
         with pytest.raises(ConfigError, match="max_redeliver_count"):
             DeadLetterPolicy(max_redeliver_count=bad)  # type: ignore[arg-type]
+
+
+def test_an_abort_releasing_a_read_ahead_message_delivers_it_once(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"dupabort_{uid}"
+    _topic_with(c, topic, 10)
+    consumer = c.client.subscribe(topic, f"s_{uid}", initial_position="Earliest")
+    first = consumer.receive(5000)
+    # everything else is read ahead into the consumer's queue
+    wait_until(lambda: (consumer._fill(0.05), len(consumer._incoming) >= 9)[1], 10, what="read ahead")
+    txn = c.client.transaction(60)
+    consumer.acknowledge(MessageId(first.message_id.topic, 0, 5), txn=txn)  # by id, not received yet
+    txn.abort()
+    got = receive_all(consumer, 1500)
+    consumer.close()
+    offsets = sorted(m.message_id.offset for m in got)
+    assert offsets == list(range(1, 10))  # 5 once: from the queue, not refetched as well
+
+
+def test_the_ack_timeout_spares_messages_under_a_pending_cumulative_ack(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A transaction's cumulative ack makes every message up to it pending: the ack timeout does not
+    redeliver them meanwhile, and the abort brings each back once, counted once (none dead-lettered)."""
+    c = cluster()
+    topic = f"atcum_{uid}"
+    _topic_with(c, topic, 3)
+    consumer = c.client.subscribe(
+        topic,
+        f"s_{uid}",
+        initial_position="Earliest",
+        ack_timeout_millis=1000,
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
+    )
+    msgs = sorted((consumer.receive(5000) for _ in range(3)), key=lambda m: m.message_id.offset)
+    txn = c.client.transaction(60)
+    consumer.acknowledge_cumulative(msgs[2], txn=txn)
+    time.sleep(1.5)  # past the ack timeout of all three
+    with pytest.raises(Timeout):
+        consumer.receive(500)  # nothing to deliver while the transaction holds them
+    txn.abort()
+    got = []
+    for _ in range(3):
+        m = consumer.receive(5000)
+        consumer.acknowledge(m)
+        got.append((m.message_id.offset, m.redelivery_count))
+    consumer.close()
+    assert sorted(got) == [(0, 1), (1, 1), (2, 1)]
