@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from kafka_store import (
+    GroupNotEmptyError,
     PartitionReader,
     StoreError,
     SubscriptionGroup,
@@ -130,6 +131,7 @@ class _Part:
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
+_SESSION_TIMEOUT_MS = 6000  # the group session: how long a silent (or static, closed) member stays
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
 _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
 
@@ -272,6 +274,7 @@ class Consumer(Generic[T]):
             self._on_revoke,
             client_id=client_id,
             instance_id=instance_id,
+            session_timeout_ms=_SESSION_TIMEOUT_MS,
             on_lost=self._on_lost,
             on_tick=self._retry_failed_opens,
         )
@@ -1435,7 +1438,16 @@ class Consumer(Generic[T]):
     def unsubscribe(self) -> None:
         """Close and delete the subscription (its consumer group and pending-ack logs).
         ``NotAllowedError``, with nothing deleted, if the group also holds the cursors of a
-        same-named subscription on other topics (deleting the group would delete those too)."""
+        same-named subscription on other topics (deleting the group would delete those too), or
+        if other consumers are connected to it (Pulsar refuses that too); this one stays open then."""
+        try:
+            members = self._other_members()
+        except StoreError as exc:
+            raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
+        if members:
+            raise NotAllowedError(
+                f"cannot unsubscribe {self.subscription!r}: other consumers are connected ({len(members)})"
+            )
         self.close()
         pa_topics = sorted({pending_ack_topic(t, self.subscription) for t in self.topics})
         try:
@@ -1449,13 +1461,34 @@ class Consumer(Generic[T]):
                     f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
                     "with a consumer of all of them"
                 )
-            delete_group(self._client.kafka, self.subscription)
+            self._delete_group()
             deleted = [t for t in pa_topics if self._client._admin.topic_exists(t)]
             self._client._admin.delete_topics(deleted)
         except StoreError as exc:
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
         if deleted:  # a new subscription under the name creates its pending-ack logs again
             self._client._deleted(f"the pending-ack logs of {self.subscription!r} were deleted")
+
+    def _delete_group(self) -> None:
+        """Delete the subscription's group. A static member (``instance_id``) does not leave the
+        group when it closes (KIP-345): the group empties once its session times out, so the delete
+        is retried until then."""
+        give_up = time.monotonic() + (_SESSION_TIMEOUT_MS / 1000 + 5 if self._instance_id else 0)
+        while True:
+            try:
+                delete_group(self._client.kafka, self.subscription)
+                return
+            except GroupNotEmptyError as exc:
+                if time.monotonic() < give_up:
+                    time.sleep(0.5)
+                    continue
+                if self._instance_id:
+                    raise GroupNotEmptyError(
+                        f"{exc}: this consumer's static membership (instance_id={self._instance_id!r}) "
+                        "outlives its close until the broker expires its session; unsubscribe again later "
+                        "(docs/broker-quirks.md: the embedded broker never expires it)"
+                    ) from None
+                raise
 
     def __enter__(self) -> Consumer[T]:
         return self

@@ -185,3 +185,23 @@ def test_the_ack_timeout_spares_messages_under_a_pending_cumulative_ack(
         got.append((m.message_id.offset, m.redelivery_count))
     consumer.close()
     assert sorted(got) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_unsubscribe_is_refused_while_other_consumers_are_connected(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    topic = f"unsub_{uid}"
+    _topic_with(c, topic, 3)
+    first = c.client.subscribe(topic, f"fo_{uid}", consumer_type="Failover", initial_position="Earliest")
+    second = c.client.subscribe(topic, f"fo_{uid}", consumer_type="Failover", initial_position="Earliest")
+    with pytest.raises(NotAllowedError, match="other consumers"):
+        first.unsubscribe()  # Pulsar refuses too; the consumer stays open
+    try:
+        first.receive(0)  # not NotAllowedError("consumer is closed")
+    except Timeout:
+        pass  # the other consumer holds the partition
+    second.close()
+    first.unsubscribe()
+    with pytest.raises(NotAllowedError):
+        first.receive(0)  # closed now
