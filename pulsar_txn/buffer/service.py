@@ -26,6 +26,8 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
+_PRUNE_EVERY_S = 60.0  # retention deletes in segments, minutes apart at least
+
 TP = tuple[str, int]
 
 
@@ -119,8 +121,10 @@ class TransactionBufferService:
             metadata_refresh_ms=cfg.tb_topic_refresh_ms,  # partitions added to a topic are taken as soon
         )
         admin = TopicAdmin(self._kafka)
+        starts = PartitionReader(self._kafka)  # log-start offsets, for pruning
         wanted = re.compile(cfg.tb_topic_pattern)
         next_refresh = next_stats = 0.0
+        next_prune = time.monotonic() + _PRUNE_EVERY_S
         next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
         try:
             while not self._stop.is_set():
@@ -174,6 +178,9 @@ class TransactionBufferService:
                 if time.monotonic() >= next_hanging:
                     self._check_hanging()
                     next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
+                if time.monotonic() >= next_prune:
+                    self._prune(starts)
+                    next_prune = time.monotonic() + _PRUNE_EVERY_S
         except BaseException:
             # Stderr alone (the thread's excepthook) is easy to miss in a service's logs.
             log.exception("TB service stopped: it snapshots and resolves nothing any more")
@@ -183,6 +190,7 @@ class TransactionBufferService:
                 if self._exists(tp[0]):
                     self._snapshot(tp, self._owned[tp])
             reader.close()
+            starts.close()
             if self._probe is not None:
                 self._probe.close()
                 self._probe = None
@@ -306,6 +314,24 @@ class TransactionBufferService:
             log.info("TB service: %s was deleted; its partitions %s are dropped", topic, partitions)
 
     # ------------------------------------------------------------------ snapshots
+    def _prune(self, starts: PartitionReader) -> None:
+        """Forget the aborted transactions and discarded ranges whose records retention has deleted
+        (below each partition's log-start offset), as readers do: the service's state, stats and
+        snapshots stay bounded. A pruned state is snapshotted again (it counts as a change)."""
+        for tp, owned in list(self._owned.items()):
+            if owned.replaying or not self._exists(tp[0]):
+                continue
+            try:
+                low, _high = starts.watermarks(*tp)
+            except StoreError as exc:  # tried again at the next round
+                log.debug("TB service: log start of %s[%d] unknown: %s", tp[0], tp[1], exc)
+                continue
+            state = owned.state
+            before = (len(state.aborted), len(state.discarded))
+            state.prune(low)
+            if (len(state.aborted), len(state.discarded)) != before:
+                state.changes += 1
+
     def _maybe_snapshot(self) -> None:
         cfg = self._config
         now = time.monotonic()

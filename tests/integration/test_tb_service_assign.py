@@ -208,3 +208,51 @@ def test_checking_a_snapshot_anchor_leaves_no_partition_fetching(kafka: KafkaCon
     finally:
         reader.close()
         app.close()
+
+
+def test_the_service_prunes_aborted_transactions_retention_has_deleted(
+    kafka: KafkaConfig,
+    coord_config: Callable[..., CoordinatorConfig],
+    uid: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service's aborted set (and so its snapshots and stats) stays bounded: an aborted
+    transaction whose records retention deleted is forgotten, as readers forget it."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    import pulsar_txn.buffer.service as service_module
+    from pulsar_txn.buffer.marker import TxnMarker, marker_record
+    from pulsar_txn.txnid import TxnAction
+
+    monkeypatch.setattr(service_module, "_PRUNE_EVERY_S", 0.3)
+    topic = f"tbprune_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    aborted = TxnID(1, 7)
+    app = Appender(kafka)
+    try:
+        app.append(topic, 0, b"a", headers=[(TXN_HEADER, aborted.to_bytes())]).result(10)
+        value, headers = marker_record(
+            TxnMarker(aborted, TxnAction.ABORT, -1, int(time.time() * 1000)), topic, 0, None
+        )
+        app.append(topic, 0, value, headers=headers).result(10)
+        app.append(topic, 0, b"plain").result(10)
+    finally:
+        app.close()
+    service = TransactionBufferService(
+        kafka, coord_config(tb_snapshot_interval_ms=100, tb_topic_refresh_ms=300)
+    )
+    service.start()
+    key = f"{topic}-partition-0"
+    try:
+
+        def stats() -> dict[str, Any]:
+            return service.stats()["partitions"].get(key) or {}
+
+        wait_until(lambda: stats().get("aborted_txn_size") == 1, 20, what="the aborted transaction folded")
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for done in admin.delete_records([TopicPartition(topic, 0, 2)]).values():
+            done.result(15)  # retention: the transaction's message and its marker are gone
+        wait_until(lambda: stats().get("aborted_txn_size") == 0, 20, what="the aborted transaction pruned")
+    finally:
+        service.stop()
