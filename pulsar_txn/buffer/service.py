@@ -74,6 +74,7 @@ class TransactionBufferService:
         self._appender: Appender | None = None
         self._store: SnapshotStore | None = None
         self._probe: PartitionReader | None = None  # reads checkpoint records (see _same_partition)
+        self._starts: PartitionReader | None = None  # log-start offsets, for pruning (see _prune)
         self._refold: set[TP] = set()  # partitions found to be new ones: read again from their start
         self.snapshots_written = 0
         self.hanging_resolved = 0
@@ -121,7 +122,6 @@ class TransactionBufferService:
             metadata_refresh_ms=cfg.tb_topic_refresh_ms,  # partitions added to a topic are taken as soon
         )
         admin = TopicAdmin(self._kafka)
-        starts = PartitionReader(self._kafka)  # log-start offsets, for pruning
         wanted = re.compile(cfg.tb_topic_pattern)
         next_refresh = next_stats = 0.0
         next_prune = time.monotonic() + _PRUNE_EVERY_S
@@ -179,7 +179,7 @@ class TransactionBufferService:
                     self._check_hanging()
                     next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
                 if time.monotonic() >= next_prune:
-                    self._prune(starts)
+                    self._prune()
                     next_prune = time.monotonic() + _PRUNE_EVERY_S
         except BaseException:
             # Stderr alone (the thread's excepthook) is easy to miss in a service's logs.
@@ -190,7 +190,9 @@ class TransactionBufferService:
                 if self._exists(tp[0]):
                     self._snapshot(tp, self._owned[tp])
             reader.close()
-            starts.close()
+            if self._starts is not None:
+                self._starts.close()
+                self._starts = None
             if self._probe is not None:
                 self._probe.close()
                 self._probe = None
@@ -314,15 +316,17 @@ class TransactionBufferService:
             log.info("TB service: %s was deleted; its partitions %s are dropped", topic, partitions)
 
     # ------------------------------------------------------------------ snapshots
-    def _prune(self, starts: PartitionReader) -> None:
+    def _prune(self) -> None:
         """Forget the aborted transactions and discarded ranges whose records retention has deleted
         (below each partition's log-start offset), as readers do: the service's state, stats and
         snapshots stay bounded. A pruned state is snapshotted again (it counts as a change)."""
         for tp, owned in list(self._owned.items()):
             if owned.replaying or not self._exists(tp[0]):
                 continue
+            if self._starts is None:
+                self._starts = PartitionReader(self._kafka)  # log-start offsets: made at first use
             try:
-                low, _high = starts.watermarks(*tp)
+                low, _high = self._starts.watermarks(*tp)
             except StoreError as exc:  # tried again at the next round
                 log.debug("TB service: log start of %s[%d] unknown: %s", tp[0], tp[1], exc)
                 continue
