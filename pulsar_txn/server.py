@@ -231,8 +231,10 @@ class _Connection:
             keepalive.cancel()
             for task in self._tasks:
                 task.cancel()
-            await asyncio.gather(keepalive, *self._tasks, return_exceptions=True)
             try:
+                # stop() may cancel us here too: then the socket is aborted below, never left
+                # closing with unsent answers (an unclosed-transport warning once the loop is gone).
+                await asyncio.gather(keepalive, *self._tasks, return_exceptions=True)
                 # close() waits for what is buffered to be written: a peer that does not read would
                 # hold the socket (and stop()) for good, so the flush gets a bounded time.
                 async with asyncio.timeout(_CLOSE_FLUSH_S):
