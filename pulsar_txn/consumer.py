@@ -1277,11 +1277,13 @@ class Consumer(Generic[T]):
             return
         if not message_id.topic and len(self.topics) == 1:
             message_id = new_message_id(self.topics[0].kafka_topic, message_id.partition, message_id.offset)
-        self._seek_to(message_id)
+        self._seek_to(message_id, given=True)
 
-    def _seek_to(self, message_id: MessageId) -> None:
+    def _seek_to(self, message_id: MessageId, *, given: bool = False) -> None:
+        """``given``: an id the application named, checked to lie within the partition (positions
+        from EARLIEST / LATEST / a publish time always do, and need no end-offset request each)."""
         tp = (message_id.topic, message_id.partition)
-        if message_id.offset < 0:
+        if given and message_id.offset < 0:
             raise ConfigError(f"cannot seek to {message_id}: a negative offset")
         with self._lock:
             part = self._parts.get(tp)
@@ -1290,14 +1292,15 @@ class Consumer(Generic[T]):
                     f"cannot seek to {message_id}: partition {message_id.topic}[{message_id.partition}] "
                     f"is not assigned to this consumer of {self.subscription!r}"
                 )
-        try:
-            end = end_offsets(self._client.kafka, [tp])[tp]
-        except StoreError as exc:
-            raise from_store_error(exc, f"seek to {message_id}") from None
-        if message_id.offset > end:
-            # As Pulsar refuses a position past the ledger's end: the cursor would skip (and commit
-            # past) the messages written there later.
-            raise NotAllowedError(f"cannot seek to {message_id}: {tp[0]}[{tp[1]}] ends at offset {end}")
+        if given:
+            try:
+                end = end_offsets(self._client.kafka, [tp])[tp]
+            except StoreError as exc:
+                raise from_store_error(exc, f"seek to {message_id}") from None
+            if message_id.offset > end:
+                # As Pulsar refuses a position past the ledger's end: the cursor would skip (and
+                # commit past) the messages written there later.
+                raise NotAllowedError(f"cannot seek to {message_id}: {tp[0]}[{tp[1]}] ends at offset {end}")
         carried = self._carry_pending_acks(part)
         with self._read_lock, self._lock:
             if self._parts.get(tp) is not part:
