@@ -141,6 +141,10 @@ class CoordinatorServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # A socket aborted by a connection's clean-up is released by a callback on the next loop
+        # iteration: let it run, so stop() returns with every socket closed (a loop ended right
+        # after stop() left them open: unclosed-transport warnings when collected).
+        await asyncio.sleep(0)
         await server.wait_closed()
         log.info("transaction coordinator on %s stopped", self.url)
 
