@@ -51,6 +51,7 @@ class AdminHttpServer:
         self._path_tokens = dict(path_tokens or {})
         self._server: asyncio.Server | None = None
         self._open = 0  # connections being answered
+        self._answering: set[asyncio.Task[Any]] = set()
         self.refused_connections = 0
 
     @property
@@ -64,10 +65,20 @@ class AdminHttpServer:
         self._server = await asyncio.start_server(self._handle, self._host, self._port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        """Stop listening and end the answers in progress; returns with their sockets closed."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        # asyncio's Server leaves its connections to their handlers (before 3.12 wait_closed() does
+        # not wait for them): a loop closed right after would leave their sockets open or half closed.
+        tasks = list(self._answering)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # A socket closed or aborted is released by a callback on the next iteration: let it run.
+        await asyncio.sleep(0)
+        await server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= _MAX_OPEN:
@@ -82,10 +93,18 @@ class AdminHttpServer:
             writer.transport.abort()
             return
         self._open += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._answering.add(task)
         try:
             await self._answer(reader, writer)
+        except asyncio.CancelledError:  # stop(): never leave the socket open or half closed
+            writer.transport.abort()
+            raise
         finally:
             self._open -= 1
+            if task is not None:
+                self._answering.discard(task)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))
@@ -108,9 +127,6 @@ class AdminHttpServer:
         writer.transport.set_write_buffer_limits(0)  # drain() returns once all of it is handed over
         try:
             await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
-        except asyncio.CancelledError:  # the server stops: do not leave the socket half closed
-            writer.transport.abort()
-            raise
         except TimeoutError:
             # A client that does not read must not hold the answer, the socket and this task.
             log.info("admin answer to %s dropped: not read within %ds", peer, _WRITE_TIMEOUT_S)
