@@ -293,14 +293,18 @@ class SubscriptionGroup:
         session_timeout_ms: int = 6000,
         on_lost: Callable[[list[tuple[str, int]]], None] | None = None,
         on_tick: Callable[[], None] | None = None,
+        metadata_refresh_ms: int | None = None,
     ) -> None:
         """``on_tick``: called on the group's thread about every 50 ms (between polls), e.g. to retry
-        work of an assignment callback that failed."""
+        work of an assignment callback that failed. ``metadata_refresh_ms``: how soon partitions added
+        to a subscribed topic are assigned (librdkafka looks every 5 minutes by default)."""
         extra: dict[str, Any] = {
             "client.id": client_id,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
         }
+        if metadata_refresh_ms is not None:
+            extra["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
         # Static membership: a restarted member with the same id takes its predecessor's place at
         # once instead of waiting out the session timeout.
         conf = _group_conf(config, group_id, session_timeout_ms, instance_id, **extra)

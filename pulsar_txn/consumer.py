@@ -28,6 +28,7 @@ from kafka_store import (
     PartitionReader,
     StoreError,
     SubscriptionGroup,
+    TopicNotFoundError,
     delete_group,
     describe_group,
     end_offsets,
@@ -134,6 +135,9 @@ _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
 _SESSION_TIMEOUT_MS = 6000  # the group session: how long a silent (or static, closed) member stays
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
 _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
+# How soon partitions added to a subscribed topic are assigned: Pulsar's autoUpdatePartitionsInterval
+# (librdkafka would look every 5 minutes).
+PARTITIONS_REFRESH_MS = 60_000
 
 
 @dataclass
@@ -252,7 +256,7 @@ class Consumer(Generic[T]):
         # its own messages, not every message held by every transaction in flight.
         self._txn_offsets: dict[TxnID, dict[TP, list[int]]] = {}
         self._redelivery_counts: dict[tuple[str, int, int], int] = {}
-        self._pa_topics_ready: set[str] = set()
+        self._pa_topics_ready: set[TP] = set()  # pending-ack log partitions known to exist
         self._retained: dict[TP, _Part] = {}
         # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.
         self._reopen: dict[TP, tuple[float, float]] = {}
@@ -275,6 +279,7 @@ class Consumer(Generic[T]):
             client_id=client_id,
             instance_id=instance_id,
             session_timeout_ms=_SESSION_TIMEOUT_MS,
+            metadata_refresh_ms=PARTITIONS_REFRESH_MS,
             on_lost=self._on_lost,
             on_tick=self._retry_failed_opens,
         )
@@ -384,7 +389,7 @@ class Consumer(Generic[T]):
             with self._read_lock, self._lock, self._pa_lock:
                 self._parts[tp] = retained
                 self._reader.add_partition(topic, partition, retained.cursor.mark_delete)
-                if retained.pa_topic in self._pa_topics_ready:
+                if (retained.pa_topic, partition) in self._pa_topics_ready:
                     self._pa().add(retained.pa_topic, partition, retained.fold.next_offset)
             retained.dirty = True
             self._flush_part(retained, in_callback=True)
@@ -397,13 +402,12 @@ class Consumer(Generic[T]):
         name = self._kafka_topics[topic]
         fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
-        if self._client._admin.topic_exists(pa_topic):
-            self._pa_topics_ready.add(pa_topic)
+        self._note_pa_partitions(pa_topic, self._pa_partition_count(pa_topic))
         part = _Part(tp, cursor, pending, fold, pa_topic, committed=committed)
         with self._read_lock, self._lock, self._pa_lock:
             self._parts[tp] = part
             self._reader.add_partition(topic, partition, cursor.mark_delete)
-            if pa_topic in self._pa_topics_ready:
+            if (pa_topic, partition) in self._pa_topics_ready:
                 self._pa().add(pa_topic, partition, fold.next_offset)
         self._flush_part(part, in_callback=True)
         log.info(
@@ -453,7 +457,7 @@ class Consumer(Generic[T]):
                 if not committed:
                     self._retained[tp] = part  # reused if the partition comes back to us
                 self._reader.remove_partition(*tp)
-                if self._pa_reader is not None and part.pa_topic in self._pa_topics_ready:
+                if self._pa_reader is not None and (part.pa_topic, tp[1]) in self._pa_topics_ready:
                     self._pa_reader.remove(part.pa_topic, tp[1])
                 self._forget_partition(tp)
         self._write_ack_batches(revoked)  # acks made meanwhile, before their partition was dropped
@@ -759,9 +763,12 @@ class Consumer(Generic[T]):
                 f"cannot acknowledge {first}: {first.topic!r} is not subscribed by {self.subscription!r}"
             )
         # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
-        # the TC then ends it in that partition's pending-ack log only, not in all of them.
-        if self._client._partition_count(name) > 1:
-            return name.base.with_partition(first.partition)
+        # the TC then ends it in that partition's pending-ack log only, not in all of them. A partition
+        # beyond the cached count is looked up (the topic grew), so a whole-topic registration always
+        # means acks in partition 0 only: the TC ends it without looking the log's partitions up again.
+        in_partition = name.base.with_partition(first.partition)
+        if first.partition > 0 or self._client._partition_count(in_partition) > 1:
+            return in_partition
         return name.base
 
     def _ack_counted(
@@ -870,19 +877,35 @@ class Consumer(Generic[T]):
 
         batch.registered.add_done_callback(write)
 
+    def _pa_partition_count(self, pa_topic: str) -> int:
+        try:
+            return self._client._admin.partition_count(pa_topic)
+        except TopicNotFoundError:
+            return 0
+
+    def _note_pa_partitions(self, pa_topic: str, count: int) -> None:
+        self._pa_topics_ready.update((pa_topic, p) for p in range(count))
+
     def _ensure_pa_topic(self, part: _Part) -> None:
-        if part.pa_topic in self._pa_topics_ready:
+        """The part's partition of its pending-ack log exists, and the tail reads it."""
+        if (part.pa_topic, part.tp[1]) in self._pa_topics_ready:
             return
-        count = self._client._partition_count(self._kafka_topics[part.tp[0]])
+        # Named by partition: a partition beyond the cached count makes the client look again (the
+        # data topic grew after this consumer learnt its count; the log must grow with it).
+        data = self._kafka_topics[part.tp[0]].base.with_partition(part.tp[1])
+        count = self._client._partition_count(data)
         if self._client._admin.ensure_topic(part.pa_topic, count) < count:
             # Partitioned like the data topic (e.g. after the data topic grew).
             self._client._admin.add_partitions(part.pa_topic, count)
         with self._lock, self._pa_lock:
-            if part.pa_topic not in self._pa_topics_ready:
-                self._pa_topics_ready.add(part.pa_topic)
-                for tp, p in self._parts.items():
-                    if p.pa_topic == part.pa_topic:
-                        self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
+            for tp, p in self._parts.items():
+                if (
+                    p.pa_topic == part.pa_topic
+                    and tp[1] < count
+                    and (p.pa_topic, tp[1]) not in self._pa_topics_ready
+                ):
+                    self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
+            self._note_pa_partitions(part.pa_topic, count)
 
     def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
         """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
@@ -1354,7 +1377,7 @@ class Consumer(Generic[T]):
         and the messages the seek made deliverable were lost."""
         pa = (part.pa_topic, part.tp[1])
         with self._lock, self._pa_lock:
-            if pa[0] not in self._pa_topics_ready:
+            if pa not in self._pa_topics_ready:
                 return  # no log when the partition was opened, and none written since: nothing to skip
         try:
             end = end_offsets(self._client.kafka, [pa])[pa]

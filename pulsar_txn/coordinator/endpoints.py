@@ -178,9 +178,10 @@ class KafkaTxnEndpoints:
             )
             return
         count = self._partition_counts.get(ack_topic)
-        # Looked up again when new, when a partition beyond it is named, and always for a whole-topic
-        # registration: its acks may be in a partition added since, which must get the marker too.
-        if count is None or name.partition is None or name.partition >= count:
+        # Looked up again when new and when a partition beyond it is named. Clients register a
+        # partition beyond the first by its name (consumer._txn_ack_topic), so the cached count serves
+        # a whole-topic registration: one lookup per END_TXN doubled its latency.
+        if count is None or (name.partition is not None and name.partition >= count):
             try:
                 count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
             except TopicNotFoundError:

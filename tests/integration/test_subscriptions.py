@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
+import pulsar_txn.consumer as consumer_module
 from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
 from pulsar_txn.errors import (
@@ -185,6 +187,42 @@ def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackab
     t4 = c.client.transaction(60)
     consumer.acknowledge(msgs[1], txn=t4)  # allowed again after the abort
     t4.commit()
+
+
+def test_an_ack_in_a_partition_added_to_the_topic_is_ended_in_that_partition_of_the_log(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer of a one-partition topic registers the whole topic; once the topic grows, an ack in
+    the new partition names that partition, so the coordinator (whose cached count of the log is one)
+    ends it where it is instead of leaving it pending."""
+    monkeypatch.setattr(consumer_module, "PARTITIONS_REFRESH_MS", 500)
+    c = cluster()
+    topic, sub = f"pagrow_{uid}", f"sub_{uid}"
+    _setup(c, topic, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    with c.client.transaction(60) as first:
+        consumer.acknowledge(consumer.receive(5000), txn=first)  # the TC caches the log's count: 1
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    c.client._admin.add_partitions(topic, 2)
+    # Another process's producer: this client's cached count of the topic stays 1.
+    producer = Producer({"bootstrap.servers": c.client.kafka.bootstrap_servers})
+    producer.produce(topic, b"in the new partition", partition=1)
+    assert producer.flush(10) == 0
+    msg = consumer.receive(20000)  # assigned within a metadata refresh, not librdkafka's 5 minutes
+    assert msg.message_id.partition == 1
+    txn = c.client.transaction(60)
+    consumer.acknowledge(msg, txn=txn)
+    txn._wait_ops()
+    tc = c.coordinator.service.coordinator(txn.txn_id.most_bits)  # type: ignore[union-attr]
+    full = f"persistent://public/default/{topic}-partition-1"
+    assert tc.get(txn.txn_id).subscriptions == [(full, sub)]  # type: ignore[union-attr]
+    log_topic = f"{topic}-{sub}__transaction_pending_ack"
+    tps = [(log_topic, p) for p in range(2)]
+    before = end_offsets(c.client._admin.config, tps)
+    txn.commit()
+    after = end_offsets(c.client._admin.config, tps)
+    assert {tp[1]: after[tp] - before[tp] for tp in tps} == {0: 0, 1: 1}
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
 
 
 def test_an_ack_on_one_partition_is_ended_in_that_partition_of_the_pending_ack_log_only(
