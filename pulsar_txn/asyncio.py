@@ -43,7 +43,7 @@ from pulsar_txn.message import EARLIEST, Message, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader
 from pulsar_txn.schema import Schema
-from pulsar_txn.transaction import Transaction, TransactionState
+from pulsar_txn.transaction import ENDED_OR_ENDING, Transaction, TransactionState
 from pulsar_txn.txnid import TxnID
 
 T = TypeVar("T")
@@ -145,7 +145,7 @@ class AsyncTransaction:
         # and if that fails, log it and let the block's exception through.
         state = self.sync.state
         if exc is None:
-            if state not in (TransactionState.COMMITTED, TransactionState.ABORTED):
+            if state not in ENDED_OR_ENDING:
                 await self.commit()
         elif state in (TransactionState.OPEN, TransactionState.TIME_OUT):
             try:

@@ -133,6 +133,7 @@ class Client:
         self._log_topic = log_topic  # the coordinators' transaction log (consumers look things up there)
         self._lock = threading.Lock()
         self._tc_client: SyncTcClient | None = None
+        self._tc_lock = threading.Lock()  # one coordinator connect at a time (not under _lock)
         self._appender_: Appender | None = None
         self._admin = TopicAdmin(self.kafka)
         self._snapshot_store: SnapshotStore | None = None
@@ -393,19 +394,35 @@ class Client:
         return self._tc_client is not None
 
     def _tc(self) -> SyncTcClient:
-        with self._lock:
-            if self._tc_client is None:
-                self._check_open()
-                client = SyncTcClient(
-                    self.service_url,
-                    auth_token=self._auth,
-                    operation_timeout=self.operation_timeout_seconds,
-                    num_tcs=self._num_tcs,
-                    keep_alive_interval=self._keep_alive,
-                )
+        existing = self._tc_client
+        if existing is not None:
+            return existing
+        # Its own lock: connecting may take the whole operation timeout while the coordinator is
+        # down, and _lock guards what plain sends, acks and readers need (they must not wait on it).
+        with self._tc_lock:
+            if self._tc_client is not None:
+                return self._tc_client
+            self._check_open()
+            client = SyncTcClient(
+                self.service_url,
+                auth_token=self._auth,
+                operation_timeout=self.operation_timeout_seconds,
+                num_tcs=self._num_tcs,
+                keep_alive_interval=self._keep_alive,
+            )
+            try:
                 client.connect()
-                self._tc_client = client
-            return self._tc_client
+            except BaseException:
+                client.close()  # its loop thread, else one leaked per failed connect
+                raise
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._tc_client = client
+            if closed:  # close() ran meanwhile: it did not see this one
+                client.close()
+                self._check_open()
+            return client
 
     def _deadline_watch(self) -> DeadlineWatch:
         """Where transaction ends in flight register (their deadlines, and ``close`` waits for them)."""

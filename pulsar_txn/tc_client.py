@@ -158,9 +158,10 @@ class TcClient:
     async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         await self.run_call(end_txn_call(txn_id, action))
 
-    async def run_call(self, call: TcCall[T]) -> T:
-        """One coordinator call: connect, look the owner up, send, retry until the deadline."""
-        deadline = self._deadline()
+    async def run_call(self, call: TcCall[T], budget: float | None = None) -> T:
+        """One coordinator call: connect, look the owner up, send, retry until the deadline (the
+        operation timeout from now, or ``budget`` seconds: what a failed fast-path try left)."""
+        deadline = self._deadline() if budget is None else asyncio.get_running_loop().time() + budget
         await self._ensure_connected(deadline)
 
         async def attempt() -> T:
@@ -499,6 +500,7 @@ class SyncTcClient:
         return conn.request_threadsafe(call.build(request_id), call.response_type, request_id, deadline)
 
     def _call(self, call: TcCall[T]) -> T:
+        started = time.monotonic()
         sent = self._send(call)
         if sent is not None:
             try:
@@ -507,9 +509,22 @@ class SyncTcClient:
                 if not _worth_the_slow_path(exc) or self._closed:
                     raise
                 log.debug("%s on TC %d failed on the fast path, retrying: %s", call.what, call.tc_id, exc)
+                return self._run(self._client.run_call(call, self._left(call, started, exc)))
         return self._run(self._client.run_call(call))
 
+    def _left(self, call: TcCall[Any], started: float, failure: PulsarTxnError) -> float:
+        """What the operation timeout leaves for the slow path after a failed fast-path try: the
+        call as a whole ends within it (a fresh timeout there made it take up to twice as long)."""
+        left = self._client.operation_timeout - (time.monotonic() - started)
+        if left <= 0:
+            raise Timeout(
+                f"{call.what} on TC {call.tc_id} timed out after {self._client.operation_timeout}s"
+                + _last(failure)
+            )
+        return left
+
     def _call_async(self, call: TcCall[T]) -> concurrent.futures.Future[T]:
+        started = time.monotonic()
         sent = self._send(call)
         if sent is None:
             return self.submit(self._client.run_call(call))
@@ -523,7 +538,8 @@ class SyncTcClient:
                     result.set_exception(exc)
                     return
                 try:
-                    relay(self.submit(self._client.run_call(call)), result, _same)
+                    left = self._left(call, started, exc)
+                    relay(self.submit(self._client.run_call(call, left)), result, _same)
                 except PulsarTxnError as closed:
                     result.set_exception(closed)
             except BaseException as exc:  # a bug in parsing must still end the future

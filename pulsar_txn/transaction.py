@@ -451,13 +451,24 @@ class Transaction:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is None:
-            if self.state not in (TransactionState.COMMITTED, TransactionState.ABORTED):
-                self.commit()  # the block may have ended it itself: then there is nothing to do
+            if self.state not in ENDED_OR_ENDING:
+                self.commit()  # the block may have ended it (or begun to): then there is nothing to do
         elif self.state in (TransactionState.OPEN, TransactionState.TIME_OUT):
             try:
                 self.abort()
             except PulsarTxnError as abort_error:  # keep the original exception; log this one
                 log.warning("aborting %s after %r failed: %s", self.txn_id, exc, abort_error)
+
+
+# A block that ended its transaction itself, or began to (``commit_async``): its exit leaves it so.
+ENDED_OR_ENDING = frozenset(
+    {
+        TransactionState.COMMITTED,
+        TransactionState.ABORTED,
+        TransactionState.COMMITTING,
+        TransactionState.ABORTING,
+    }
+)
 
 
 class TransactionBuilder:
@@ -471,7 +482,8 @@ class TransactionBuilder:
 
     def with_transaction_timeout(self, seconds: float) -> TransactionBuilder:
         """The coordinator aborts the transaction if it has not ended within ``seconds``."""
-        self._timeout_ms = int(_args.seconds(seconds, "transaction timeout") * 1000)
+        # At least 1 ms: 0 on the wire asks for the coordinator's default (10 minutes, say).
+        self._timeout_ms = max(1, round(_args.seconds(seconds, "transaction timeout") * 1000))
         return self
 
     def build(self) -> Transaction:
