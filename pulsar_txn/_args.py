@@ -71,3 +71,23 @@ def instance(value: object, kind: type[E], what: str) -> E:
 
 
 __all__ = ["encoded", "instance", "integer", "millis", "number", "seconds", "text"]
+
+
+_MAX_INT64 = (1 << 63) - 1  # Kafka's offsets and timestamps are int64
+
+
+def publish_time(value: int, what: str) -> int:
+    """A publish time to seek to: ms since the epoch, 0 to 2**63-1 (a negative one is one of Kafka's
+    special lookups, -1 latest and -2 earliest, not a time)."""
+    if not 0 <= value <= _MAX_INT64:
+        raise ConfigError(f"{what} must be a publish time in ms since the epoch (0 to 2**63-1), not {value}")
+    return value
+
+
+def position(partition: int, offset: int, what: str) -> None:
+    """A message id's partition and offset: not negative, within int64 (a negative offset is one of
+    Kafka's special positions, not a message)."""
+    if not 0 <= partition <= _MAX_INT64 or not 0 <= offset < _MAX_INT64:
+        raise ConfigError(
+            f"{what}: partition and offset must be between 0 and 2**63-1, not {partition}:{offset}"
+        )

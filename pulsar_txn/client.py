@@ -34,7 +34,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, NotAllowedError, TopicNotFound
+from pulsar_txn.errors import ConfigError, NotAllowedError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName, from_kafka, names_of_kafka_topic
 from pulsar_txn.producer import Producer
@@ -47,6 +47,7 @@ from pulsar_txn.txnid import TxnID
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+H = TypeVar("H", "Producer[Any]", "Reader[Any]")
 
 
 class AuthenticationToken:
@@ -142,6 +143,8 @@ class Client:
         self._closed = False  # then nothing makes its connections again (NotAllowedError instead)
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
+        # Open producers and readers: close() closes them too (each leaves the set when closed).
+        self._open_handles: set[Producer[Any] | Reader[Any]] = set()
         self._ends = DeadlineWatch("pulsar-txn-end-deadlines")  # commit_async / abort_async in flight
 
     # ------------------------------------------------------------------ embedded mode
@@ -216,7 +219,7 @@ class Client:
         values are encoded (default bytes; ``StringSchema()``, ``JsonSchema(T)``, ``AvroSchema(T)``)."""
         self._check_open()
         _check_schema(schema)
-        return Producer(self, topic, producer_name=producer_name, schema=schema)
+        return self._opened_handle(Producer(self, topic, producer_name=producer_name, schema=schema))
 
     @overload
     def subscribe(
@@ -358,7 +361,23 @@ class Client:
         self._check_open()
         _check_schema(schema)
         _args.instance(start_message_id, MessageId, "start_message_id")
-        return Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
+        return self._opened_handle(
+            Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
+        )
+
+    def _opened_handle(self, handle: H) -> H:
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._open_handles.add(handle)
+        if closed:  # close() ran while it was made
+            handle.close()
+            self._check_open()
+        return handle
+
+    def _handle_closed(self, handle: Producer[Any] | Reader[Any]) -> None:
+        with self._lock:
+            self._open_handles.discard(handle)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed (readable) message, None where there is none."""
@@ -524,6 +543,15 @@ class Client:
             for consumer in self._consumers:
                 consumer.close()
             self._consumers = []
+            # As Pulsar's client.close(): producers (flushed) and readers too; using one afterwards
+            # raises NotAllowedError (Pulsar: AlreadyClosedException).
+            with self._lock:
+                handles, self._open_handles = list(self._open_handles), set()
+            for handle in handles:
+                try:
+                    handle.close()
+                except PulsarTxnError as exc:  # keep closing the rest
+                    log.warning("closing %r failed: %s", handle, exc)
             # Let asynchronous commits and aborts finish first (each ends or times out on its own).
             self._ends.wait_idle(2 * self.operation_timeout_seconds + 5)
             self._ends.close()

@@ -1286,7 +1286,8 @@ class Consumer(Generic[T]):
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             with self._lock:
                 tps = list(self._parts)
-            for tp, offset in offsets_for_time(self._client.kafka, tps, message_id).items():
+            at = _args.publish_time(message_id, "seek's publish time")
+            for tp, offset in offsets_for_time(self._client.kafka, tps, at).items():
                 self._seek_to(new_message_id(*tp, offset))
             return
         if not isinstance(message_id, MessageId):

@@ -284,8 +284,11 @@ class Producer(Generic[T]):
         if self._closed:
             return
         self._closed = True
+        self._client._handle_closed(self)
         try:
             self.flush()
+        except NotAllowedError:
+            pass  # the client is closed: it flushed every send already
         except Timeout as exc:  # closing must not fail: the sends' futures report their own outcome
             log.warning("producer %s closed with sends still in flight: %s", self.producer_name, exc)
 

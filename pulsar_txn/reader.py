@@ -48,10 +48,11 @@ class Reader(Generic[T]):
         self._tps = [(self.topic.kafka_topic, p) for p in parts]
         self._inclusive = inclusive
         starts: dict[tuple[str, int], int] = {}
+        given = None if start_message_id in (EARLIEST, LATEST) else self._partition_of(start_message_id)
         for tp in self._tps:
-            if start_message_id in (EARLIEST, LATEST):
+            if given is None:
                 starts[tp] = self._sentinel(tp, start_message_id)
-            elif start_message_id.partition == tp[1]:
+            elif given == tp:
                 starts[tp] = start_message_id.offset + (0 if inclusive else 1)
             else:
                 starts[tp] = 0
@@ -60,6 +61,15 @@ class Reader(Generic[T]):
         )
         self._buffer: deque[Message[T]] = deque()
         self._closed = False
+
+    def _partition_of(self, message_id: MessageId) -> tuple[str, int]:
+        """The partition read here that ``message_id`` (not a sentinel) names, else ``ConfigError``
+        (an id of another topic or partition used to start this reader at an unrelated position)."""
+        _args.position(message_id.partition, message_id.offset, f"message id {message_id}")
+        tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
+        if tp not in self._tps:
+            raise ConfigError(f"{message_id} is not a partition of {self.topic} read here")
+        return tp
 
     def _sentinel(self, tp: tuple[str, int], position: MessageId) -> int:
         """Where ``EARLIEST`` / ``LATEST`` start reading ``tp``; an inclusive reader's ``LATEST`` is
@@ -116,7 +126,8 @@ class Reader(Generic[T]):
         self._check_open()
         self._buffer.clear()
         if isinstance(message_id, int) and not isinstance(message_id, bool):
-            for tp, offset in offsets_for_time(self._client.kafka, self._tps, message_id).items():
+            at = _args.publish_time(message_id, "seek's publish time")
+            for tp, offset in offsets_for_time(self._client.kafka, self._tps, at).items():
                 self._committed.seek(*tp, offset)
             return
         if not isinstance(message_id, MessageId):
@@ -125,9 +136,7 @@ class Reader(Generic[T]):
             for tp in self._tps:
                 self._committed.seek(*tp, self._sentinel(tp, message_id))
             return
-        tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
-        if tp not in self._tps:
-            raise ConfigError(f"cannot seek to {message_id}: not a partition of {self.topic} read here")
+        tp = self._partition_of(message_id)
         # Pulsar: startMessageIdInclusive "also applies for any cursor reset operation like seek".
         self._committed.seek(*tp, message_id.offset + (0 if self._inclusive else 1))
 
@@ -135,6 +144,7 @@ class Reader(Generic[T]):
         """Stop reading and release the Kafka connections; reading after this raises
         ``NotAllowedError``."""
         self._closed = True
+        self._client._handle_closed(self)
         self._buffer.clear()
         self._committed.close()
 

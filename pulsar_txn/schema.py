@@ -144,6 +144,8 @@ class _RecordSchema(Schema[R]):
             if not isinstance(value, dict):
                 raise SchemaSerializationError(f"expected a dict, got {type(value).__name__}")
             return value
+        if value is None:  # to_plain lets None through for Optional fields, not as the record
+            raise SchemaSerializationError(f"expected {self.record_type.__name__}, got None")
         return _records.to_plain(value, self.record_type)
 
     def _from_plain(self, data: Any) -> R:
