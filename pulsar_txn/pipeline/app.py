@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pulsar_txn import _args
 from pulsar_txn._future import relay
 from pulsar_txn.errors import ConfigError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import Message
@@ -57,10 +58,15 @@ class PipelineSettings:
     fence_check_interval_s: float | None = 1.0
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.batch_timeout_ms < 1 or self.transaction_timeout_s <= 0:
-            raise ConfigError("batch_size, batch_timeout_ms and transaction_timeout_s must be positive")
-        if self.fence_check_interval_s is not None and self.fence_check_interval_s <= 0:
-            raise ConfigError("fence_check_interval_s must be positive (or None)")
+        _args.integer(self.batch_size, "batch_size", minimum=1)
+        _args.integer(self.batch_timeout_ms, "batch_timeout_ms", minimum=1)
+        # Finite and positive: a NaN compared false everywhere (an idle_exit_s of NaN never exited).
+        _args.seconds(self.transaction_timeout_s, "transaction_timeout_s")
+        _args.seconds(self.retry_backoff_s, "retry_backoff_s")
+        for name in ("idle_exit_s", "fence_check_interval_s"):
+            value = getattr(self, name)
+            if value is not None:
+                _args.seconds(value, f"{name} (or None)")
         if TopicName.parse(self.input_topic) == TopicName.parse(self.output_topic):
             raise ConfigError("the pipeline's input and output topics must differ")
 
