@@ -818,8 +818,8 @@ class Consumer(Generic[T]):
         self, txn: Transaction, part: _Part, kind: AckKind, offsets: list[int], registered: Future[None]
     ) -> bool:
         """Acks of one transaction on one partition go into one PendingAck record, written when the
-        transaction waits for its operations (commit/abort) or when the batch grows large (True: write
-        it now). Under ``_lock``."""
+        transaction waits for its operations (commit/abort), when the batch grows large, or at once
+        for a cumulative ack or a list of acks (True: write it now). Under ``_lock``."""
         key = (txn.txn_id, part.tp, kind)
         batch = self._ack_batches.get(key)
         if batch is not None:
@@ -833,8 +833,10 @@ class Consumer(Generic[T]):
             txn.add_end_listener(self._txn_ended)
             txn.add_commit_check(self._ownership_check)
             txn.add_flush_hook(flush)
-        # A cumulative ack is one per partition and transaction: nothing to wait for.
-        return kind is AckKind.CUMULATIVE or len(batch.offsets) >= _ACK_BATCH_MAX
+        # A cumulative ack is one per partition and transaction: nothing to wait for. A list is a
+        # batch the application made: written at once (as Pulsar's client sends a transactional ack
+        # at once), so its write overlaps with what follows instead of lengthening the commit.
+        return kind is AckKind.CUMULATIVE or len(offsets) > 1 or len(batch.offsets) >= _ACK_BATCH_MAX
 
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
         with self._lock:

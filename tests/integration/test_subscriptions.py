@@ -189,6 +189,35 @@ def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackab
     t4.commit()
 
 
+def test_a_list_of_txn_acks_is_written_at_once_and_single_acks_wait_for_the_commit(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A list is a batch the application made: its pending-ack record goes out with the call, so the
+    commit does not wait for that write (it did: list acks were held until commit). Single acks are
+    still batched until the commit (many acks per record)."""
+    c = cluster()
+    topic, sub = f"palist_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(5)]
+    txn = c.client.transaction(60)
+    log_tp = (f"{topic}-{sub}__transaction_pending_ack", 0)
+
+    def log_end() -> int:
+        return end_offsets(c.client._admin.config, [log_tp])[log_tp]
+
+    consumer.acknowledge(msgs[:3], txn=txn)
+    wait_until(lambda: log_end() == 1, 5, what="the list's record, before any commit")
+    consumer.acknowledge(msgs[3], txn=txn)
+    time.sleep(0.5)
+    assert log_end() == 1  # batched until the commit
+    txn.commit()
+    assert log_end() == 3  # the single ack's record, then the commit marker
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    consumer.redeliver_unacknowledged_messages()
+    assert [m.data for m in receive_all(consumer, 800)] == [msgs[4].data]
+
+
 def test_an_ack_in_a_partition_added_to_the_topic_is_ended_in_that_partition_of_the_log(
     cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
