@@ -147,7 +147,7 @@ class AdminHttpServer:
             auth = next(
                 (ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")),
                 "",
-            ).encode()
+            ).encode("latin-1")  # the header's own bytes (decoded as latin-1 above), e.g. a UTF-8 token
             # Every candidate compared (no early exit): the time taken says nothing about which matched.
             matches = [hmac.compare_digest(auth, f"Bearer {t}".encode()) for t in tokens]
             if not any(matches):

@@ -45,7 +45,15 @@ def _load_file(path: str | None) -> dict[str, Any]:
         kind = "TOML" if path.endswith(".toml") else "JSON"
         raise ConfigError(f"{path}: not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
-        raise PulsarTxnError(f"{path}: expected a table with 'kafka' and/or 'coordinator' sections")
+        raise ConfigError(f"{path}: expected a table with 'kafka' and/or 'coordinator' sections")
+    # A misspelt section was dropped unread: e.g. [coordinater] lost auth_token and marker_secret,
+    # and the coordinator served without them.
+    unknown = sorted(set(data) - {"kafka", "coordinator"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; only 'kafka' and 'coordinator' exist")
+    for section in ("kafka", "coordinator"):
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"{path}: [{section}] must be a table of settings, not a single value")
     return data
 
 

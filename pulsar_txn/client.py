@@ -129,7 +129,7 @@ class Client:
             authentication = authentication.token
         self._auth = authentication
         self._num_tcs = num_tcs
-        self._secret = marker_secret.encode() if isinstance(marker_secret, str) else marker_secret
+        self._secret = _marker_key(marker_secret)
         self._snapshot_topic = snapshot_topic
         self._log_topic = log_topic  # the coordinators' transaction log (consumers look things up there)
         self._lock = threading.Lock()
@@ -581,6 +581,19 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _marker_key(secret: object) -> bytes | None:
+    """The marker-authentication key: str (UTF-8) or bytes, not empty. An empty one made every
+    genuine marker fail authentication (a coordinator treats an empty secret as none, so it signs
+    nothing): readers then held at the first transaction for good."""
+    if secret is None:
+        return None
+    if not isinstance(secret, str | bytes):
+        raise ConfigError(f"marker_secret is a str or bytes, not {type(secret).__name__}")
+    if not secret:
+        raise ConfigError("marker_secret must not be empty (None: markers are not authenticated)")
+    return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 
 _MAX_PARTITIONS = 100_000  # Kafka's own bound on a topic's partitions

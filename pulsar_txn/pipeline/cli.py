@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
         args.service_url,
         bootstrap_servers=args.bootstrap_servers,
         num_tcs=args.num_tcs,
-        authentication=os.environ.get("PULSAR_TXN_AUTH_TOKEN"),
-        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET"),
+        # Empty means unset, as for the coordinator (pulsar_txn/cli.py).
+        authentication=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
+        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET") or None,
         snapshot_topic=args.snapshot_topic or DEFAULT_SNAPSHOT_TOPIC,
     )
     settings = PipelineSettings(

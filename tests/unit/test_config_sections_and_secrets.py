@@ -1,0 +1,66 @@
+"""Configuration mistakes that used to pass silently or crash (review, session 26): a misspelt
+config-file section (its secrets were dropped: the coordinator served without auth), a section that
+is not a table (a raw ValueError and a traceback), an empty or mistyped marker secret on the client
+(every genuine marker then failed authentication), and a non-ASCII admin token (never matched)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from pulsar_txn.admin_http import AdminHttpServer
+from pulsar_txn.cli import build_configs, main
+from pulsar_txn.client import Client
+from pulsar_txn.errors import ConfigError
+
+
+def _args(path: Path) -> argparse.Namespace:
+    return argparse.Namespace(config=str(path), bootstrap_servers=None)
+
+
+def test_a_misspelt_section_of_the_config_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9092"\n[coordinater]\nauth_token = "s3cret"\n')
+    with pytest.raises(ConfigError, match="coordinater"):
+        build_configs(_args(path))
+
+
+def test_a_section_that_is_not_a_table_is_a_config_error_and_exit_code_2(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"kafka": "127.0.0.1:9092"}))
+    with pytest.raises(ConfigError, match=r"\[kafka\]"):
+        build_configs(_args(path))
+    assert main(["coordinator", "--config", str(path)]) == 2
+
+
+@pytest.mark.parametrize("secret", ["", b""])
+def test_a_client_refuses_an_empty_marker_secret(secret: str | bytes) -> None:
+    with pytest.raises(ConfigError, match="marker_secret"):
+        Client("pulsar://127.0.0.1:6650", bootstrap_servers="127.0.0.1:1", marker_secret=secret)
+
+
+def test_a_client_refuses_a_marker_secret_that_is_not_str_or_bytes() -> None:
+    with pytest.raises(ConfigError, match="marker_secret"):
+        Client("pulsar://127.0.0.1:6650", bootstrap_servers="127.0.0.1:1", marker_secret=123)  # type: ignore[arg-type]
+
+
+def test_the_admin_endpoint_accepts_its_token_when_it_is_not_ascii() -> None:
+    async def status() -> bytes:
+        server = AdminHttpServer({"/x": lambda: {"ok": 1}}, auth_token="sécret")
+        await server.start()
+        try:
+            port = int(server.url.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write("GET /x HTTP/1.1\r\nAuthorization: Bearer sécret\r\n\r\n".encode())
+            data = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            await writer.wait_closed()
+            return data.split(b"\r\n", 1)[0]
+        finally:
+            await server.stop()
+
+    assert asyncio.run(status()) == b"HTTP/1.1 200 OK"
