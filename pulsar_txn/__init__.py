@@ -15,6 +15,7 @@ from pulsar_txn.consumer import (
     SubscriptionIsolationLevel,
 )
 from pulsar_txn.errors import (
+    AlreadyClosed,
     AuthenticationError,
     ConfigError,
     ConnectError,
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "AlreadyClosed",
     "AuthenticationError",
     "AuthenticationToken",
     "AvroSchema",

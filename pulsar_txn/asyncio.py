@@ -38,7 +38,7 @@ from pulsar_txn._boundary import call_translated
 from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, NotAllowedError, PulsarTxnError, Timeout
+from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Timeout
 from pulsar_txn.message import EARLIEST, Message, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader
@@ -66,11 +66,11 @@ class _Pool:
 
     def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         if self.closed:
-            raise NotAllowedError("client is closed")
+            raise AlreadyClosed("client is closed")
         try:
             return self.executor.submit(fn, *args, **kwargs)
         except RuntimeError:  # shut down meanwhile
-            raise NotAllowedError("client is closed") from None
+            raise AlreadyClosed("client is closed") from None
 
     def shutdown(self) -> None:
         self.closed = True
@@ -89,7 +89,7 @@ class _Pool:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if job.cancelled() and self.closed and (task is None or not task.cancelling()):
-                raise NotAllowedError("client is closed") from None
+                raise AlreadyClosed("client is closed") from None
             raise
 
 
@@ -582,7 +582,7 @@ class AsyncClient:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NotAllowedError("client is closed")
+            raise AlreadyClosed("client is closed")
 
     # ------------------------------------------------------------------ transactions
     def new_transaction(self) -> AsyncTransactionBuilder:

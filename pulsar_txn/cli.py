@@ -314,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         # pass a leading option (``--no-check``) through, so it parses its command line itself.
         from pulsar_txn.compat.run import main as run_main
 
-        return run_main(argv[1:])
+        try:
+            return run_main(argv[1:])
+        except (PulsarTxnError, StoreError, OSError) as exc:  # starting Kafka or the coordinator
+            print(f"pulsar-txn migrate-run: error: {exc}", file=sys.stderr)
+            return 2
     args = parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -34,7 +34,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import ConfigError, NotAllowedError, PulsarTxnError, TopicNotFound
+from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName, from_kafka, names_of_kafka_topic
 from pulsar_txn.producer import Producer
@@ -404,9 +404,9 @@ class Client:
         return Transaction(self, txn_id, timeout_ms or 60_000)
 
     def _check_open(self) -> None:
-        """``NotAllowedError`` once closed (Pulsar: AlreadyClosedException)."""
+        """``AlreadyClosed`` (a ``NotAllowedError``) once closed, as Pulsar's AlreadyClosedException."""
         if self._closed:
-            raise NotAllowedError("client is closed")
+            raise AlreadyClosed("client is closed")
 
     def _tc_connected(self) -> bool:
         """Whether the coordinator client exists (``_tc`` then returns at once, no I/O)."""
@@ -544,7 +544,7 @@ class Client:
                 consumer.close()
             self._consumers = []
             # As Pulsar's client.close(): producers (flushed) and readers too; using one afterwards
-            # raises NotAllowedError (Pulsar: AlreadyClosedException).
+            # raises AlreadyClosed (Pulsar: AlreadyClosedException).
             with self._lock:
                 handles, self._open_handles = list(self._open_handles), set()
             for handle in handles:

@@ -41,6 +41,7 @@ from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import (
+    AlreadyClosed,
     ConfigError,
     ConsumerBusy,
     NotAllowedError,
@@ -540,7 +541,7 @@ class Consumer(Generic[T]):
         with self._read_lock:
             with self._lock:
                 if self._closed:
-                    raise NotAllowedError("consumer is closed")
+                    raise AlreadyClosed("consumer is closed")
                 wait = timeout if not self._incoming else 0
                 assigned = bool(self._parts)
             # Not under _lock: the poll may wait. Revocations and seeks wait for it (_read_lock), so

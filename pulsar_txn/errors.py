@@ -260,6 +260,13 @@ class NotAllowedError(PulsarTxnError):
     server_error = ServerError.NotAllowedError
 
 
+class AlreadyClosed(NotAllowedError):
+    """The client, producer, consumer or reader was closed (pulsar-client's ``AlreadyClosed``); a
+    ``NotAllowedError`` too, as it was before it had a class of its own."""
+
+    result = Result.AlreadyClosed
+
+
 class TransactionConflict(PulsarTxnError):
     """Another transaction holds a pending ack on that message (or it is already acknowledged).
 

@@ -21,6 +21,7 @@ from pulsar_txn._future import StartedFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER
 from pulsar_txn.errors import (
+    AlreadyClosed,
     ConfigError,
     NotAllowedError,
     PersistenceError,
@@ -130,7 +131,7 @@ class Producer(Generic[T]):
         thread (keep it short). With ``txn``, the message is part of that transaction and
         ``txn.commit()`` waits for it."""
         if self._closed:
-            raise NotAllowedError(f"producer {self.producer_name} is closed")
+            raise AlreadyClosed(f"producer {self.producer_name} is closed")
         payload = self.schema.encode(content)
         return self._send_payload(
             payload, self._schema_header, callback, txn, properties, partition_key, event_timestamp
@@ -262,7 +263,12 @@ class Producer(Generic[T]):
     def flush(self) -> None:
         """Wait until every message sent so far is stored (or failed), also transactional sends
         still waiting for their partition to join the transaction; ``Timeout`` after the client's
-        operation timeout."""
+        operation timeout, ``AlreadyClosed`` once closed (``close`` flushed)."""
+        if self._closed:
+            raise AlreadyClosed(f"producer {self.producer_name} is closed")
+        self._flush()
+
+    def _flush(self) -> None:
         timeout = self._client.operation_timeout_seconds
         deadline = time.monotonic() + timeout
         with self._order_lock:
@@ -286,7 +292,7 @@ class Producer(Generic[T]):
         self._closed = True
         self._client._handle_closed(self)
         try:
-            self.flush()
+            self._flush()
         except NotAllowedError:
             pass  # the client is closed: it flushed every send already
         except Timeout as exc:  # closing must not fail: the sends' futures report their own outcome

@@ -10,7 +10,7 @@ from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import ConfigError, NotAllowedError, Timeout
+from pulsar_txn.errors import AlreadyClosed, ConfigError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
@@ -150,7 +150,7 @@ class Reader(Generic[T]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NotAllowedError(f"reader of {self.topic} is closed")
+            raise AlreadyClosed(f"reader of {self.topic} is closed")
 
 
 def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:

@@ -72,7 +72,7 @@ ConsumerBatchReceivePolicy = BatchReceivePolicy
 ServiceUnitNotReady = _errors.ServiceNotReady
 BrokerPersistenceError = _errors.PersistenceError
 InvalidConfiguration = _errors.ConfigError
-AlreadyClosed = _errors.ConnectionClosed
+AlreadyClosed = _errors.AlreadyClosed
 
 
 def _never_raised(name: str) -> type[_errors.PulsarTxnError]:
@@ -235,5 +235,9 @@ __all__ = [
     "TransactionNotFound",
     "UnknownError",
     "UnsupportedVersionError",
+    "exceptions",
     "schema",
 ]
+
+# Last: it takes its classes from this module (pulsar-client has a ``pulsar.exceptions`` too).
+from pulsar_txn.compat import exceptions  # noqa: E402

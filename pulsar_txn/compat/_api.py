@@ -18,7 +18,7 @@ from pulsar_txn.compat._ids import Message, MessageId, native_id
 from pulsar_txn.compat._listener import ListenerThread
 from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
-from pulsar_txn.errors import ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
+from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
 from pulsar_txn.naming import TopicName, from_kafka
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
@@ -260,7 +260,11 @@ class Producer(Generic[T]):
                 code = result.error() if isinstance(result, PulsarTxnError) else result
                 callback(code, MessageId.wrap(mid) if mid is not None else None)
 
-        self.native.send_async(content, done, txn=txn, **_send_options(given))
+        try:
+            self.native.send_async(content, done, txn=txn, **_send_options(given))
+        except AlreadyClosed as exc:  # pulsar-client reports it to the callback, as any failure
+            done(exc, None)
+            return
         self._last_sequence_id += 1
 
     def flush(self) -> None:

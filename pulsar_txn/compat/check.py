@@ -74,6 +74,7 @@ class _Visitor(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.modules: set[str] = set()  # names bound to the pulsar module
         self.schema_modules: set[str] = set()  # names bound to pulsar.schema
+        self.exception_modules: set[str] = set()  # names bound to pulsar.exceptions
         self.names: dict[str, str] = {}  # local name -> name in the pulsar module
         self.noted: set[str] = set()
 
@@ -93,6 +94,12 @@ class _Visitor(ast.NodeVisitor):
                 # whose names (Client, ...) take the same arguments as the pulsar module's.
                 self.modules.add(alias.asname or "pulsar")
                 self.add(node, "import", "use `import pulsar_txn.compat.asyncio` for `pulsar.asyncio`")
+            elif alias.name == "pulsar.exceptions":
+                if alias.asname:
+                    self.exception_modules.add(alias.asname)
+                else:
+                    self.modules.add("pulsar")
+                self.add(node, "import", "use `pulsar_txn.compat.exceptions` for `pulsar.exceptions`")
             elif alias.name == "pulsar.schema":
                 if alias.asname:
                     self.schema_modules.add(alias.asname)
@@ -101,18 +108,25 @@ class _Visitor(ast.NodeVisitor):
                 self.add(node, "import", "use `pulsar_txn.compat.schema` for `pulsar.schema`")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module not in ("pulsar", "pulsar.schema", "pulsar.asyncio"):
+        if node.module not in ("pulsar", "pulsar.schema", "pulsar.asyncio", "pulsar.exceptions"):
             return
-        target = {"pulsar": "pulsar_txn.compat", "pulsar.schema": "pulsar_txn.compat.schema"}.get(
-            node.module, "pulsar_txn.compat.asyncio"
-        )
+        target = {
+            "pulsar": "pulsar_txn.compat",
+            "pulsar.schema": "pulsar_txn.compat.schema",
+            "pulsar.exceptions": "pulsar_txn.compat.exceptions",
+        }.get(node.module, "pulsar_txn.compat.asyncio")
         self.add(node, "import", f"use `from {target} import ...`")
         for alias in node.names:
             local = alias.asname or alias.name
-            if node.module == "pulsar" and alias.name in ("schema", "asyncio"):
-                (self.schema_modules if alias.name == "schema" else self.modules).add(local)
+            if node.module == "pulsar" and alias.name in ("schema", "asyncio", "exceptions"):
+                {"schema": self.schema_modules, "asyncio": self.modules}.get(
+                    alias.name, self.exception_modules
+                ).add(local)
                 continue
-            qualified = f"schema.{alias.name}" if node.module == "pulsar.schema" else alias.name
+            qualified = {
+                "pulsar.schema": f"schema.{alias.name}",
+                "pulsar.exceptions": f"exceptions.{alias.name}",
+            }.get(node.module, alias.name)
             self.names[local] = qualified
             self._check_name(node, qualified)
 
@@ -129,6 +143,8 @@ class _Visitor(ast.NodeVisitor):
             return ".".join(reversed(parts)) if parts else ""
         if node.id in self.schema_modules:
             return ".".join(["schema", *reversed(parts)])
+        if node.id in self.exception_modules:
+            return ".".join(["exceptions", *reversed(parts)])
         if node.id in self.names:
             return ".".join([self.names[node.id], *reversed(parts)])
         return None

@@ -77,8 +77,7 @@ def pulsar_modules(service_url: str, defaults: dict[str, Any]) -> Iterator[types
         "pulsar.asyncio", compat_asyncio, Client=_client_class(compat_asyncio.Client, service_url, defaults)
     )
     sch = _module("pulsar.schema", compat_schema, **records)
-    exc = types.ModuleType("pulsar.exceptions")
-    exc.__dict__.update({n: v for n, v in top.__dict__.items() if isinstance(v, type)})
+    exc = _module("pulsar.exceptions", compat.exceptions)
     top.asyncio, top.schema, top.exceptions = aio, sch, exc  # type: ignore[attr-defined]
     sys.modules.update({"pulsar": top, "pulsar.asyncio": aio, "pulsar.schema": sch, "pulsar.exceptions": exc})
     try:
@@ -93,8 +92,10 @@ def pulsar_modules(service_url: str, defaults: dict[str, Any]) -> Iterator[types
 
 def run_program(path: str, args: Sequence[str], service_url: str, defaults: dict[str, Any]) -> int:
     """Run ``path`` as ``__main__`` with ``pulsar_modules``; its exit status (1 if it raised)."""
-    saved_argv = sys.argv
+    saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [path, *args]
+    # As ``python path`` does: the program's own directory first, so its sibling modules import.
+    sys.path.insert(0, str(Path(path).resolve().parent))
     try:
         with pulsar_modules(service_url, defaults):
             runpy.run_path(path, run_name="__main__")
@@ -106,6 +107,7 @@ def run_program(path: str, args: Sequence[str], service_url: str, defaults: dict
         return 1
     finally:
         sys.argv = saved_argv
+        sys.path[:] = saved_path
     return 0
 
 

@@ -9,10 +9,11 @@ wherever a schema is (``to_native``)."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from pulsar_txn import schema as _schema
-from pulsar_txn.errors import ConfigError
+from pulsar_txn.errors import ConfigError, SchemaSerializationError
 
 BytesSchema = _schema.BytesSchema
 StringSchema = _schema.StringSchema
@@ -41,8 +42,12 @@ class _PulsarRecords(_schema.Schema[Any]):
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, self._cls):
-            value = {name: getattr(value, name) for name in self._names}
+            value = {name: self._field(getattr(value, name)) for name in self._names}
         return self._inner.encode(value)
+
+    def _field(self, value: Any) -> Any:
+        """A field's value as pulsar-client writes it (its record classes take either form back)."""
+        return value
 
     def decode(self, data: bytes) -> Any:
         return self._cls(**self._inner.decode(data))
@@ -57,9 +62,23 @@ class _PulsarRecords(_schema.Schema[Any]):
 class _PulsarJson(_PulsarRecords):
     schema_type = "JSON"
 
+    def _field(self, value: Any) -> Any:
+        # As pulsar-client's JsonSchema: an enum by its value, bytes as text.
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, bytes):
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                raise SchemaSerializationError("a Bytes field in JSON must be UTF-8 text") from None
+        return value
+
 
 class _PulsarAvro(_PulsarRecords):
     schema_type = "AVRO"
+
+    def _field(self, value: Any) -> Any:
+        return value.name if isinstance(value, enum.Enum) else value  # an Avro enum's symbol
 
 
 def JsonSchema(record_cls: Any) -> _schema.Schema[Any]:
