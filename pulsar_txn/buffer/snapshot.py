@@ -8,6 +8,8 @@ reader falls back to an older snapshot-free scan), never half-trusted.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import time
 import uuid
@@ -148,6 +150,32 @@ def _from_txn_offsets(items: list[dict[str, Any]]) -> dict[TxnID, int]:
     return {TxnID(int(i["most"]), int(i["least"])): int(i["offset"]) for i in items}
 
 
+SNAPSHOT_MAC_HEADER = "ptxn-snapshot-mac"
+"""With marker authentication on, every snapshot record carries an HMAC-SHA256 (marker secret) over
+its key and value: a snapshot is trusted state (what is open, what aborted), so one a plain Kafka
+producer forged would otherwise reveal uncommitted data as a forged marker would."""
+
+
+def _mac(secret: bytes, key: bytes, value: bytes) -> bytes:
+    return hmac.new(secret, key + b"\x00" + value, hashlib.sha256).digest()
+
+
+def _signed(secret: bytes | None, key: bytes, value: bytes) -> list[tuple[str, bytes]] | None:
+    return None if secret is None else [(SNAPSHOT_MAC_HEADER, _mac(secret, key, value))]
+
+
+def _authentic(rec: StoredRecord, secret: bytes | None) -> bool:
+    if secret is None:
+        return True
+    macs = [v for k, v in rec.headers if k == SNAPSHOT_MAC_HEADER]
+    return (
+        len(macs) == 1
+        and rec.key is not None
+        and rec.value is not None
+        and hmac.compare_digest(macs[0], _mac(secret, rec.key, rec.value))
+    )
+
+
 class SnapshotStore:
     """Reads and writes TB snapshots. No I/O until a method is called."""
 
@@ -205,13 +233,15 @@ class SnapshotStore:
         inline: dict[TxnID, int] = dict(aborted) if len(aborted) <= self._segment_size else {}
         segments = 0
         app = self._app()
+        secret = state.marker_secret
         if not inline and aborted:
             for index, start in enumerate(range(0, len(aborted), self._segment_size)):
                 chunk = dict(aborted[start : start + self._segment_size])
                 value = TB_ABORTED_SEGMENT.encode(
                     {"snapshot_id": snapshot_id, "index": index, "aborted": _txn_offsets(chunk)}
                 )
-                app.append(self.topic, snap_partition, value, key=f"{base}/seg/{index}".encode())
+                key = f"{base}/seg/{index}".encode()
+                app.append(self.topic, snap_partition, value, key=key, headers=_signed(secret, key, value))
                 segments += 1
         for stale in range(segments, self._segments_written.get(tp, 0)):
             app.append(self.topic, snap_partition, None, key=f"{base}/seg/{stale}".encode())
@@ -238,7 +268,8 @@ class SnapshotStore:
                 "anchor_fingerprint": anchor_fingerprint,
             }
         )
-        return app.append(self.topic, snap_partition, head, key=base.encode())
+        key = base.encode()
+        return app.append(self.topic, snap_partition, head, key=key, headers=_signed(secret, key, head))
 
     def forget(self, topic: str, partitions: Iterable[int]) -> int:
         """Tombstone every snapshot record (heads and aborted segments) of these partitions of
@@ -297,7 +328,7 @@ class SnapshotStore:
                 table = tables.get(snap_partition)
                 if table is None:
                     table = tables[snap_partition] = replay_compacted(self._kafka, self.topic, snap_partition)
-                decoded = _decode(table, topic, partition)
+                decoded = _decode(table, topic, partition, marker_secret)
                 if decoded is None:
                     out[(topic, partition)] = None
                     continue
@@ -378,21 +409,33 @@ class SnapshotStore:
 
 
 def _decode(
-    table: dict[bytes, StoredRecord], topic: str, partition: int
+    table: dict[bytes, StoredRecord], topic: str, partition: int, marker_secret: bytes | None = None
 ) -> tuple[dict[str, Any], dict[TxnID, int]] | None:
     """The snapshot head of ``topic[partition]`` and its whole aborted set (segments joined), or None
-    if there is none or it is incomplete or unreadable."""
+    if there is none or it is incomplete, unreadable, of another partition or (with ``marker_secret``)
+    not authentic."""
     base = f"{topic}/{partition}"
     head_rec = table.get(base.encode())
     if head_rec is None:
         return None
+    if not _authentic(head_rec, marker_secret):
+        log.warning(
+            "snapshot of %s failed authentication (forged, or written without the secret); ignored", base
+        )
+        return None
     try:
         head = REGISTRY.decode_as(TB_SNAPSHOT, head_rec.value)
+        if head["topic"] != topic or int(head["partition"]) != partition:
+            log.warning("snapshot under %s is of %s/%s; ignoring it", base, head["topic"], head["partition"])
+            return None
         aborted = _from_txn_offsets(head["aborted"])
         for index in range(int(head["aborted_segments"])):
             seg_rec = table.get(f"{base}/seg/{index}".encode())
             if seg_rec is None:
                 log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
+                return None
+            if not _authentic(seg_rec, marker_secret):
+                log.warning("snapshot of %s: segment %d failed authentication; ignoring it", base, index)
                 return None
             seg = REGISTRY.decode_as(TB_ABORTED_SEGMENT, seg_rec.value)
             if seg["snapshot_id"] != head["snapshot_id"]:

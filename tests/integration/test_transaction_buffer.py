@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from kafka_store import Appender, KafkaConfig, PartitionReader, StoredRecord, TopicAdmin, read_range
+from kafka_store import (
+    Appender,
+    KafkaConfig,
+    PartitionReader,
+    StoredRecord,
+    TopicAdmin,
+    end_offsets,
+    read_range,
+)
 from pulsar_txn.buffer import reader as buffer_reader
 from pulsar_txn.buffer.marker import (
     CTL_HEADER,
@@ -23,6 +31,7 @@ from pulsar_txn.buffer.marker import (
 )
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.transaction import Transaction
@@ -535,6 +544,37 @@ def test_forged_marker_cannot_reveal_uncommitted_data_when_marker_authentication
     assert read_all(c.client.create_reader(topic), 800) == []
     state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
     assert state.counters.forged_markers == 1
+    txn.abort()
+    assert _values(read_all(c.client.create_reader(topic))) == ["plain-after"]
+
+
+def test_a_forged_snapshot_cannot_reveal_uncommitted_data_when_marker_authentication_is_on(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    secret = "correct horse battery staple"
+    c = cluster(marker_secret=secret, tb_service_enabled=False)
+    topic = f"forgesnap_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("secret", txn=txn)
+    producer.send("plain-after")
+    end = end_offsets(kafka, [(topic, 0)])[(topic, 0)]
+    # A plain Kafka client (no secret) writes a snapshot: everything below the end scanned, nothing
+    # open. Snapshots were trusted as they are: the reader delivered the open transaction's message.
+    forged = TxnBufferState(topic, 0)
+    forged.scanned_to = end
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    store.write(forged).result(10)
+    key = secret.encode()
+    assert store.load(topic, 0, marker_secret=key) is None  # ignored
+    assert _values(read_all(c.client.create_reader(topic), 800)) == []
+    # One written with the secret (as the TB service writes them) is used.
+    genuine, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
+    store.write(genuine).result(10)
+    loaded = store.load(topic, 0, marker_secret=key)
+    assert loaded is not None and loaded[0].ongoing == genuine.ongoing
+    store.close()
     txn.abort()
     assert _values(read_all(c.client.create_reader(topic))) == ["plain-after"]
 
