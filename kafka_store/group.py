@@ -418,6 +418,10 @@ class SubscriptionGroup:
         e.g. a fenced or unknown member, raises)."""
         try:
             result = self._consumer.commit(offsets=tps, asynchronous=False)
+        except RuntimeError:  # confluent-kafka's "Consumer closed": stop() ran
+            raise StoreError(
+                f"commit of {self.group_id}: the group member is stopped", retriable=False
+            ) from None
         except KafkaException as exc:
             error = kafka_error_of(exc)
             lost = error is not None and error.code() in _NOT_A_MEMBER
@@ -474,6 +478,10 @@ class SubscriptionGroup:
             got = self._consumer.committed(
                 [TopicPartition(t, p) for t, p in partitions], timeout=self._timeout
             )
+        except RuntimeError:  # confluent-kafka's "Consumer closed": stop() ran
+            raise StoreError(
+                f"reading committed offsets of {self.group_id}: the group member is stopped", retriable=False
+            ) from None
         except KafkaException as exc:
             raise StoreError(f"reading committed offsets of {self.group_id}: {exc}", retriable=True) from None
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in got if tp.offset >= 0}

@@ -193,7 +193,7 @@ class Appender:
                 callback(offset, error)
 
         pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
-        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in pairs)
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in pairs)
         if size > self._max_record_bytes:
             done(
                 None,

@@ -198,7 +198,14 @@ class TxnBufferState:
                 self._discard(offset)
             return False
         self.ongoing[txn] = offset
-        heapq.heappush(self._oldest, (offset, txn))
+        heap = self._oldest
+        heapq.heappush(heap, (offset, txn))
+        # Ended transactions leave the heap only once they reach its top: behind one long-open
+        # transaction it kept an entry for every later one. Rebuilt from ``ongoing`` once mostly
+        # stale (amortised O(1) per push): its size stays within twice the open transactions.
+        if len(heap) > 2 * len(self.ongoing) + 64:
+            self._oldest = [(o, t) for t, o in self.ongoing.items()]
+            heapq.heapify(self._oldest)
         self.changes += 1
         return txn
 

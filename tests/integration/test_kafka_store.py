@@ -341,3 +341,35 @@ def test_watermarks_of_an_existing_topic_with_its_broker_down_are_broker_unavail
     finally:
         reader.close()
         broker.stop()
+
+
+def test_a_stopped_subscription_group_answers_commits_and_lookups_with_store_errors(
+    kafka: KafkaConfig, uid: str
+) -> None:
+    """confluent-kafka's RuntimeError("Consumer closed") escaped untyped (review, session 26)."""
+    from kafka_store.group import SubscriptionGroup
+
+    topic = f"gstop_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1)
+    group = SubscriptionGroup(kafka, f"grp_{uid}", [topic], lambda p: None, lambda p: None, client_id="t")
+    group.start()
+    group.stop()
+    with pytest.raises(StoreError) as commit:
+        group.commit({(topic, 0): (1, "m")})
+    assert not commit.value.retriable
+    with pytest.raises(StoreError):
+        group.committed([(topic, 0)])
+
+
+def test_a_header_without_a_value_is_stored(kafka: KafkaConfig, uid: str) -> None:
+    """Kafka headers may have no value (the read side handles them); append raised a TypeError."""
+    topic = f"hnone_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1)
+    app = Appender(kafka)
+    try:
+        assert app.append(topic, 0, b"v", headers=[("h", None)]).result(10) == 0  # type: ignore[list-item]
+    finally:
+        app.close()
+    (rec,) = list(read_range(kafka, topic, 0))
+    # Read back as no value or an empty one (noida-db keeps no difference between the two).
+    assert [(k, v or b"") for k, v in rec.headers] == [("h", b"")]

@@ -92,3 +92,26 @@ def test_prune_keeps_an_aborted_txn_while_a_late_message_of_it_is_retained() -> 
     # Once the late message is gone too, the txn is forgotten.
     state.prune(4)
     assert txn not in state.aborted
+
+
+def test_the_open_transactions_heap_stays_bounded_behind_one_long_open_transaction() -> None:
+    """Ended transactions left the heap of open ones only on reaching its top: behind one transaction
+    kept open, every later transaction stayed in it (50,001 entries here; memory grew with traffic
+    in every reader and in the TB service). Found in review, session 26."""
+    from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, marker_record
+    from pulsar_txn.buffer.state import TxnBufferState
+    from pulsar_txn.txnid import TxnAction, TxnID
+
+    state = TxnBufferState("t", 0, num_tcs=2)
+    long_open = TxnID(0, 0)
+    state.apply(0, [(TXN_HEADER, long_open.to_bytes())], b"x")
+    offset = 1
+    for seq in range(20_000):  # TC 1: short transactions, each committed at once
+        txn = TxnID(1, seq)
+        state.apply(offset, [(TXN_HEADER, txn.to_bytes())], b"m")
+        value, headers = marker_record(TxnMarker(txn, TxnAction.COMMIT, seq, 0), "t", 0, None)
+        state.apply(offset + 1, headers, value)
+        offset += 2
+    assert list(state.ongoing) == [long_open]
+    assert len(state._oldest) <= 2 * len(state.ongoing) + 64, len(state._oldest)
+    assert state.max_read_position == 0  # still pinned by the open one
