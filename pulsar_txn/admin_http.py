@@ -145,7 +145,11 @@ class AdminHttpServer:
         tokens = [t for t in (self._token, self._path_tokens.get(path)) if t is not None]
         if tokens:
             auth = next(
-                (ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.lower().startswith("authorization:")),
+                (
+                    ln.split(":", 1)[1].strip(" \t")
+                    for ln in lines[1:]
+                    if ln.lower().startswith("authorization:")
+                ),
                 "",
             ).encode("latin-1")  # the header's own bytes (decoded as latin-1 above), e.g. a UTF-8 token
             # Every candidate compared (no early exit): the time taken says nothing about which matched.

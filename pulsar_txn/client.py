@@ -7,6 +7,7 @@ import logging
 import re
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from enum import Enum
@@ -144,7 +145,10 @@ class Client:
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
         # Open producers and readers: close() closes them too (each leaves the set when closed).
-        self._open_handles: set[Producer[Any] | Reader[Any]] = set()
+        # Weak: one the application dropped unclosed is not kept alive here (a Spark writer made a
+        # producer per batch on a client cached for the process: a strong set grew for good).
+        self._open_handles: weakref.WeakSet[Producer[Any] | Reader[Any]] = weakref.WeakSet()
+        self._closing = False  # close() has begun: no new producer or reader is taken
         self._ends = DeadlineWatch("pulsar-txn-end-deadlines")  # commit_async / abort_async in flight
 
     # ------------------------------------------------------------------ embedded mode
@@ -367,12 +371,12 @@ class Client:
 
     def _opened_handle(self, handle: H) -> H:
         with self._lock:
-            closed = self._closed
-            if not closed:
+            closing = self._closing
+            if not closing:
                 self._open_handles.add(handle)
-        if closed:  # close() ran while it was made
+        if closing:  # close() began while it was made
             handle.close()
-            self._check_open()
+            raise AlreadyClosed("client is closed")
         return handle
 
     def _handle_closed(self, handle: Producer[Any] | Reader[Any]) -> None:
@@ -540,13 +544,15 @@ class Client:
     def close(self) -> None:
         """Close consumers, producers and connections; then stop what ``embedded`` started (always)."""
         try:
+            # As Pulsar's client.close(): producers (flushed) and readers too; using one afterwards
+            # raises AlreadyClosed (Pulsar: AlreadyClosedException). Taken, with new ones refused,
+            # before anything waits: one made meanwhile was left open in a set nobody swept again.
+            with self._lock:
+                self._closing = True
+                handles, self._open_handles = list(self._open_handles), weakref.WeakSet()
             for consumer in self._consumers:
                 consumer.close()
             self._consumers = []
-            # As Pulsar's client.close(): producers (flushed) and readers too; using one afterwards
-            # raises AlreadyClosed (Pulsar: AlreadyClosedException).
-            with self._lock:
-                handles, self._open_handles = list(self._open_handles), set()
             for handle in handles:
                 try:
                     handle.close()

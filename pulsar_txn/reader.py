@@ -10,7 +10,7 @@ from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import AlreadyClosed, ConfigError, Timeout
+from pulsar_txn.errors import AlreadyClosed, ConfigError, InvalidTopicName, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
@@ -66,7 +66,13 @@ class Reader(Generic[T]):
         """The partition read here that ``message_id`` (not a sentinel) names, else ``ConfigError``
         (an id of another topic or partition used to start this reader at an unrelated position)."""
         _args.position(message_id.partition, message_id.offset, f"message id {message_id}")
-        tp = (message_id.topic or self.topic.kafka_topic, message_id.partition)
+        topic = message_id.topic or self.topic.kafka_topic
+        if topic != self.topic.kafka_topic:
+            try:  # a Pulsar name (persistent://..., e.g. from a compat id) of this topic
+                topic = TopicName.parse(topic).kafka_topic
+            except InvalidTopicName:
+                pass  # refused below
+        tp = (topic, message_id.partition)
         if tp not in self._tps:
             raise ConfigError(f"{message_id} is not a partition of {self.topic} read here")
         return tp

@@ -125,6 +125,8 @@ def _subscription(opts: Mapping[str, str]) -> tuple[Literal["subscribe", "subscr
     if not value.strip():
         raise ConfigError(f"option {kind} is empty")
     if kind == "subscribe":
+        if not any(t.strip() for t in value.split(",")):  # e.g. " , ": read nothing, silently
+            raise ConfigError(f"option subscribe={value!r} names no topic")
         return "subscribe", value
     if kind == "subscribePattern":
         return "subscribePattern", value
@@ -141,7 +143,10 @@ def parse_assign(raw: str) -> list[TopicPartition]:
         raise ConfigError(f'option assign={raw!r}: expected JSON like {{"topic":[0,1]}}')
     out: list[TopicPartition] = []
     for topic, parts in parsed.items():
-        if not isinstance(parts, list) or not all(isinstance(p, int) and p >= 0 for p in parts):
+        # Not bool: JSON true is an int in Python (it read partition 1, then failed in Arrow).
+        if not isinstance(parts, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts
+        ):
             raise ConfigError(f"option assign: {topic!r} must map to a list of partition numbers")
         out.extend((str(topic), p) for p in parts)
     return out

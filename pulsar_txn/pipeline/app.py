@@ -62,11 +62,11 @@ class PipelineSettings:
         _args.integer(self.batch_timeout_ms, "batch_timeout_ms", minimum=1)
         # Finite and positive: a NaN compared false everywhere (an idle_exit_s of NaN never exited).
         _args.seconds(self.transaction_timeout_s, "transaction_timeout_s")
-        _args.seconds(self.retry_backoff_s, "retry_backoff_s")
-        for name in ("idle_exit_s", "fence_check_interval_s"):
-            value = getattr(self, name)
-            if value is not None:
-                _args.seconds(value, f"{name} (or None)")
+        _args.number(self.retry_backoff_s, "retry_backoff_s")  # 0: retry at once
+        if self.idle_exit_s is not None:
+            _args.number(self.idle_exit_s, "idle_exit_s (or None)")  # 0: exit once the input is idle
+        if self.fence_check_interval_s is not None:
+            _args.seconds(self.fence_check_interval_s, "fence_check_interval_s (or None)")
         if TopicName.parse(self.input_topic) == TopicName.parse(self.output_topic):
             raise ConfigError("the pipeline's input and output topics must differ")
 

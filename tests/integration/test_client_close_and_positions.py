@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from pulsar_txn import EARLIEST, MessageId
-from pulsar_txn.errors import ConfigError, NotAllowedError, SchemaSerializationError
+from pulsar_txn.errors import AlreadyClosed, ConfigError, NotAllowedError, SchemaSerializationError
 from pulsar_txn.schema import JsonSchema
 from tests.conftest import Cluster, read_all
 
@@ -128,4 +128,65 @@ def test_a_record_schema_refuses_none_as_the_value(cluster: ClusterFactory, uid:
     producer.send(Rec("ok"))
     reader = c.client.create_reader(topic, EARLIEST, schema=JsonSchema(Rec))
     assert [m.value() for m in read_all(reader)] == [Rec("ok")]
+    reader.close()
+
+
+def test_a_reader_or_producer_made_while_the_client_closes_is_refused(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """One made by another thread while close() waited for transaction ends was registered in a set
+    nobody swept again: it stayed open and kept reading after the client closed (review, session 26)."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"closerace_{uid}"
+    c.client.create_topic(topic, 1)
+    outcomes: list[str] = []
+    real_wait = c.client._ends.wait_idle
+
+    def wait_idle(timeout: float) -> bool:
+        for make in (
+            lambda: c.client.create_reader(topic, EARLIEST),
+            lambda: c.client.create_producer(topic),
+        ):
+            try:
+                make()
+                outcomes.append("made")
+            except AlreadyClosed:
+                outcomes.append("refused")
+        return real_wait(timeout)
+
+    c.client._ends.wait_idle = wait_idle  # type: ignore[method-assign]
+    c.client.close()
+    assert outcomes == ["refused", "refused"]
+
+
+def test_producers_and_readers_dropped_unclosed_are_not_kept_by_the_client(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A Spark writer made a producer per batch on a client cached for the process: a strong set of
+    open handles grew for good."""
+    import gc
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"dropped_{uid}"
+    c.client.create_topic(topic, 1)
+    for _ in range(5):
+        c.client.create_producer(topic).send(b"m")
+    gc.collect()
+    assert len(c.client._open_handles) == 0
+
+
+def test_a_reader_takes_a_message_id_with_the_pulsar_name_of_its_topic(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A compat id (MessageId.deserialize(..., topic="persistent://...")) carries the Pulsar name."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"pname_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}")
+    reader = c.client.create_reader(topic, MessageId(f"persistent://public/default/{topic}", 0, 0))
+    assert [m.data for m in read_all(reader)] == [b"m1", b"m2"]
+    reader.seek(MessageId(f"persistent://public/default/{topic}", 0, 1))
+    assert [m.data for m in read_all(reader)] == [b"m2"]
     reader.close()

@@ -45,7 +45,8 @@ def _client(s: dict[str, Any]) -> Client:
         num_tcs=s["num_tcs"],
         snapshot_topic=s["snapshot_topic"],
         operation_timeout_seconds=s.get("operation_timeout_s", 10.0),
-        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET"),  # from the environment, as a deployment's
+        # From the environment, as a deployment's (empty: unset).
+        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET") or None,
     )
 
 

@@ -32,6 +32,8 @@ def test_settings_that_cannot_work_are_a_config_error(bad: dict[str, object]) ->
         PipelineSettings("in", "out", **bad)  # type: ignore[arg-type]
 
 
-def test_the_defaults_and_none_for_the_optional_waits_are_accepted() -> None:
+def test_the_defaults_none_for_the_optional_waits_and_zero_where_it_means_at_once_are_accepted() -> None:
     settings = PipelineSettings("in", "out", idle_exit_s=None, fence_check_interval_s=None)
     assert settings.batch_size == 100
+    # 0: exit as soon as the input is idle / retry at once (accepted before the checks came in).
+    PipelineSettings("in", "out", idle_exit_s=0, retry_backoff_s=0.0)

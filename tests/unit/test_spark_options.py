@@ -154,3 +154,17 @@ def test_fetch_batch_above_what_librdkafka_takes_is_a_config_error() -> None:
     assert parse_options({**opts, "fetchBatch": "1000000"}, streaming=False).fetch_batch == 1_000_000
     with pytest.raises(ConfigError, match="fetchBatch"):
         parse_options({**opts, "fetchBatch": "1000001"}, streaming=False)
+
+
+def test_assign_refuses_json_booleans_as_partitions() -> None:
+    """true read as partition 1, then failed in an executor with an untyped ArrowTypeError (review,
+    session 26)."""
+    with pytest.raises(ConfigError, match="partition numbers"):
+        parse_assign('{"t":[true]}')
+
+
+@pytest.mark.parametrize("value", [" , ", ",", " ,, "])
+def test_subscribe_naming_no_topic_is_refused(value: str) -> None:
+    """It read nothing, silently (Spark's Kafka source: "No topics to subscribe to")."""
+    with pytest.raises(ConfigError, match="names no topic"):
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": value}, streaming=False)
