@@ -563,15 +563,18 @@ class Client:
             self._ends.close()
             with self._lock:
                 self._closed = True
-            if self._appender_ is not None:
-                self._appender_.close()
-                self._appender_ = None
-            if self._tc_client is not None:
-                self._tc_client.close()
-                self._tc_client = None
-            if self._snapshot_store is not None:
-                self._snapshot_store.close()
-                self._snapshot_store = None
+            # Each taken under the lock: two close() calls at once must not close one twice (or
+            # find it gone between the check and the call).
+            with self._lock:
+                appender, self._appender_ = self._appender_, None
+                tc, self._tc_client = self._tc_client, None
+                store, self._snapshot_store = self._snapshot_store, None
+            if appender is not None:
+                appender.close()
+            if tc is not None:
+                tc.close()
+            if store is not None:
+                store.close()
         finally:
             owned, self._owned = self._owned, []
             for thing in owned:

@@ -190,3 +190,39 @@ def test_a_reader_takes_a_message_id_with_the_pulsar_name_of_its_topic(
     reader.seek(MessageId(f"persistent://public/default/{topic}", 0, 1))
     assert [m.data for m in read_all(reader)] == [b"m2"]
     reader.close()
+
+
+def test_two_concurrent_closes_close_the_coordinator_client_once(cluster: ClusterFactory, uid: str) -> None:
+    """close() checked each connection, then closed it: two close() calls at once could both close
+    it, or find it gone between the check and the call."""
+    import threading
+    import time as _time
+
+    c = cluster(tb_service_enabled=False)
+    c.client.transaction(60).abort()  # the coordinator client exists
+    tc = c.client._tc_client
+    assert tc is not None
+    calls: list[int] = []
+    real_close = tc.close
+
+    def slow_close() -> None:
+        calls.append(1)
+        _time.sleep(0.3)
+        real_close()
+
+    tc.close = slow_close  # type: ignore[method-assign]
+    failures: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            c.client.close()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=close) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert failures == []
+    assert calls == [1]
