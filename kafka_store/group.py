@@ -381,7 +381,13 @@ class SubscriptionGroup:
         if not items:
             return
         # A commit queued before a revocation must not land after it (it could move the offset back).
-        held = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        try:
+            held = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        except (KafkaException, RuntimeError) as exc:  # taken from the queue: answer them, not drop
+            error = StoreError(f"{self.group_id}: cannot read the assignment: {exc}", retriable=True)
+            for _tps, done in items:
+                done.set_exception(error)
+            return
         latest: dict[tuple[str, int], TopicPartition] = {}
         waiting: list[tuple[set[tuple[str, int]], Future[None]]] = []
         for tps, done in items:
