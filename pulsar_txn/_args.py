@@ -70,9 +70,6 @@ def instance(value: object, kind: type[E], what: str) -> E:
     return value
 
 
-__all__ = ["encoded", "instance", "integer", "millis", "number", "seconds", "text"]
-
-
 _MAX_INT64 = (1 << 63) - 1  # Kafka's offsets and timestamps are int64
 
 
@@ -91,3 +88,16 @@ def position(partition: int, offset: int, what: str) -> None:
         raise ConfigError(
             f"{what}: partition and offset must be between 0 and 2**63-1, not {partition}:{offset}"
         )
+
+
+__all__ = [
+    "encoded",
+    "instance",
+    "integer",
+    "millis",
+    "number",
+    "position",
+    "publish_time",
+    "seconds",
+    "text",
+]

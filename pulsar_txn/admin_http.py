@@ -50,8 +50,7 @@ class AdminHttpServer:
         self._token = auth_token
         self._path_tokens = dict(path_tokens or {})
         self._server: asyncio.Server | None = None
-        self._open = 0  # connections being answered
-        self._answering: set[asyncio.Task[Any]] = set()
+        self._answering: set[asyncio.Task[Any]] = set()  # connections being answered
         self.refused_connections = 0
 
     @property
@@ -81,7 +80,7 @@ class AdminHttpServer:
         await server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= _MAX_OPEN:
+        if len(self._answering) >= _MAX_OPEN:
             # Stats and metrics are cheap to ask again; a flood must not pin sockets and tasks.
             self.refused_connections += 1
             if self.refused_connections % 100 == 1:
@@ -92,19 +91,16 @@ class AdminHttpServer:
                 )
             writer.transport.abort()
             return
-        self._open += 1
         task = asyncio.current_task()
-        if task is not None:
-            self._answering.add(task)
+        assert task is not None  # asyncio runs each connection's handler as a task
+        self._answering.add(task)
         try:
             await self._answer(reader, writer)
         except asyncio.CancelledError:  # stop(): never leave the socket open or half closed
             writer.transport.abort()
             raise
         finally:
-            self._open -= 1
-            if task is not None:
-                self._answering.discard(task)
+            self._answering.discard(task)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))

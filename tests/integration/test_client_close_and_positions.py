@@ -19,6 +19,15 @@ pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
 
 
+def _topic_of_three(c: Cluster, topic: str) -> str:
+    """A one-partition topic holding m0, m1, m2 at offsets 0, 1, 2."""
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}")
+    return topic
+
+
 def test_closing_the_client_closes_its_readers_and_producers(cluster: ClusterFactory, uid: str) -> None:
     c = cluster(tb_service_enabled=False)
     topic = f"close_{uid}"
@@ -56,11 +65,7 @@ def test_a_reader_started_at_an_id_of_another_partition_or_topic_is_refused(
     cluster: ClusterFactory, uid: str, which: str
 ) -> None:
     c = cluster(tb_service_enabled=False)
-    topic = f"foreign_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    for i in range(3):
-        producer.send(f"m{i}")
+    topic = _topic_of_three(c, f"foreign_{uid}")
     # It read from offset 0 (another partition) or from offset 3 of this topic (another topic's id).
     foreign = MessageId(topic, 7, 1) if which == "partition" else MessageId(f"other_{uid}", 0, 1)
     with pytest.raises(ConfigError):
@@ -180,11 +185,7 @@ def test_a_reader_takes_a_message_id_with_the_pulsar_name_of_its_topic(
 ) -> None:
     """A compat id (MessageId.deserialize(..., topic="persistent://...")) carries the Pulsar name."""
     c = cluster(tb_service_enabled=False)
-    topic = f"pname_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    for i in range(3):
-        producer.send(f"m{i}")
+    topic = _topic_of_three(c, f"pname_{uid}")
     reader = c.client.create_reader(topic, MessageId(f"persistent://public/default/{topic}", 0, 0))
     assert [m.data for m in read_all(reader)] == [b"m1", b"m2"]
     reader.seek(MessageId(f"persistent://public/default/{topic}", 0, 1))
