@@ -208,6 +208,25 @@ class Planner:
         log.warning("%s[%d]: offsets %d..%d are gone; skipping them", tp[0], tp[1], start, low - 1)
         return low
 
+    def batch_range(
+        self,
+        tp: TopicPartition,
+        starts: dict[TopicPartition, int],
+        ends: dict[TopicPartition, int],
+        bounds: dict[TopicPartition, Bounds],
+    ) -> tuple[int, int]:
+        """A batch read's ``[start, end)`` of ``tp``: the end capped at maxReadPosition. An ending
+        offset given in JSON below the start is a ``ConfigError``, as Spark's Kafka source fails on it
+        ("beginning offset is after the ending offset"); an end capped below the start reads nothing."""
+        end = min(ends[tp], bounds[tp].limit)  # never past maxReadPosition
+        if ends[tp] > end:
+            log.info("%s[%d]: endingOffsets %d capped at maxReadPosition %d", *tp, ends[tp], end)
+        start = self.check_start(tp, starts[tp], bounds[tp].low)
+        asked = self.opts.ending.get(tp) if isinstance(self.opts.ending, dict) else None
+        if asked is not None and asked >= 0 and asked < start:
+            raise ConfigError(f"{tp[0]}[{tp[1]}]: endingOffsets {asked} is below the starting offset {start}")
+        return start, end
+
     def range_partition(self, tp: TopicPartition, start: int, end: int) -> RangePartition:
         """The input partition for ``[start, end)``; ``end`` must not pass maxReadPosition."""
         aborted: list[bytes] = []

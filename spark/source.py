@@ -73,10 +73,7 @@ class PulsarTxnBatchReader(DataSourceReader):
             ends = planner.resolve(self.options.ending, bounds)
             out: list[InputPartition] = []
             for tp in tps:
-                end = min(ends[tp], bounds[tp].limit)  # never past maxReadPosition
-                if ends[tp] > end:
-                    log.info("%s[%d]: endingOffsets %d capped at maxReadPosition %d", *tp, ends[tp], end)
-                start = planner.check_start(tp, starts[tp], bounds[tp].low)
+                start, end = planner.batch_range(tp, starts, ends, bounds)
                 if start < end:
                     out.append(planner.range_partition(tp, start, end))
             # Spark wants at least one partition; an empty range reads nothing.

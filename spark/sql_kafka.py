@@ -126,9 +126,8 @@ def committed_read(options: Mapping[str, str]) -> CommittedRead:
         ends = planner.resolve(opts.ending, bounds)
         ranges = []
         for tp in tps:
-            end = min(ends[tp], bounds[tp].limit)
-            start = min(planner.check_start(tp, starts[tp], bounds[tp].low), end)
-            ranges.append(planner.range_partition(tp, start, end))
+            start, end = planner.batch_range(tp, starts, ends, bounds)
+            ranges.append(planner.range_partition(tp, min(start, end), end))
         return plan_from_ranges(ranges)
     finally:
         planner.close()

@@ -3,6 +3,7 @@ twice, and storage errors of an ``assign`` read as the same typed errors as a ``
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -119,3 +120,42 @@ def test_an_assign_read_with_a_bad_kafka_option_or_a_dead_broker_raises_typed_er
     gone = parse_options({**_opts(c, kafka, assign=assign), **dead_options}, streaming=False)
     with pytest.raises(ConnectError):
         PulsarTxnBatchReader(gone).partitions()
+
+
+def test_an_ending_offset_below_the_starting_offset_is_a_config_error(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """As Spark's Kafka source ("beginning offset is after the ending offset"): an explicit range
+    that runs backwards is a mistake to report, not an empty read. An end capped below the start
+    by an open transaction (maxReadPosition) still reads nothing, without an error."""
+    from spark._options import parse_options
+    from spark.source import PulsarTxnBatchReader
+    from spark.sql_kafka import committed_read
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"backwards_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(6):
+        producer.send(f"m{i}")
+    backwards = _opts(
+        c,
+        kafka,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}":{{"0":4}}}}',
+        endingOffsets=f'{{"{topic}":{{"0":2}}}}',
+    )
+    with pytest.raises(ConfigError, match="below the starting offset 4"):
+        PulsarTxnBatchReader(parse_options(backwards, streaming=False)).partitions()
+    with pytest.raises(ConfigError, match="below the starting offset 4"):
+        committed_read(backwards)
+
+    txn = c.client.transaction(60)
+    producer.send("open", txn=txn)  # pins maxReadPosition at 6
+    producer.send("after")
+    producer.flush()
+    past_limit = {**backwards, "startingOffsets": f'{{"{topic}":{{"0":7}}}}', "endingOffsets": "latest"}
+    assert json.loads(committed_read(past_limit).ending_offsets) == {topic: {"0": 6}}
+    parts = PulsarTxnBatchReader(parse_options(past_limit, streaming=False)).partitions()
+    assert [p.end - p.start for p in parts] == [0]  # type: ignore[attr-defined]
+    txn.abort()
