@@ -115,6 +115,7 @@ class Planner:
         self.opts = opts
         self.kafka = opts.kafka_config()
         self._buffer_options: BufferOptions | None = None  # the TC count is learnt on first use
+        self._tcs_known = False
         self._store = (
             SnapshotStore(self.kafka, topic=opts.snapshot_topic)
             if opts.transaction_filter and opts.snapshot_topic
@@ -124,12 +125,24 @@ class Planner:
         self._reader: PartitionReader | None = None
 
     def _buffer(self) -> BufferOptions:
+        """Fold options with the cluster's TC count: unknown (every TxnID taken as real) until the
+        transaction log exists."""
         if self._buffer_options is None:
             num_tcs = self.opts.num_tcs or discover_num_tcs(self.kafka, self.opts.log_topic)
+            self._tcs_known = num_tcs is not None
             self._buffer_options = BufferOptions(
                 num_tcs=num_tcs or UNKNOWN_NUM_TCS, marker_secret=self.opts.marker_secret
             )
         return self._buffer_options
+
+    def _learn_tc_count(self) -> None:
+        """Once per planning call while the TC count is unknown: ask again, and once the log exists,
+        drop the states folded without it (loaded again as the TB service folds them: records naming
+        a TC beyond the count are discarded, not held open)."""
+        if self._buffer_options is not None and not self._tcs_known:
+            self._buffer_options = None
+            if self._buffer().num_tcs != UNKNOWN_NUM_TCS:
+                self.states.clear()
 
     def partitions(self) -> list[TopicPartition]:
         return resolve_partitions(self.opts, self.kafka)
@@ -162,6 +175,7 @@ class Planner:
         marks = self.watermarks(tps)
         if not self.opts.transaction_filter:
             return {tp: Bounds(low, high) for tp, (low, high) in marks.items()}
+        self._learn_tc_count()
         out = {}
         for tp, (low, high) in marks.items():
             state = self.state(tp, end=high)  # scans only what was appended since the last call

@@ -159,3 +159,33 @@ def test_an_ending_offset_below_the_starting_offset_is_a_config_error(
     parts = PulsarTxnBatchReader(parse_options(past_limit, streaming=False)).partitions()
     assert [p.end - p.start for p in parts] == [0]  # type: ignore[attr-defined]
     txn.abort()
+
+
+def test_a_planner_learns_the_tc_count_once_the_transaction_log_exists(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """A stream started before the coordinator made its log folds with an unknown TC count (every
+    TxnID real). Once the log exists, the planner folds as the TB service does: a record naming a TC
+    beyond the count is discarded, and no longer holds maxReadPosition back for good."""
+    from pulsar_txn.buffer.marker import TXN_HEADER
+    from pulsar_txn.txnid import TxnID
+    from spark._options import parse_options
+    from spark._plan import Planner
+
+    topic, log_topic = f"early_{uid}", f"txnlog_{uid}"
+    admin.ensure_topic(topic, 1)
+    app = Appender(kafka)
+    try:
+        app.append(topic, 0, b"stray", headers=[(TXN_HEADER, TxnID(7, 1).to_bytes())]).result(10)
+        app.append(topic, 0, b"plain").result(10)
+    finally:
+        app.close()
+    opts = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic, "logTopic": log_topic}
+    planner = Planner(parse_options(opts, streaming=True))
+    try:
+        tps = planner.partitions()
+        assert planner.bounds(tps)[(topic, 0)].limit == 0  # TC 7 might exist: its txn is open
+        admin.ensure_topic(log_topic, 2)  # the coordinator starts: two TCs
+        assert planner.bounds(tps)[(topic, 0)].limit == 2
+    finally:
+        planner.close()
