@@ -55,6 +55,7 @@ async def start_node(
     admin: AdminHttpServer | None = None
     buffer = TransactionBufferService(kafka, config) if config.tb_service_enabled else None
     token = config.auth_token.get_secret_value() if config.auth_token else None
+    service_started = False
     try:
         if serve:
             # Bind first so the advertised URL (with the real port) goes into ownership records.
@@ -72,15 +73,22 @@ async def start_node(
         if config.admin_port is not None:
             admin = _admin_server(config, config.admin_port, service, buffer, token)
             await admin.start()
+        service_started = True  # set first: a start cancelled midway has joined the group already
         await service.start()
         if buffer is not None:
             await asyncio.to_thread(buffer.start)
     except BaseException:
-        # Whatever failed (a port taken, Kafka unreachable), nothing started stays listening.
+        # Whatever failed (a port taken, Kafka unreachable, the TB service), nothing started stays
+        # listening, and the coordinator service leaves its group (else it would hold TCs it serves
+        # to nobody until its session timed out, or for good while the process lives).
         if server is not None:
             await server.stop()
         if admin is not None:
             await admin.stop()
+        if service_started:
+            await service.stop()
+        if buffer is not None:
+            await asyncio.to_thread(buffer.stop)
         raise
     return Node(service, server, admin, buffer)
 

@@ -84,7 +84,13 @@ class EmbeddedCoordinator:
 
     def start(self, wait_ready: float | None = 30.0) -> EmbeddedCoordinator:
         self._loop = LoopThread("embedded-coordinator")
-        self._loop.run(self._start(), timeout=60)
+        try:
+            self._loop.run(self._start(), timeout=60)
+        except BaseException:
+            # start_node stopped what it had started; the loop thread goes too (no stop() needed).
+            self._loop.close()
+            self._loop = None
+            raise
         if wait_ready:
             self.wait_ready(wait_ready)
         return self

@@ -98,3 +98,26 @@ def test_idle_owner_notices_a_newer_claim_through_its_refresh_read(
     assert b.owned_tcs() == [0]
     # A writes nothing more, so only the refresh can show it the newer claim.
     wait_until(lambda: a.owned_tcs() == [], 10, what="idle A gives TC 0 up")
+
+
+def test_an_instance_whose_start_fails_leaves_the_coordinator_group(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose TB service cannot start stops its coordinator service too: otherwise that
+    service stays in the group holding TCs that nobody serves (the process lives on in a library
+    user's or EmbeddedCoordinator's hands)."""
+    from kafka_store import StoreError
+    from pulsar_txn.buffer.service import TransactionBufferService
+
+    cfg = coord_config(ownership="group", static_tc_ids=(), group_session_timeout_ms=6000)
+
+    def fail(_self: TransactionBufferService) -> None:
+        time.sleep(3)  # the coordinator group has assigned the TCs meanwhile
+        raise StoreError("snapshot topic: the broker timed out")
+
+    monkeypatch.setattr(TransactionBufferService, "start", fail)
+    failed = EmbeddedCoordinator(kafka, cfg.model_copy(update={"tb_service_enabled": True}))
+    with pytest.raises(StoreError):
+        failed.start(wait_ready=None)
+    b = embedded(cfg)
+    wait_until(lambda: b.owned_tcs() == [0, 1, 2, 3], 30, what="the next instance owns every TC")
