@@ -38,6 +38,10 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
+# A claim that fenced a TC the group still assigns to this instance is answered with a claim of ours
+# after this pause (the stray claim's writer had its acquisition revoked: it does not retry).
+_RECLAIM_AFTER_S = 1.0
+
 OWNER = REGISTRY.register(
     RecordKind(
         "TcOwner",
@@ -347,8 +351,12 @@ class CoordinatorService:
                 if await self._acquire_once(tc_id):
                     return
             except CoordinatorFencedError:
-                self._wanted.discard(tc_id)
-                return
+                if not self._assigned_by_group(tc_id):
+                    self._wanted.discard(tc_id)
+                    return
+                # The group gives the TC to us alone: the newer claim is a late write of an
+                # acquisition revoked meanwhile (its instance no longer wants the TC). Claim again.
+                backoff = max(backoff, _RECLAIM_AFTER_S)
             log.info("TC %d: retrying acquisition in %.1fs", tc_id, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -370,12 +378,16 @@ class CoordinatorService:
         tc.demand_reads = self._tail.want
         try:
             await tc.recover()
+            if self._tcs.get(tc_id) is not tc:  # released (revoked, stopping) while it recovered
+                await tc.close()
+                return False
         except CoordinatorFencedError:
             await self._drop(tc_id, tc)
             raise
         except (PulsarTxnError, TimeoutError) as exc:
-            log.error("TC %d: recovery failed: %r", tc_id, exc)
-            await self._drop(tc_id, tc)
+            if self._tcs.get(tc_id) is tc:  # else released meanwhile: its recovery stopped, as it should
+                log.error("TC %d: recovery failed: %r", tc_id, exc)
+                await self._drop(tc_id, tc)
             return False
         owner = OWNER.encode(
             {
@@ -406,8 +418,25 @@ class CoordinatorService:
         if tc is not None:
             await self._close_detached(tc_id, tc)
 
+    def _assigned_by_group(self, tc_id: int) -> bool:
+        """Group ownership: the group assigns ``tc_id`` to this instance now (to no other member)."""
+        return self._group is not None and tc_id in self._group.assigned
+
     def _on_fenced(self, tc_id: int) -> None:
-        self._spawn(self.release(tc_id))  # not wanted any more: the newer claimant owns it
+        self._spawn(self._after_fence(tc_id))
+
+    async def _after_fence(self, tc_id: int) -> None:
+        """A newer claim took ``tc_id``: let it go. With static ownership (or the group assigning it
+        elsewhere) the newer claimant owns it. If the group still assigns it to us, that claim was a
+        late write of an acquisition revoked meanwhile, and nobody else will claim the TC until the
+        group rebalances: claim it again after a pause."""
+        await self.release(tc_id)
+        if not self._assigned_by_group(tc_id):
+            return
+        await asyncio.sleep(_RECLAIM_AFTER_S)
+        if self._started and self._assigned_by_group(tc_id) and tc_id not in self._tcs:
+            log.warning("TC %d: fenced by a claim while the group assigns it here; claiming it again", tc_id)
+            await self.acquire(tc_id)
 
     def _known_through(self, topic: str, partition: int) -> int:
         """(On the tail's thread.) How far a ready TC's log needs no reading; -1: read everything."""

@@ -206,6 +206,7 @@ class TransactionCoordinator:
         if self._last_read >= offset:
             self._replayed.set()
         await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
+        self._check_not_closed()
         fold = self._fold
         self._check_claim_held(offset)
         self.epoch = offset
@@ -214,6 +215,7 @@ class TransactionCoordinator:
         self._next_seq = fold.next_seq
         stale = list(fold.stale_keys)
         await self._adopt(stale)
+        self._check_not_closed()
         self._check_claim_held(offset)  # the tail kept folding while we wrote
         now = _now_ms()
         for seq, meta in sorted(self._txns.items()):
@@ -242,6 +244,12 @@ class TransactionCoordinator:
             self._next_seq,
             now - self.recover_started_ms,
         )
+
+    def _check_not_closed(self) -> None:
+        """A TC released while it recovered (revoked, the service stopping) must not become READY:
+        detached from the service, it would run timeouts and write records nobody confirms."""
+        if self.state is TcState.CLOSED:
+            raise TransactionCoordinatorNotFoundError(f"TC {self.tc_id} was released while recovering")
 
     def _check_claim_held(self, offset: int) -> None:
         if self._fold.epoch != offset:
@@ -313,6 +321,7 @@ class TransactionCoordinator:
     async def close(self) -> None:
         if self.state is not TcState.FENCED:
             self.state = TcState.CLOSED
+        self._replayed.set()  # a recovery waiting for its replay stops now (it sees CLOSED)
         self._fail_waiters(TransactionCoordinatorNotFoundError(f"TC {self.tc_id} is shutting down"))
         self._cancel_tasks()
         if self._tasks:

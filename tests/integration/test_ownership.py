@@ -121,3 +121,72 @@ def test_an_instance_whose_start_fails_leaves_the_coordinator_group(
         failed.start(wait_ready=None)
     b = embedded(cfg)
     wait_until(lambda: b.owned_tcs() == [0, 1, 2, 3], 30, what="the next instance owns every TC")
+
+
+def test_a_stray_claim_does_not_leave_a_tc_the_group_assigns_without_owner(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    """A claim landing late (written by an acquisition whose TC a rebalance revoked meanwhile)
+    fences the TC's owner. The group still assigns the TC to that owner and the late writer no
+    longer wants it, so nobody else would claim it until the next rebalance: the owner claims it
+    again, and serves it."""
+    from kafka_store import Appender
+    from pulsar_txn.coordinator.records import claim_key, encode_claim
+
+    cfg = coord_config(ownership="group", static_tc_ids=(), group_session_timeout_ms=6000)
+    b = embedded(cfg)
+    wait_until(lambda: b.owned_tcs() == [0, 1, 2, 3], 30, what="B owns every TC")
+    app = Appender(kafka)
+    try:
+        stray = encode_claim(2, "revoked-acquisition", "pulsar://gone:6650", int(time.time() * 1000))
+        app.append(cfg.log_topic, 2, stray, key=claim_key(2, "revoked-acquisition")).result(10)
+    finally:
+        app.close()
+    wait_until(lambda: 2 not in b.owned_tcs(), 10, what="the stray claim fences TC 2")
+    wait_until(lambda: b.owned_tcs() == [0, 1, 2, 3], 20, what="B claims TC 2 again")
+    txn = b.run(b.service.new_txn(2, 60_000))
+    b.run(b.service.end_txn(txn, TxnAction.COMMIT))
+    assert b.service.coordinator(2).get(txn).status is TxnStatus.COMMITTED  # type: ignore[union-attr]
+
+
+def test_a_tc_released_while_it_recovers_never_becomes_ready(
+    embedded: Factory, coord_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoked (or the service stopping) during its recovery, a TC stops recovering: it does not
+    become READY detached from the service, running timeouts whose records nobody confirms."""
+    import asyncio
+
+    from pulsar_txn.coordinator import tc as tc_module
+    from pulsar_txn.coordinator.tc import TcState
+
+    cfg = coord_config(static_tc_ids=(0,))
+    a = embedded(cfg)
+    a.run(a.service.new_txn(0, 60_000))
+    a.stop()
+    seen: dict[str, object] = {}
+    adopt = tc_module.TransactionCoordinator._adopt
+
+    async def held_adopt(self: tc_module.TransactionCoordinator, stale: list[bytes]) -> None:
+        seen["tc"] = self
+        gate = seen.setdefault("gate", asyncio.Event())
+        assert isinstance(gate, asyncio.Event)
+        await gate.wait()
+        await adopt(self, stale)
+
+    monkeypatch.setattr(tc_module.TransactionCoordinator, "_adopt", held_adopt)
+    b = embedded(cfg, wait=False)
+    wait_until(lambda: "tc" in seen, 20, what="B's recovery reaches the adoption step")
+    recovering = seen["tc"]
+    assert isinstance(recovering, tc_module.TransactionCoordinator)
+
+    async def release_then_resume() -> None:
+        await b.service.release(0)  # what a revocation does
+        gate = seen["gate"]
+        assert isinstance(gate, asyncio.Event)
+        gate.set()
+        await asyncio.sleep(1.0)
+
+    b.run(release_then_resume())
+    assert recovering.state is TcState.CLOSED
+    assert b.owned_tcs() == []
+    assert not recovering._tasks  # no timeout or retire loop runs for it
