@@ -6,7 +6,8 @@ One fresh embedded broker and one coordinator subprocess for everything (all sto
      batches of 100, and acknowledges each batch:
        * ours, plain individual acks (``acknowledge(msg)`` per message) - run first and again last;
        * ours, plain cumulative acks (``acknowledge_cumulative`` of each batch's last message);
-       * ours, transactional acks (``client.transaction()``, ``acknowledge(msg, txn)`` x 100, ``commit()``);
+       * ours, transactional acks (``client.transaction()``, ``acknowledge_async(msg, txn)`` x 100,
+         ``commit()``; the sync ``acknowledge(msg, txn)`` would wait for each pending ack's write);
        * Kafka: a plain confluent ``Consumer`` in a group, ``commit(asynchronous=False)`` per 100
          messages, and ``commit(asynchronous=True)`` per message.
 
@@ -195,7 +196,7 @@ def _ack_batch(client: Client, consumer: Consumer, mode: Mode, batch: list[Messa
     elif mode == "txn":
         txn = client.transaction(60)
         for msg in batch:
-            consumer.acknowledge(msg, txn)
+            consumer.acknowledge_async(msg, txn)  # Java's acknowledgeAsync: the commit waits for them
         txn.commit()
         run.ack_calls += len(batch)
         run.txns += 1
@@ -205,7 +206,7 @@ def _ack_batch(client: Client, consumer: Consumer, mode: Mode, batch: list[Messa
         while len(run.ahead) <= BEGUN_AHEAD:
             run.ahead.append(client.new_transaction().with_transaction_timeout(60).build_async())
         txn = run.ahead.popleft().result()
-        consumer.acknowledge(batch, txn)
+        consumer.acknowledge_async(batch, txn)
         run.committing.append(txn.commit_async())
         if len(run.committing) > OVERLAP_WINDOW:
             run.committing.popleft().result()

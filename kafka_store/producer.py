@@ -302,9 +302,11 @@ class Appender:
                         None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
                     return True
-                if not held and _on_event_loop():
-                    # A caller's thread waits for room (back-pressure), but an event loop must not:
-                    # the partition's retry thread does, keeping the records in order.
+                if not held and (_on_event_loop() or threading.current_thread() in self._threads):
+                    # A caller's thread waits for room (back-pressure), but an event loop must not,
+                    # nor a delivery thread (a report handler appending more: while it slept, no
+                    # report would be served and the queue would not drain): the partition's retry
+                    # thread does, keeping the records in order.
                     self._hold(d)
                     return False
                 time.sleep(0.005)

@@ -414,14 +414,29 @@ class AsyncConsumer(Generic[T]):
     async def acknowledge(
         self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
     ) -> None:
-        """Acknowledge one message, with ``txn`` inside that transaction."""
-        await self._pool.run(self.sync.acknowledge, message, _unwrap(txn))
+        """Acknowledge one message; with ``txn`` inside that transaction, returning once the pending
+        ack is stored."""
+        await self._stored(await self._pool.run(self.sync.acknowledge_async, message, _unwrap(txn)))
 
     async def acknowledge_cumulative(
         self, message: Message[Any] | MessageId, txn: AsyncTransaction | Transaction | None = None
     ) -> None:
-        """Acknowledge everything of the partition up to this message, with ``txn`` inside it."""
-        await self._pool.run(self.sync.acknowledge_cumulative, message, _unwrap(txn))
+        """Acknowledge everything of the partition up to this message; with ``txn`` inside it,
+        returning once the pending ack is stored."""
+        written = await self._pool.run(self.sync.acknowledge_cumulative_async, message, _unwrap(txn))
+        await self._stored(written)
+
+    async def _stored(self, written: Future[None]) -> None:
+        """Until an ack's write ended (cancelling the caller leaves the write going: the
+        transaction waits for it anyway)."""
+        if written.done():
+            written.result()
+            return
+        limit = self.sync._client.operation_timeout_seconds
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(written)), limit)
+        except TimeoutError:
+            raise Timeout(f"the pending ack was not stored within {limit}s") from None
 
     async def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
         """Redeliver the message after the consumer's negative-ack delay."""

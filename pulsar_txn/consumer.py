@@ -262,6 +262,9 @@ class Consumer(Generic[T]):
         # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.
         self._reopen: dict[TP, tuple[float, float]] = {}
         self._ack_batches: dict[tuple[TxnID, TP, AckKind], _AckBatch] = {}
+        # Keys of batches being written: acks made meanwhile gather in the next batch, written when
+        # the write in flight ends (many acks per record under load, one write at a time per key).
+        self._ack_writing: set[tuple[TxnID, TP, AckKind]] = set()
         self._refetch_due: list[tuple[TP, list[int]]] = []  # see _after_outcome; read by the upkeep thread
         self._closed = False
         self._assigned_once = threading.Event()
@@ -674,32 +677,55 @@ class Consumer(Generic[T]):
     ) -> None:
         """Acknowledge one message, or several (like Java's ``acknowledge(List<MessageId>)``); with
         ``txn``, as part of that transaction (``TransactionConflict`` if another transaction holds
-        one, ``InvalidTxnStatusError`` if ``txn`` is not open). In a transaction, the ids of one
-        partition are checked and written together, which is much cheaper than one call each."""
+        one, ``InvalidTxnStatusError`` if ``txn`` is not open). With ``txn`` this returns once the
+        pending ack is stored, as Pulsar's broker answers a transactional ack: a commit from anywhere
+        (e.g. by TxnID, after this process died) then includes it. ``acknowledge_async`` does not
+        wait; the ids of one partition in one call are checked and written together."""
+        _wait_ack(self.acknowledge_async(message, txn), self._client.operation_timeout_seconds)
+
+    def acknowledge_async(
+        self,
+        message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId],
+        txn: Transaction | None = None,
+    ) -> Future[None]:
+        """``acknowledge`` without waiting (Java's ``acknowledgeAsync``): conflicts and bad ids raise
+        here; with ``txn`` the future resolves once the pending ack is stored (transactional acks
+        made while one of the transaction's writes is in flight go out together, in one record),
+        and fails if it cannot be (the transaction's commit then aborts). Without ``txn`` it is
+        done at once (plain acks are made durable in the background, as Pulsar groups them)."""
         mids = self._with_topic(_message_ids(message))
         if txn is not None:
             _args.instance(txn, Transaction, "txn")
             by_partition: dict[tuple[str, int], list[MessageId]] = {}
             for mid in mids:
                 by_partition.setdefault((mid.topic, mid.partition), []).append(mid)
-            for group in by_partition.values():
-                self._ack_in_txn(txn, AckKind.INDIVIDUAL, group)
-            return
+            return _all_of([self._ack_in_txn(txn, AckKind.INDIVIDUAL, g) for g in by_partition.values()])
         with self._lock:
             parts = [self._readable_part_for(mid) for mid in mids]  # all checked before any applies
             for part, mid in zip(parts, mids, strict=True):
                 self._ack_offset(part, mid.offset)
+        return _all_of([])
 
     def acknowledge_cumulative(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
     ) -> None:
         """Acknowledge every message of the partition up to and including this one; with ``txn``,
-        as part of that transaction."""
+        as part of that transaction, returning once the pending ack is stored."""
+        _wait_ack(self.acknowledge_cumulative_async(message, txn), self._client.operation_timeout_seconds)
+
+    def acknowledge_cumulative_async(
+        self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
+    ) -> Future[None]:
+        """``acknowledge_cumulative`` without waiting (Java's ``acknowledgeCumulativeAsync``); the
+        future as for ``acknowledge_async``."""
         mids = self._with_topic(_message_ids(message))
         if txn is not None:
             _args.instance(txn, Transaction, "txn")
-            self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
-            return
+            return self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
+        self._ack_cumulative_plain(mids)
+        return _all_of([])
+
+    def _ack_cumulative_plain(self, mids: list[MessageId]) -> None:
         if len(mids) != 1:
             raise NotAllowedError("a cumulative ack takes exactly one message id")
         mid = mids[0]
@@ -730,10 +756,11 @@ class Consumer(Generic[T]):
         self._unacked.pop(key, None)
         self._redelivery_counts.pop(key, None)
 
-    def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> None:
+    def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> Future[None]:
         """As in Pulsar, every transactional ack is an operation of the transaction: one that fails,
         for whatever reason, makes its commit abort (an application catching the error cannot
-        commit the output of messages whose acks did not take)."""
+        commit the output of messages whose acks did not take). Returns the future of the write
+        that stores these acks."""
         try:
             sub_topic = self._txn_ack_topic(kind, mids)
         except PulsarTxnError as exc:
@@ -742,7 +769,7 @@ class Consumer(Generic[T]):
         # Counted from here until tracked: a commit beginning meanwhile waits for this ack's write.
         registered = txn.begin_ack(str(sub_topic), self.subscription)
         try:
-            self._ack_counted(txn, kind, mids, registered)
+            return self._ack_counted(txn, kind, mids, registered)
         except PulsarTxnError as exc:
             txn.record_failure(exc)  # before op_finished: a commit waiting on it then sees the failure
             raise
@@ -774,7 +801,7 @@ class Consumer(Generic[T]):
 
     def _ack_counted(
         self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId], registered: Future[None]
-    ) -> None:
+    ) -> Future[None]:
         first = mids[0]
         offsets = [m.offset for m in mids]
         with self._lock:
@@ -811,16 +838,19 @@ class Consumer(Generic[T]):
                 if entry is not None:
                     in_txn[key] = entry[0]
                     held.append(key[2])
-            full = self._batch_ack(txn, part, kind, offsets, registered)
-        if full:
+            now, written = self._batch_ack(txn, part, kind, offsets, registered)
+        if now:
             self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
+        return written
 
     def _batch_ack(
         self, txn: Transaction, part: _Part, kind: AckKind, offsets: list[int], registered: Future[None]
-    ) -> bool:
-        """Acks of one transaction on one partition go into one PendingAck record, written when the
-        transaction waits for its operations (commit/abort), when the batch grows large, or at once
-        for a cumulative ack or a list of acks (True: write it now). Under ``_lock``."""
+    ) -> tuple[bool, Future[None]]:
+        """Acks of one transaction on one partition go into one PendingAck record, written at once
+        (True: write it now) unless a record of the same transaction, partition and kind is being
+        written: then once that write ended, or when the transaction waits for its operations
+        (commit/abort), or when the batch grows large. Returns that and the batch's write future.
+        Under ``_lock``."""
         key = (txn.txn_id, part.tp, kind)
         batch = self._ack_batches.get(key)
         if batch is not None:
@@ -834,10 +864,10 @@ class Consumer(Generic[T]):
             txn.add_end_listener(self._txn_ended)
             txn.add_commit_check(self._ownership_check)
             txn.add_flush_hook(flush)
-        # A cumulative ack is one per partition and transaction: nothing to wait for. A list is a
-        # batch the application made: written at once (as Pulsar's client sends a transactional ack
-        # at once), so its write overlaps with what follows instead of lengthening the commit.
-        return kind is AckKind.CUMULATIVE or len(offsets) > 1 or len(batch.offsets) >= _ACK_BATCH_MAX
+        # As Pulsar's client sends a transactional ack at once: its write overlaps with what follows
+        # instead of lengthening the commit, and the caller learns when it is stored.
+        now = key not in self._ack_writing or len(batch.offsets) >= _ACK_BATCH_MAX
+        return now, batch.written
 
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
         with self._lock:
@@ -845,14 +875,26 @@ class Consumer(Generic[T]):
             if batch is None or not batch.offsets:
                 return
             part.writes_in_flight += 1
+            self._ack_writing.add(key)
         kind = key[2]
         value, headers = encode_pending_ack(txn.txn_id, kind, batch.offsets)
         written = batch.written
 
+        def ended() -> Callable[[], None] | None:
+            """Under ``_lock``: this write is over. Returns the flush of the acks gathered meanwhile,
+            to call once the lock is released (on the appender's delivery thread, which is safe:
+            the appender never blocks its own thread for room)."""
+            part.writes_in_flight -= 1
+            self._ack_writing.discard(key)
+            follower = self._ack_batches.get(key)
+            return follower.flush if follower is not None else None
+
         def failed(exc: BaseException) -> None:
             with self._lock:  # counted down before anyone waiting on ``written`` wakes
-                part.writes_in_flight -= 1
+                follow = ended()
             written.set_exception(exc)
+            if follow is not None:
+                follow()
 
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
@@ -871,8 +913,10 @@ class Consumer(Generic[T]):
                     return
                 with self._lock:
                     part.fold.note_written(txn.txn_id, offset)
-                    part.writes_in_flight -= 1
+                    follow = ended()
                 written.set_result(None)
+                if follow is not None:
+                    follow()
 
             self._client._appender().append_cb(
                 part.pa_topic, part.tp[1], value, headers=headers, callback=stored
@@ -1525,6 +1569,40 @@ class Consumer(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _all_of(futures: list[Future[None]]) -> Future[None]:
+    """One future for several ack writes: done when all are, with the first failure."""
+    if len(futures) == 1:
+        return futures[0]
+    out: LazyFuture[None] = LazyFuture()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_f: Future[None]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        exc = next((f.exception() for f in futures if f.exception() is not None), None)
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(None)
+
+    if not futures:
+        out.set_result(None)
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    return out
+
+
+def _wait_ack(written: Future[None], timeout: float) -> None:
+    """Until transactional acks are stored (their write's error raised), at most ``timeout``."""
+    done, _ = wait([written], timeout)
+    if not done:
+        raise Timeout(f"the pending ack was not stored within {timeout}s")
+    written.result()
 
 
 def _message_ids(message: Message[Any] | MessageId | Sequence[Message[Any] | MessageId]) -> list[MessageId]:

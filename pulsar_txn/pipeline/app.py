@@ -222,9 +222,9 @@ class ExactlyOncePipeline:
         try:
             # Individual acks, in one call (one pending-ack record): with overlapping transactions a
             # cumulative ack would conflict with the previous batch's (Pulsar lets one transaction at
-            # a time hold a subscription's cumulative ack). Acks go first, so that write overlaps with
-            # the sends.
-            consumer.acknowledge(batch, txn=txn)
+            # a time hold a subscription's cumulative ack). Acks go first, without waiting for their
+            # write (the commit does), so that it overlaps with the sends.
+            consumer.acknowledge_async(batch, txn=txn)
             producer = self._producer(partition)
             for msg in batch:
                 producer.send_async(

@@ -1,5 +1,6 @@
-"""Child process for crash tests: subscribe, receive N, ack them in one transaction, print the TxnID,
-then wait to be killed (SIGKILL) before anyone ends the transaction."""
+"""Child process for crash tests: subscribe, receive N, ack them in one transaction (each
+``acknowledge`` returning once its pending ack is stored), print the TxnID, then wait to be killed
+(SIGKILL) before anyone ends the transaction."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def main() -> None:
     )
     txn = client.transaction(600)
     for _ in range(cfg["n"]):
+        # Returns once the pending ack is stored: killed right after, the acks still count when
+        # another process commits the transaction by its id.
         consumer.acknowledge(consumer.receive(10_000), txn=txn)
-    txn._wait_ops()  # every pending-ack record is durable before we report
     print(json.dumps({"txn": str(txn.txn_id)}), flush=True)
     time.sleep(600)
 

@@ -189,12 +189,12 @@ def test_a6_acking_committed_positions_conflicts_and_aborted_positions_are_ackab
     t4.commit()
 
 
-def test_a_list_of_txn_acks_is_written_at_once_and_single_acks_wait_for_the_commit(
+def test_txn_acks_are_written_with_the_call_not_held_until_the_commit(
     cluster: ClusterFactory, uid: str
 ) -> None:
-    """A list is a batch the application made: its pending-ack record goes out with the call, so the
-    commit does not wait for that write (it did: list acks were held until commit). Single acks are
-    still batched until the commit (many acks per record)."""
+    """A list is a batch the application made: one pending-ack record, written with the call. A
+    single ack is written with its call too (it used to wait in memory for the commit, so a
+    consumer killed before the commit lost it for a commit made by another process)."""
     c = cluster()
     topic, sub = f"palist_{uid}", f"sub_{uid}"
     _setup(c, topic, 5)
@@ -207,12 +207,11 @@ def test_a_list_of_txn_acks_is_written_at_once_and_single_acks_wait_for_the_comm
         return end_offsets(c.client._admin.config, [log_tp])[log_tp]
 
     consumer.acknowledge(msgs[:3], txn=txn)
-    wait_until(lambda: log_end() == 1, 5, what="the list's record, before any commit")
+    assert log_end() == 1  # the list's record, stored before the call returned
     consumer.acknowledge(msgs[3], txn=txn)
-    time.sleep(0.5)
-    assert log_end() == 1  # batched until the commit
+    assert log_end() == 2
     txn.commit()
-    assert log_end() == 3  # the single ack's record, then the commit marker
+    assert log_end() == 3  # then the commit marker
     wait_until(lambda: _pending_total(consumer) == 0, 10)
     consumer.redeliver_unacknowledged_messages()
     assert [m.data for m in receive_all(consumer, 800)] == [msgs[4].data]
@@ -881,9 +880,10 @@ def test_a_replaced_consumer_cannot_commit_its_txn_acks_and_its_successor_owns_t
     cluster: ClusterFactory, uid: str
 ) -> None:
     """A consumer replaced while it held acks in an open transaction (a long pause; here a newer
-    consumer with its instance id) must not commit them: its successor did not see them and has
-    delivered the same messages. The commit's ownership check is refused by the group, so the
-    transaction aborts, and the successor's own acks of those messages are what counts."""
+    consumer with its instance id) must not commit them: its ownership check is refused by the
+    group, so the transaction aborts. Its successor recovered those acks as pending (they were
+    stored when ``acknowledge`` returned), so it delivers the messages only after that abort, and
+    its own acks of them are what counts."""
     c = cluster()
     topic, sub = f"repl_{uid}", f"sub_{uid}"
     _setup(c, topic, 5)
@@ -892,18 +892,19 @@ def test_a_replaced_consumer_cannot_commit_its_txn_acks_and_its_successor_owns_t
     assert len(msgs) == 5
     txn = c.client.transaction(60)
     for m in msgs:
-        old.acknowledge(m, txn=txn)  # batched: not in the pending-ack log yet
+        old.acknowledge(m, txn=txn)
     new = c.client.subscribe(topic, sub, instance_id="a", initial_position="Earliest")
-    again = receive_all(new)
-    assert _values(again) == _values(msgs)
+    assert receive_all(new, 1000) == []  # pending in the old consumer's transaction
     with pytest.raises(TransactionHasOperationFailed) as refused:
         txn.commit()
     assert isinstance(refused.value.__cause__, TransactionConflict), repr(refused.value.__cause__)
     assert txn.state is TransactionState.ABORTED
+    again = receive_all(new)
+    assert _values(again) == _values(msgs)
     with c.client.transaction(60) as txn2:
         for m in again:
             new.acknowledge(m, txn=txn2)
-    wait_until(lambda: _pending_total(new) == 0, 10, what="the old txn's late acks released")
+    wait_until(lambda: _pending_total(new) == 0, 10, what="the acks committed")
     assert receive_all(new, 1000) == []
     with contextlib.suppress(PulsarTxnError):
         old.close()
@@ -1240,3 +1241,35 @@ def test_a_committed_txn_leaves_nothing_of_its_messages_in_the_consumers_bookkee
     assert consumer.stats()["unacked"] == 0
     assert not consumer._redelivery_counts and not consumer._in_txn
     consumer.close()
+
+
+def test_a_txn_ack_is_stored_when_acknowledge_returns_and_async_acks_share_records(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """``acknowledge(msg, txn)`` returns once its pending ack is stored (Pulsar's broker answers a
+    transactional ack after storing it), so the admin view, which reads only the log, already
+    shows it. ``acknowledge_async`` returns at once with the write's future; acks made while a
+    write of the same transaction and partition is in flight go out together, in one record."""
+    c = cluster()
+    topic = f"stored_{uid}"
+    _setup(c, topic, 201)
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(201)]
+    log_key = f"persistent://public/default/{topic}-partition-0"
+    pa_topic = f"{topic}-sub_{uid}__transaction_pending_ack"
+
+    txn = c.client.transaction(60)
+    consumer.acknowledge(msgs[0], txn=txn)
+    assert pending_ack_stats(c.client, topic, f"sub_{uid}")[log_key]["pending_ack_count"] == 1
+    records_before = end_offsets(c.client.kafka, [(pa_topic, 0)])[(pa_topic, 0)]
+
+    futures = [consumer.acknowledge_async(m, txn=txn) for m in msgs[1:]]
+    for fut in futures:
+        assert fut.result(30) is None
+    records = end_offsets(c.client.kafka, [(pa_topic, 0)])[(pa_topic, 0)] - records_before
+    assert 1 <= records <= 100  # 200 acks, written while earlier writes were in flight
+    assert pending_ack_stats(c.client, topic, f"sub_{uid}")[log_key]["pending_ack_count"] == 201
+    txn.commit()
+    consumer.close()
+    stats = pending_ack_stats(c.client, topic, f"sub_{uid}")[log_key]
+    assert stats["pending_ack_count"] == 0 and stats["mark_delete"] == 201
