@@ -877,7 +877,14 @@ class Consumer(Generic[T]):
             part.writes_in_flight += 1
             self._ack_writing.add(key)
         kind = key[2]
-        value, headers = encode_pending_ack(txn.txn_id, kind, batch.offsets)
+        value, headers = encode_pending_ack(
+            txn.txn_id,
+            kind,
+            batch.offsets,
+            topic=part.pa_topic,
+            partition=part.tp[1],
+            secret=self._client._secret,
+        )
         written = batch.written
 
         def ended() -> Callable[[], None] | None:
@@ -1021,7 +1028,18 @@ class Consumer(Generic[T]):
                 part = self._parts.get((self._pa_to_data.get(rec.topic, ""), rec.partition))
                 if part is None or part.pa_topic != rec.topic:
                     continue
-                for txn_id, action, released in part.fold.apply(rec, live=True):
+                try:
+                    outcomes = part.fold.apply(rec, live=True)
+                except Exception:  # a bug on one record must not drop the others of the batch
+                    log.exception(
+                        "%s: folding %s[%d]@%d failed",
+                        self.subscription,
+                        rec.topic,
+                        rec.partition,
+                        rec.offset,
+                    )
+                    continue
+                for txn_id, action, released in outcomes:
                     part.dirty = True
                     # The same rules as an outcome from END_TXN: a released message that is delivered
                     # and not acked (e.g. below a cumulative ack) stays the application's, no refetch.
@@ -1405,7 +1423,9 @@ class Consumer(Generic[T]):
             appender = self._client._appender()
             futures = []
             for txn, kind, offsets in records:
-                value, headers = encode_pending_ack(txn, kind, offsets)
+                value, headers = encode_pending_ack(
+                    txn, kind, offsets, topic=part.pa_topic, partition=part.tp[1], secret=self._client._secret
+                )
                 futures.append((txn, appender.append(part.pa_topic, part.tp[1], value, headers=headers)))
             carried: dict[TxnID, int] = {}
             for txn, fut in futures:

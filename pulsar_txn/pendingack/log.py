@@ -4,7 +4,9 @@ consumer (header ``ptxn.ctl = b"pending-ack"``) and the TC's COMMIT/ABORT marker
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import hmac
 import logging
 import time
 from collections.abc import Sequence
@@ -47,9 +49,26 @@ PENDING_ACK = REGISTRY.register(
 )
 
 
+ACK_MAC_HEADER = "ptxn-ack-mac"
+"""With marker authentication on, every PendingAck record carries an HMAC-SHA256 (marker secret) over
+its log partition and value: a plain Kafka producer cannot add acks (which a later commit of a
+real transaction would apply, swallowing messages) nor pending positions that hold messages back."""
+
+
+def _ack_mac(secret: bytes, topic: str, partition: int, value: bytes) -> bytes:
+    return hmac.new(secret, b"%s\x00%d\x00%s" % (topic.encode(), partition, value), hashlib.sha256).digest()
+
+
 def encode_pending_ack(
-    txn: TxnID, kind: AckKind, offsets: Sequence[int]
+    txn: TxnID,
+    kind: AckKind,
+    offsets: Sequence[int],
+    *,
+    topic: str = "",
+    partition: int = 0,
+    secret: bytes | None = None,
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """A PendingAck record for ``topic[partition]`` of a pending-ack log; signed with ``secret``."""
     value = PENDING_ACK.encode(
         {
             "txn_most": txn.most_bits,
@@ -59,7 +78,10 @@ def encode_pending_ack(
             "written_at_ms": int(time.time() * 1000),
         }
     )
-    return value, [(CTL_HEADER, PENDING_ACK_CTL), (TXN_HEADER, txn.to_bytes())]
+    headers = [(CTL_HEADER, PENDING_ACK_CTL), (TXN_HEADER, txn.to_bytes())]
+    if secret is not None:
+        headers.append((ACK_MAC_HEADER, _ack_mac(secret, topic, partition, value)))
+    return value, headers
 
 
 _ENDED_MAX = 10_000  # transactions whose end a fold remembers (late ack records of them are ignored)
@@ -73,12 +95,19 @@ class PendingAckFold:
     transaction's first ack record is, so a restart can replay from the lowest of them."""
 
     def __init__(
-        self, state: PendingAckState, topic: str, partition: int, *, marker_secret: bytes | None = None
+        self,
+        state: PendingAckState,
+        topic: str,
+        partition: int,
+        *,
+        marker_secret: bytes | None = None,
+        num_tcs: int | None = None,
     ) -> None:
         self.state = state
         self.topic = topic
         self.partition = partition
         self._secret = marker_secret
+        self._num_tcs = num_tcs  # ack records naming a TC at or beyond it are skipped (None: any)
         self.first_record: dict[TxnID, int] = {}
         self.next_offset = 0
         self.skipped = 0
@@ -120,15 +149,13 @@ class PendingAckFold:
             if live and rec.offset in self._own:
                 self._own.discard(rec.offset)
                 return []
-            try:
-                f = REGISTRY.decode_as(PENDING_ACK, rec.value)
-            except CodecError as exc:
-                self._skip(rec.offset, str(exc))
+            acked = self._ack_record(rec)
+            if acked is None:
                 return []
-            txn = TxnID(int(f["txn_most"]), int(f["txn_least"]))
+            txn, kind, offsets = acked
             if txn in self._ended:
                 return []
-            self.state.apply_ack(txn, AckKind(f["kind"]), [int(o) for o in f["offsets"]])
+            self.state.apply_ack(txn, kind, offsets)
             self.first_record.setdefault(txn, rec.offset)
             return []
         if ctl == MARKER_CTL:
@@ -144,6 +171,33 @@ class PendingAckFold:
             return [(marker.txn_id, marker.action, released), *self._ended_below(marker)]
         self._skip(rec.offset, "not a pending-ack record")
         return []
+
+    def _ack_record(self, rec: StoredRecord) -> tuple[TxnID, AckKind, list[int]] | None:
+        """A PendingAck record's content, or None (skipped, logged and counted) if it is malformed,
+        names a TC that does not exist or a negative offset, or fails authentication."""
+        if self._secret is not None:
+            macs = [raw for name, raw in rec.headers if name == ACK_MAC_HEADER]
+            value = rec.value or b""
+            if len(macs) != 1 or not hmac.compare_digest(
+                macs[0] or b"", _ack_mac(self._secret, self.topic, self.partition, value)
+            ):
+                self._skip(rec.offset, "ack record failed authentication")
+                return None
+        try:
+            f = REGISTRY.decode_as(PENDING_ACK, rec.value)
+            txn = TxnID(int(f["txn_most"]), int(f["txn_least"]))
+            kind = AckKind(f["kind"])
+            offsets = [int(o) for o in f["offsets"]]
+        except (CodecError, ValueError) as exc:  # InvalidTxnID is a ValueError
+            self._skip(rec.offset, str(exc))
+            return None
+        if self._num_tcs is not None and txn.most_bits >= self._num_tcs:
+            self._skip(rec.offset, f"{txn} names TC {txn.most_bits}; the cluster has {self._num_tcs}")
+            return None
+        if not offsets or min(offsets) < 0:
+            self._skip(rec.offset, f"{txn}: no offsets, or a negative one")
+            return None
+        return txn, kind, offsets
 
     def apply_outcome(self, txn: TxnID, action: TxnAction) -> Sequence[int]:
         """Apply an outcome learnt first-hand (the txn's END_TXN succeeded); the marker that follows in

@@ -14,12 +14,15 @@ commit's). A transaction still open may be another consumer's, which may still c
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection
 
-from kafka_store import KafkaConfig
+from kafka_store import KafkaConfig, StoreError
 from pulsar_txn.coordinator.fold import ended_as, read_tc_log
 from pulsar_txn.txnid import TxnAction, TxnID
+
+log = logging.getLogger(__name__)
 
 
 class StalePendingCheck:
@@ -68,9 +71,21 @@ class StalePendingCheck:
         return sorted(t for t, since in seen.items() if now - since >= self.after_s)
 
     def aborted(self, txns: Collection[TxnID]) -> list[TxnID]:
-        """Those of ``txns`` their TC has aborted or forgotten (one log read per TC)."""
+        """Those of ``txns`` their TC has aborted or forgotten (one log read per TC). A TC whose log
+        cannot be read is skipped this round (logged), not the others: raises
+        ``kafka_store.StoreError`` only if every TC's read failed."""
         out: list[TxnID] = []
+        failure: StoreError | None = None
+        read = 0
         for tc in sorted({t.most_bits for t in txns}):
-            fold = read_tc_log(self._kafka, self._log_topic, tc)
+            try:
+                fold = read_tc_log(self._kafka, self._log_topic, tc)
+            except StoreError as exc:
+                log.warning("pending transactions of TC %d not looked up: %s", tc, exc)
+                failure = exc
+                continue
+            read += 1
             out += [t for t in txns if t.most_bits == tc and ended_as(fold, t) is TxnAction.ABORT]
+        if failure is not None and not read:
+            raise failure
         return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafka_store import TopicNotFoundError, describe_group, group_offsets, read_range
+from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS
 from pulsar_txn.errors import SubscriptionNotFound
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold
@@ -50,7 +51,13 @@ def recover_partition(
         cursor = Cursor(default_start)
     pa_topic = pending_ack_topic(name, subscription)
     opts = client._buffer_options()
-    fold = PendingAckFold(PendingAckState(cursor), pa_topic, partition, marker_secret=opts.marker_secret)
+    fold = PendingAckFold(
+        PendingAckState(cursor),
+        pa_topic,
+        partition,
+        marker_secret=opts.marker_secret,
+        num_tcs=opts.num_tcs if opts.num_tcs != UNKNOWN_NUM_TCS else None,
+    )
     fold.next_offset = pa_low
     try:
         for rec in read_range(client.kafka, pa_topic, partition, pa_low):

@@ -1273,3 +1273,38 @@ def test_a_txn_ack_is_stored_when_acknowledge_returns_and_async_acks_share_recor
     consumer.close()
     stats = pending_ack_stats(c.client, topic, f"sub_{uid}")[log_key]
     assert stats["pending_ack_count"] == 0 and stats["mark_delete"] == 201
+
+
+def test_a_forged_ack_record_is_ignored_when_marker_authentication_is_on(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A plain Kafka producer writes an ack record naming a real transaction (here before that
+    transaction acks anything). It was folded as that transaction's acks: once it committed, a
+    restarted consumer found three messages acked that nobody processed. With the marker secret
+    set, ack records are signed and an unsigned one is ignored."""
+    from kafka_store import Appender
+    from pulsar_txn.pendingack.log import encode_pending_ack
+    from pulsar_txn.pendingack.state import AckKind
+
+    c = cluster(marker_secret="correct horse battery staple")
+    topic, sub = f"forgeack_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = receive_all(consumer)
+    assert len(msgs) == 5
+    txn = c.client.transaction(60)
+    consumer.acknowledge(msgs[0], txn=txn)  # the log exists and the tail reads it
+    pa_topic = f"{topic}-{sub}__transaction_pending_ack"
+    value, headers = encode_pending_ack(txn.txn_id, AckKind.INDIVIDUAL, [1, 2, 3])  # no secret
+    app = Appender(c.client.kafka)
+    try:
+        app.append(pa_topic, 0, value, headers=headers).result(10)
+    finally:
+        app.close()
+    time.sleep(0.5)  # the consumer's tail reads it
+    txn.commit()
+    consumer.close()
+    stats = pending_ack_stats(c.client, topic, sub)[f"persistent://public/default/{topic}-partition-0"]
+    assert stats["mark_delete"] == 1 and stats["pending_ack_count"] == 0
+    with c.client.subscribe(topic, sub) as again:
+        assert [m.message_id.offset for m in receive_all(again)] == [1, 2, 3, 4]

@@ -687,3 +687,55 @@ def test_the_committed_transactions_a_fold_remembers_stay_within_their_bound(
         fold.apply_outcome(txn, TxnAction.COMMIT)
     assert len(fold._committed) == len(fold._committed_by_last) == 3
     assert sorted(last for _first, last in fold._committed.values()) == [98, 99, 100]
+
+
+def _forged(offset: int, **fields: object) -> StoredRecord:
+    """A well-formed PendingAck record with any field values (what a plain Kafka producer can write)."""
+    from pulsar_txn.buffer.marker import CTL_HEADER
+    from pulsar_txn.pendingack.log import PENDING_ACK, PENDING_ACK_CTL
+
+    record = {"txn_most": 0, "txn_least": 1, "kind": "INDIVIDUAL", "offsets": [1], "written_at_ms": 0}
+    record.update(fields)
+    value = PENDING_ACK.encode(record)
+    return StoredRecord("pa", 0, offset, None, value, [(CTL_HEADER, PENDING_ACK_CTL)], 0)
+
+
+def test_ack_records_naming_no_real_transaction_or_offset_are_skipped_not_folded_or_raised() -> None:
+    """A negative TxnID raised out of the fold (a consumer never opened the partition; the live tail
+    lost the rest of its batch); a TC the cluster does not have, or a negative offset, held
+    messages pending for good. Each is skipped and counted."""
+    fold = PendingAckFold(PendingAckState(Cursor(0)), "pa", 0, num_tcs=4)
+    bad = [
+        _forged(0, txn_most=-1, txn_least=5),
+        _forged(1, txn_least=-3),
+        _forged(2, txn_most=999),
+        _forged(3, offsets=[-1]),
+        _forged(4, offsets=[]),
+    ]
+    for rec in bad:
+        assert fold.apply(rec) == []
+    assert fold.skipped == len(bad)
+    assert not fold.state.pending_txns()
+    assert fold.apply(_forged(5, txn_most=3, offsets=[7])) == []  # TC 3 of 4: a real one
+    assert list(fold.state.pending_txns()) == [TxnID(3, 1)]
+
+
+def test_with_a_marker_secret_only_signed_ack_records_are_folded() -> None:
+    """A plain Kafka producer's ack record (unsigned, or signed with another key or for another
+    partition) is ignored: a later commit of the TxnID it names would apply its acks too."""
+    secret = b"s3cret"
+    fold = PendingAckFold(PendingAckState(Cursor(0)), "pa", 0, marker_secret=secret)
+    txn = TxnID(0, 7)
+
+    def signed(offset: int, key: bytes, partition: int) -> StoredRecord:
+        value, headers = encode_pending_ack(
+            txn, AckKind.INDIVIDUAL, [offset + 10], topic="pa", partition=partition, secret=key
+        )
+        return StoredRecord("pa", 0, offset, None, value, headers, 0)
+
+    fold.apply(_ack_rec(0, txn, [10]))  # unsigned
+    fold.apply(signed(1, b"other key", 0))
+    fold.apply(signed(2, secret, 1))  # signed for partition 1 of the log, copied here
+    assert fold.skipped == 3 and not fold.state.pending_txns()
+    fold.apply(signed(3, secret, 0))
+    assert list(fold.state.pending_txns()) == [txn] and fold.skipped == 3

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from kafka_store import KafkaConfig
 from pulsar_txn.coordinator.fold import TcLogFold, ended_as
 from pulsar_txn.coordinator.records import TxnMeta
@@ -45,3 +49,21 @@ def test_a_transaction_is_looked_up_once_it_has_stayed_pending_long_enough_and_c
     assert check.due({b}) == [b]  # a is no longer pending: forgotten
     now[0] = 131.0
     assert check.due({a}) == []  # pending again: its clock starts over
+
+
+def test_a_tc_whose_log_cannot_be_read_does_not_stop_the_others_lookups(monkeypatch: Any) -> None:
+    """One unreadable TC log (a forged record naming a TC that does not exist, a partition offline)
+    skipped that TC only: every other TC's aborted transactions are still released."""
+    from kafka_store import StoreError
+    from pulsar_txn.pendingack import stale
+
+    def read(_kafka: KafkaConfig, _topic: str, tc: int) -> TcLogFold:
+        if tc == 999:
+            raise StoreError("Unknown partition")
+        return _fold(10, s3=TxnStatus.ABORTED)
+
+    monkeypatch.setattr(stale, "read_tc_log", read)
+    check = StalePendingCheck(KafkaConfig(bootstrap_servers="127.0.0.1:1"), "log", 10.0)
+    assert check.aborted([TxnID(0, 3), TxnID(999, 1)]) == [TxnID(0, 3)]
+    with pytest.raises(StoreError):
+        check.aborted([TxnID(999, 1)])  # nothing could be read: the caller retries later
