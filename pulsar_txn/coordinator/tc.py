@@ -274,9 +274,7 @@ class TransactionCoordinator:
         adopt = [
             meta for seq, meta in sorted(self._txns.items()) if not meta.status.is_terminal or seq in shared
         ]
-        records: list[tuple[bytes, bytes | None]] = [
-            (seq_key(self.tc_id, self.epoch), encode_seq_high_water(self.tc_id, self.epoch, self._next_seq))
-        ]
+        records: list[tuple[bytes, bytes | None]] = [self._seq_record()]
         for meta in adopt:
             key = txn_key(meta.txn_id, self.epoch)
             self._keys_by_seq.setdefault(meta.txn_id.least_bits, set()).add(key)
@@ -529,8 +527,27 @@ class TransactionCoordinator:
 
     async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         started = time.perf_counter()
-        await self._end_txn(txn_id, action)
+        try:
+            await self._end_txn(txn_id, action)
+        except (TransactionNotFound, InvalidTxnStatusError):
+            # A refusal comes from memory, which a deposed owner (its tail not past the newer claim
+            # yet) has stale: "not found" for a transaction the new owner created and committed
+            # would make a client redo committed work. Answer it only while still the owner.
+            await self._confirm_owner()
+            raise
         self.counters.end_txn.add((time.perf_counter() - started) * 1000)
+
+    async def _confirm_owner(self) -> None:
+        """Still this TC's owner now (else ``CoordinatorFencedError``, retriable): a harmless log
+        write (the sequence high-water again), read back with nothing newer before it."""
+        await self._persist([self._seq_record()])
+
+    def _seq_record(self) -> tuple[bytes, bytes]:
+        """The sequence high-water record under this epoch's key."""
+        return (
+            seq_key(self.tc_id, self.epoch),
+            encode_seq_high_water(self.tc_id, self.epoch, self._next_seq),
+        )
 
     async def _end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
         meta = self._get(txn_id)
@@ -724,9 +741,7 @@ class TransactionCoordinator:
 
     async def _retire(self, seqs: list[int]) -> None:
         # The sequence high-water goes first so compaction can never make sequences go backwards.
-        records: list[tuple[bytes, bytes | None]] = [
-            (seq_key(self.tc_id, self.epoch), encode_seq_high_water(self.tc_id, self.epoch, self._next_seq))
-        ]
+        records: list[tuple[bytes, bytes | None]] = [self._seq_record()]
         for seq in seqs:
             meta = self._txns.get(seq)
             if meta is None or not meta.status.is_terminal:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -190,3 +191,34 @@ def test_a_tc_released_while_it_recovers_never_becomes_ready(
     assert recovering.state is TcState.CLOSED
     assert b.owned_tcs() == []
     assert not recovering._tasks  # no timeout or retire loop runs for it
+
+
+def test_a_deposed_owner_does_not_say_not_found_for_a_txn_the_new_owner_committed(
+    embedded: Factory, coord_config: ConfigFactory
+) -> None:
+    """A deposed owner whose tail has not read the newer claim yet knows nothing of a transaction
+    the new owner created and committed. It answered a client's retry of END_TXN with
+    TransactionNotFound (not retriable: the client would redo committed work). A refusal is now
+    given only after a read-back proves the TC still ours; here that read-back finds the newer claim,
+    and the answer is CoordinatorFencedError (retriable: the client looks the owner up again)."""
+    cfg = coord_config(static_tc_ids=(0,))
+    a = embedded(cfg)
+    a.run(a.service.new_txn(0, 60_000))
+    tc_a = a.service.coordinator(0)
+    held: list[Any] = []
+    deliver = tc_a.on_records
+    tc_a.on_records = held.extend  # type: ignore[method-assign]  # A's tail lags (idle, slow, cut off)
+    b = embedded(cfg)
+    txn = b.run(b.service.new_txn(0, 60_000))
+    b.run(b.service.end_txn(txn, TxnAction.COMMIT))
+    assert a.service.owned_tcs() == [0]  # A still believes it owns TC 0
+    answer = a.submit(a.service.end_txn(txn, TxnAction.COMMIT))  # a client's retry that reached A
+    time.sleep(0.5)
+    assert not answer.done()  # no answer from stale memory
+    tc_a.on_records = deliver  # type: ignore[method-assign]
+    assert a._loop is not None
+    a._loop.loop.call_soon_threadsafe(deliver, list(held))
+    with pytest.raises(CoordinatorFencedError) as fenced:
+        answer.result(10)
+    assert fenced.value.retriable
+    wait_until(lambda: a.owned_tcs() == [], 10, what="A gives TC 0 up")
