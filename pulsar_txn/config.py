@@ -116,6 +116,8 @@ class CoordinatorConfig(BaseModel):
     # A read-only credential for GET /metrics (a scraper's), accepted there besides auth_token, which
     # also ends transactions. Unset: /metrics takes auth_token (or nothing, without one).
     metrics_token: SecretStr | None = None
+    # A TC's recovery fails when its log replay makes no progress for this long (a long replay that
+    # progresses goes on: a busy TC's uncompacted log can take longer than any fixed total).
     recovery_timeout_ms: int = Field(default=60_000, gt=0)
 
     @model_validator(mode="after")

@@ -232,7 +232,13 @@ class CoordinatorService:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         admin = TopicAdmin(self.kafka)
-        compact = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+        # Segments of 100 MB, as Kafka's own __transaction_state: compaction only cleans closed
+        # segments, and a 1 GB active one would hold a busy TC's whole history for its replay.
+        compact = {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": "60000",
+            "segment.bytes": "104857600",
+        }
         await asyncio.to_thread(admin.ensure_topic, cfg.log_topic, cfg.num_tcs, compact)
         await asyncio.to_thread(admin.ensure_topic, cfg.owners_topic, 1, {"cleanup.policy": "compact"})
         actual = await asyncio.to_thread(admin.partition_count, cfg.log_topic)

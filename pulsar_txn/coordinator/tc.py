@@ -205,7 +205,7 @@ class TransactionCoordinator:
         self.demand_reads(2.0)
         if self._last_read >= offset:
             self._replayed.set()
-        await asyncio.wait_for(self._replayed.wait(), self._config.recovery_timeout_ms / 1000)
+        await self._wait_replayed()
         self._check_not_closed()
         fold = self._fold
         self._check_claim_held(offset)
@@ -244,6 +244,22 @@ class TransactionCoordinator:
             self._next_seq,
             now - self.recover_started_ms,
         )
+
+    async def _wait_replayed(self) -> None:
+        """Until the replay has reached our claim. ``recovery_timeout_ms`` bounds a replay that makes
+        no progress, not a long one: a fixed total made a log longer than the timeout allows
+        unrecoverable (each attempt wrote a new claim and replayed from the start again)."""
+        timeout = self._config.recovery_timeout_ms / 1000
+        read = self._last_read
+        while True:
+            try:
+                await asyncio.wait_for(self._replayed.wait(), timeout)
+                return
+            except TimeoutError:
+                if self._last_read == read:
+                    raise
+                read = self._last_read
+                log.info("TC %d: replay at offset %d of %s, going on", self.tc_id, read, self._claim_offset)
 
     def _check_not_closed(self) -> None:
         """A TC released while it recovered (revoked, the service stopping) must not become READY:

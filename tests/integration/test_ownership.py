@@ -222,3 +222,29 @@ def test_a_deposed_owner_does_not_say_not_found_for_a_txn_the_new_owner_committe
         answer.result(10)
     assert fenced.value.retriable
     wait_until(lambda: a.owned_tcs() == [], 10, what="A gives TC 0 up")
+
+
+def test_a_replay_longer_than_the_recovery_timeout_completes_while_it_progresses(
+    embedded: Factory, coord_config: ConfigFactory, kafka: KafkaConfig
+) -> None:
+    """``recovery_timeout_ms`` bounded the whole replay: a TC whose log took longer to replay was
+    never recovered (each attempt wrote a new claim and replayed from the start again). It now
+    bounds a replay that makes no progress."""
+    from kafka_store import Appender
+    from pulsar_txn.coordinator.records import TxnMeta, txn_key
+
+    cfg = coord_config(static_tc_ids=(0,), recovery_timeout_ms=300)
+    first = embedded(cfg)  # creates the log
+    first.stop()
+    app = Appender(kafka, linger_ms=20)
+    now = int(time.time() * 1000)
+    futures = []
+    for seq in range(150_000):  # a busy TC's log head, not compacted yet
+        meta = TxnMeta(TxnID(0, seq), TxnStatus.COMMITTED, 60_000, 1, 2, 3, ended_at_ms=now)
+        futures.append(app.append(cfg.log_topic, 0, meta.encode(0), key=txn_key(meta.txn_id, 0)))
+    futures[-1].result(60)
+    app.close()
+    started = time.monotonic()
+    b = embedded(cfg, wait=False)
+    wait_until(lambda: b.owned_tcs() == [0], 60, what="TC 0 recovered")
+    assert time.monotonic() - started > 0.3  # the replay took longer than the timeout
