@@ -20,7 +20,7 @@ from kafka_store import (
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.consumer import CONSUMER_CLIENT_ID_PREFIX
 from pulsar_txn.errors import NotAllowedError, TopicNotFound, from_store_error
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import PENDING_ACK_SUFFIX, TopicName
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,27 @@ def _connected(group: GroupInfo | None, topic: str) -> bool:
 
 
 def delete_topic(
-    kafka: KafkaConfig, admin: TopicAdmin, snapshots: SnapshotStore, topic: str, *, force: bool
+    kafka: KafkaConfig,
+    admin: TopicAdmin,
+    snapshots: SnapshotStore,
+    topic: str,
+    *,
+    force: bool,
+    system_topics: Iterable[str] = (),
 ) -> TopicDeleted:
+    """``system_topics``: the deployment's own topics by their configured names (transaction log,
+    snapshots), refused like every ``__``-prefixed topic and every pending-ack log."""
     name = TopicName.parse(topic)
     if name.partition is not None:
         raise NotAllowedError(f"{topic}: delete the topic {name.base}, not one of its partitions")
     base = name.kafka_topic
+    if base.startswith("__") or base.endswith(PENDING_ACK_SUFFIX) or base in set(system_topics):
+        # As Pulsar refuses system topics: deleting the transaction log loses every outcome (a
+        # coordinator then makes a new, empty one and hands TxnIDs out again from (0,0)).
+        raise NotAllowedError(
+            f"{topic} is a system topic (transaction log, owners, snapshots, pending acks or Kafka's "
+            "own): not deleted"
+        )
     try:
         topics = admin.list_topics()
         if base not in topics:

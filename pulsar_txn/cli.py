@@ -155,7 +155,11 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
 
     kafka, config = build_configs(args)
     client = Client(
-        "pulsar://unused:6650", kafka=kafka, num_tcs=config.num_tcs, snapshot_topic=config.snapshot_topic
+        "pulsar://unused:6650",
+        kafka=kafka,
+        num_tcs=config.num_tcs,
+        snapshot_topic=config.snapshot_topic,
+        log_topic=config.log_topic,
     )
     try:
         deleted = client.delete_topic(args.topic, force=args.force)

@@ -524,9 +524,18 @@ class Client:
         subscriptions' consumer groups (cursors) and pending-ack logs, and the topic's
         transaction-buffer snapshots. A subscription with connected consumers makes it fail with
         ``NotAllowedError`` unless ``force``; a group that also reads other topics is kept. Raises
-        ``TopicNotFound`` if there is no such topic. Transactions that produced to it still end: the
+        ``TopicNotFound`` if there is no such topic; ``NotAllowedError`` for a system topic (the
+        transaction log, snapshots, owners, pending-ack logs, any ``__`` topic), as Pulsar refuses to
+        delete system topics. Transactions that produced to it still end: the
         coordinator gives up their markers there once the topic has been missing for a grace period."""
-        result = delete_topic(self.kafka, self._admin, self._snapshots(), topic, force=force)
+        result = delete_topic(
+            self.kafka,
+            self._admin,
+            self._snapshots(),
+            topic,
+            force=force,
+            system_topics=(self._log_topic, self._snapshot_topic),
+        )
         self._counts.pop(TopicName.parse(topic).kafka_topic, None)
         self._deleted(f"topic {topic} was deleted")
         return result

@@ -149,12 +149,15 @@ DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
 """The coordinators' transaction log (``CoordinatorConfig.log_topic``'s default)."""
 
 
+PENDING_ACK_SUFFIX = "__transaction_pending_ack"
+
+
 def pending_ack_topic(topic: TopicName, subscription: str) -> str:
     """Kafka topic of a subscription's pending-ack log.
 
     Pulsar names it ``<topic>-<sub>__transaction_pending_ack``; so do we.
     """
-    return f"{topic.base.kafka_topic}-{subscription}__transaction_pending_ack"
+    return f"{topic.base.kafka_topic}-{subscription}{PENDING_ACK_SUFFIX}"
 
 
 def check_subscription(topic: str, subscription: str) -> None:

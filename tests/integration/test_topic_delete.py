@@ -181,3 +181,29 @@ def test_deleting_a_missing_topic_or_one_partition_is_a_clear_error(
     c.client.create_topic(f"delp_{uid}", 2)
     with pytest.raises(NotAllowedError, match="not one of its partitions"):
         c.client.delete_topic(f"delp_{uid}-partition-1")
+
+
+def test_system_topics_are_never_deleted(cluster: ClusterFactory, uid: str) -> None:
+    """As Pulsar refuses to delete system topics: the transaction log (deleting it lost every
+    outcome, and a restarted coordinator handed TxnIDs out again from (0,0)), the snapshots, the
+    owners, pending-ack logs and Kafka's own topics are refused with NotAllowedError, kept whole."""
+    c = cluster()
+    topic, sub = f"delsys_{uid}", f"s_{uid}"
+    _fill(c, topic, 2, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    _ack_all(consumer, c, in_txn=True)  # makes the pending-ack log
+    consumer.close()
+    admin = TopicAdmin(c.client.kafka)
+    system = [
+        c.config.log_topic,
+        c.config.snapshot_topic,
+        c.config.owners_topic,
+        pending_ack_topic(TopicName.parse(topic), sub),
+        "__consumer_offsets",
+    ]
+    for name in system:
+        with pytest.raises(NotAllowedError, match="system topic"):
+            c.client.delete_topic(name, force=True)
+    assert all(admin.topic_exists(name) for name in system[:4])
+    with c.client.transaction(60):  # the coordinator still works
+        pass
