@@ -21,6 +21,7 @@ import runpy
 import sys
 import traceback
 import types
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -137,10 +138,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts.program, opts.args, opts.service_url, {"bootstrap_servers": opts.bootstrap_servers}
         )
     config = CoordinatorConfig(port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3))
+    if opts.bootstrap_servers:
+        # Someone else's Kafka: the run's coordinator keeps to topics and groups of its own. With the
+        # default names it claimed TCs 0-3 of the deployment's transaction log from its coordinators.
+        run = f"migrate_{uuid.uuid4().hex[:8]}"
+        config = config.model_copy(
+            update={
+                "log_topic": f"__pulsar_txn_log_{run}",
+                "owners_topic": f"__pulsar_txn_tc_owners_{run}",
+                "snapshot_topic": f"__transaction_buffer_snapshot_{run}",
+                "coordinator_group": f"pulsar-txn-coordinators-{run}",
+                "tb_group": f"pulsar-txn-tb-{run}",
+                "tb_service_enabled": False,  # it would load every topic of the cluster
+            }
+        )
     with _native_client.Client.embedded(
         bootstrap_servers=opts.bootstrap_servers, coordinator=config
     ) as holder:
-        defaults = {"kafka": holder.kafka, "num_tcs": config.num_tcs, "log_topic": config.log_topic}
+        defaults = {
+            "kafka": holder.kafka,
+            "num_tcs": config.num_tcs,
+            "log_topic": config.log_topic,
+            "snapshot_topic": config.snapshot_topic,
+        }
         print(
             f"migrate-run: coordinator {holder.service_url}, Kafka {holder.kafka.bootstrap_servers}",
             file=sys.stderr,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kafka_store import KafkaConfig, TopicAdmin
+
 pytestmark = pytest.mark.integration
 
 PROGRAM = """\
@@ -44,11 +46,13 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-def _run(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp_path: Path, source: str, *args: str, options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     program = tmp_path / "app.py"
     program.write_text(source)
     return subprocess.run(
-        [sys.executable, "-m", "pulsar_txn.cli", "migrate-run", str(program), *args],
+        [sys.executable, "-m", "pulsar_txn.cli", "migrate-run", *options, str(program), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -74,3 +78,35 @@ def test_a_program_that_raises_exits_1_with_its_traceback(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "NotAllowedError" in done.stderr and "Shared subscriptions are not supported" in done.stderr
     assert "migrate-check: the program will probably fail here" in done.stderr
+
+
+TXN_PROGRAM = """\
+import pulsar
+
+client = pulsar.Client("pulsar://pulsar.example:6650")
+producer = client.create_producer("TOPIC")
+txn = client.new_transaction().build()
+producer.send(b"in a transaction", txn=txn)
+txn.commit()
+reader = client.create_reader("TOPIC", pulsar.MessageId.earliest)
+print(reader.read_next(10000).data())
+client.close()
+"""
+
+
+def test_a_run_against_a_given_kafka_keeps_off_the_deployments_transaction_log(
+    tmp_path: Path, kafka: KafkaConfig, uid: str
+) -> None:
+    """``migrate-run --bootstrap-servers B`` starts a coordinator for the run. With the default
+    names it claimed TCs 0-3 of the deployment's own transaction log, fencing its coordinators
+    for as long as the program ran; it now uses topics and groups of its own."""
+    admin = TopicAdmin(kafka)
+    had_log = admin.topic_exists("__pulsar_txn_log")
+    before = set(admin.list_topics())
+    program = TXN_PROGRAM.replace("TOPIC", f"mrun_{uid}")
+    done = _run(tmp_path, program, options=("--bootstrap-servers", kafka.bootstrap_servers))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "b'in a transaction'" in done.stdout
+    assert admin.topic_exists("__pulsar_txn_log") == had_log
+    made = set(admin.list_topics()) - before
+    assert any(t.startswith("__pulsar_txn_log_migrate_") for t in made), made
