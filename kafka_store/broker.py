@@ -78,20 +78,58 @@ class LocalBroker:
             "--data-dir",
             str(self.data_dir),
         ]
+        running = self._running_pid()
+        if running is not None:
+            # ``up`` would attach to it, and our stop() would then stop another process's broker.
+            raise BrokerStartError(
+                f"a broker already runs in {self.data_dir} (pid {running}): use another data dir, or "
+                f"stop it with: noida-db down --data-dir {self.data_dir}"
+            )
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise BrokerStartError(f"noida-db up did not return within {timeout}s") from None
-        if proc.returncode != 0:
-            raise BrokerStartError(f"noida-db up failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-        deadline = time.monotonic() + timeout
-        while not _port_open(self.port):
-            if time.monotonic() > deadline:
-                raise BrokerStartError(f"embedded broker did not listen on port {self.port} in {timeout}s")
-            time.sleep(0.05)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                raise BrokerStartError(f"noida-db up did not return within {timeout}s") from None
+            if proc.returncode != 0:
+                # noida-db says what went wrong on stdout ("port ... is already in use"); stderr may
+                # hold only a loader's warning.
+                said = "\n".join(x for x in (proc.stdout.strip(), proc.stderr.strip()) if x)
+                raise BrokerStartError(f"noida-db up failed ({proc.returncode}): {said[-800:]}")
+            deadline = time.monotonic() + timeout
+            while not _port_open(self.port):
+                if time.monotonic() > deadline:
+                    raise BrokerStartError(f"the broker did not listen on port {self.port} in {timeout}s")
+                time.sleep(0.05)
+        except BaseException:
+            # ``up`` may have started the broker's daemon before failing or being interrupted (Ctrl-C,
+            # SIGTERM): nothing may stay behind.
+            self._down_quietly()
+            raise
         self._running = True
         log.info("embedded broker up at %s (data %s)", self.bootstrap_servers, self.data_dir)
         return self.bootstrap_servers
+
+    def _running_pid(self) -> int | None:
+        """The pid of a live broker of this data dir (None: none, or a stale control file)."""
+        try:
+            pid = int(json.loads((self.data_dir / "noida.control.json").read_text())["pid"])
+            os.kill(pid, 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return pid
+
+    def _down_quietly(self) -> None:
+        if self._running_pid() is None:
+            return
+        try:
+            subprocess.run(
+                [_noida_binary(), "down", "--data-dir", str(self.data_dir)],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError, BrokerStartError) as exc:
+            log.warning("stopping the half-started broker in %s failed: %s", self.data_dir, exc)
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the broker (data is kept). If ``noida-db down`` does not finish in time (a large data

@@ -91,36 +91,48 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
     from pulsar_txn.node import start_node
 
     node = await start_node(kafka, config)
-    if not await node.service.wait_ready(config.recovery_timeout_ms / 1000):
-        log.warning(
-            "no TC ready after %d ms; serving anyway (clients get ServiceNotReady)",
-            config.recovery_timeout_ms,
-        )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    info = {
-        "url": node.url,
-        "admin_url": node.admin_url,
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "event_loop": _loops.loop_kind(loop),
-    }
-    print(json.dumps(info), flush=True)
-    if ready_file:
-        # Written whole, then renamed: a watcher that sees the file can read it.
-        tmp = Path(f"{ready_file}.tmp")
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, ready_file)
-    try:
-        await stop.wait()
+    waits: list[asyncio.Future[Any]] = []
+    try:  # from here on, whatever ends this (a signal, a bad ready file) stops the node cleanly
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        ready = asyncio.ensure_future(node.service.wait_ready(config.recovery_timeout_ms / 1000))
+        stopped = asyncio.ensure_future(stop.wait())
+        waits += [ready, stopped]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if stopped.done():  # stopped while recovering: never announced as ready
+            ready.cancel()
+            return
+        if not ready.result():
+            log.warning(
+                "no TC ready after %d ms; serving anyway (clients get ServiceNotReady)",
+                config.recovery_timeout_ms,
+            )
+        info = {
+            "url": node.url,
+            "admin_url": node.admin_url,
+            "bootstrap_servers": kafka.bootstrap_servers,
+            "event_loop": _loops.loop_kind(loop),
+        }
+        if ready_file:
+            # Written whole, then renamed: a watcher that sees the file can read it. Before the
+            # ready line, so that a ready file that cannot be written is not announced as ready.
+            tmp = Path(f"{ready_file}.tmp")
+            tmp.write_text(json.dumps(info))
+            os.replace(tmp, ready_file)
+        print(json.dumps(info), flush=True)
+        await stopped
     finally:
+        for wait in waits:
+            wait.cancel()
         log.info("stopping coordinator")
         await node.stop()
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     kafka, config = build_configs(args)
+    _stop_cleanly_on_sigterm()  # until the node's loop takes SIGTERM over (in a container: PID 1)
     tune_for_service()
     _loops.run(_serve_forever(kafka, config, args.ready_file))
     return 0
@@ -129,6 +141,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_standalone(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     broker = LocalBroker(data_dir / "broker", port=args.kafka_port)
+    _stop_cleanly_on_sigterm()  # a SIGTERM while the broker starts must not leave it behind
     bootstrap = broker.start()
     try:
         kafka, config = build_configs(args, bootstrap)
@@ -219,6 +232,7 @@ def cmd_migrate_check(args: argparse.Namespace) -> int:
 def cmd_migrate_run(args: argparse.Namespace) -> int:
     from pulsar_txn.compat.run import main as run_main
 
+    _stop_cleanly_on_sigterm()  # the embedded broker and coordinator started for the run are stopped
     return run_main(args.rest)
 
 

@@ -174,7 +174,12 @@ class Client:
         config = coordinator or CoordinatorConfig(
             port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
         )
-        ec = EmbeddedCoordinator(kafka, config).start()
+        try:
+            ec = EmbeddedCoordinator(kafka, config).start()
+        except BaseException:
+            for broker in owned:  # the broker started for it goes too
+                broker.stop()
+            raise
         owned.insert(0, ec)
         assert ec.url is not None
         secret = config.marker_secret.get_secret_value() if config.marker_secret else None

@@ -3,6 +3,7 @@ pipeline process and the embedded broker it started: nothing is left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kafka_store import KafkaConfig
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -60,3 +62,76 @@ def test_sigterm_during_the_demo_leaves_no_broker_or_pipeline_running(tmp_path: 
         demo.stdout.close()
         for proc in _running_with(str(data)):  # never leave a broker behind, even when failing
             proc.kill()
+
+
+@pytest.mark.parametrize("after_s", [0.3, 1.0])
+def test_sigterm_while_standalone_starts_leaves_no_broker(tmp_path: Path, after_s: float) -> None:
+    """A SIGTERM (or Ctrl-C) while ``standalone`` starts its broker and coordinator: Python's default
+    action, or an interrupted ``noida-db up``, left the broker's daemon running."""
+    data = tmp_path / "sa"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_txn.cli", "standalone", "--data-dir", str(data), "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        time.sleep(0.5)  # a daemon forked at the last moment
+        assert _running_with(str(data)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        for leftover in _running_with(str(data)):
+            leftover.kill()
+
+
+def test_a_broker_is_not_started_twice_in_one_data_dir_and_a_refusal_says_why(tmp_path: Path) -> None:
+    """A second start in a data dir whose broker runs attached to it (and its stop() then stopped
+    the first one's broker). A port already taken was reported with a loader warning from stderr
+    only; noida-db's own reason is on stdout."""
+    from kafka_store import BrokerStartError, LocalBroker
+
+    first = LocalBroker(tmp_path / "one")
+    first.start()
+    try:
+        with pytest.raises(BrokerStartError, match="already runs in"):
+            LocalBroker(tmp_path / "one").start()
+        with pytest.raises(BrokerStartError, match="already in use"):
+            LocalBroker(tmp_path / "two", port=first.port).start(timeout=20)
+        assert _running_with(str(tmp_path / "two")) == []
+        assert first.bootstrap_servers  # still up
+    finally:
+        first.stop()
+    assert _running_with(str(tmp_path / "one")) == []
+
+
+def test_a_coordinator_whose_ready_file_cannot_be_written_is_not_announced_and_stops_cleanly(
+    tmp_path: Path, kafka: KafkaConfig, uid: str
+) -> None:
+    """The ready line was printed before the ready file was written; a file that could not be
+    written then failed the command past its clean stop (the group member never left)."""
+    config = tmp_path / "coordinator.json"
+    coordinator = {
+        "log_topic": f"__log_{uid}",
+        "owners_topic": f"__owners_{uid}",
+        "coordinator_group": f"coord_{uid}",
+        "num_tcs": 2,
+        "tb_service_enabled": False,
+    }
+    config.write_text(json.dumps({"coordinator": coordinator}))
+    cmd = [sys.executable, "-m", "pulsar_txn.cli", "coordinator", "--config", str(config), "--port", "0"]
+    cmd += ["--bootstrap-servers", kafka.bootstrap_servers, "--ready-file", str(tmp_path / "no" / "r.json")]
+    done = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""  # never announced as ready
+    assert "stopping coordinator" in done.stderr and "No such file or directory" in done.stderr
