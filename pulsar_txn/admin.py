@@ -8,6 +8,7 @@ latest snapshot plus a scan, pending-ack stats from the subscription's cursor pl
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -80,6 +81,12 @@ def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) ->
         raise PulsarTxnError(f"{admin_url}{path}: HTTP {exc.code}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise PulsarTxnError(f"cannot reach {admin_url}: {exc}", retriable=True) from None
+    except http.client.InvalidURL as exc:  # e.g. a port that is not a number
+        raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
+    except http.client.HTTPException as exc:  # not HTTP, or an answer cut short
+        raise PulsarTxnError(
+            f"{admin_url}{path}: not a valid HTTP answer ({type(exc).__name__}: {exc})", retriable=True
+        ) from None
 
 
 @public_errors

@@ -230,3 +230,55 @@ def test_a_read_only_metrics_token_opens_metrics_and_nothing_else() -> None:
     assert run(go("/metrics", "wrong")) == 401
     assert run(go(STATS, metrics_token)) == 401  # read-only: not the coordinator's other routes
     assert routes.calls == [] and calls == ["/metrics", "/metrics"]
+
+
+@contextmanager
+def _raw_server(answer: bytes) -> Iterator[str]:
+    """A TCP server that answers any request with ``answer`` and closes."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"SSH-2.0-OpenSSH_9.6\r\n", b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"owned'],
+    ids=["not-http", "cut-short"],
+)
+def test_a_server_that_does_not_answer_http_is_a_typed_error_not_a_traceback(
+    answer: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _raw_server(answer) as admin_url:
+        admin = TransactionsAdmin(cast(Any, None), admin_url=admin_url)
+        with pytest.raises(PulsarTxnError, match="not a valid HTTP answer"):
+            admin.coordinator_stats()
+        assert cli.main(["coordinator-stats", "--admin-url", admin_url]) == 2
+    assert "not a valid HTTP answer" in capsys.readouterr().err
+
+
+def test_an_admin_url_with_a_port_that_is_not_a_number_is_a_config_error() -> None:
+    from pulsar_txn.errors import ConfigError
+
+    admin = TransactionsAdmin(cast(Any, None), admin_url="http://127.0.0.1:notaport")
+    with pytest.raises(ConfigError, match="admin URL"):
+        admin.coordinator_stats()
