@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pulsar_txn import _args
 from pulsar_txn._future import relay
-from pulsar_txn.errors import ConfigError, PulsarTxnError, TopicNotFound
+from pulsar_txn.errors import AuthenticationError, ConfigError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
@@ -121,8 +121,8 @@ class ExactlyOncePipeline:
                     break
             except PipelineFenced:
                 raise  # a newer instance runs: a new session here would take its subscription back
-            except ConfigError:
-                raise  # a new session would fail the same way
+            except (ConfigError, AuthenticationError):
+                raise  # a new session would fail the same way (bad settings, refused credentials)
             except PulsarTxnError as exc:
                 log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
                 stop.wait(self.settings.retry_backoff_s)

@@ -64,8 +64,14 @@ def run(args: argparse.Namespace) -> int:
         idle_exit_s=args.idle_exit,
     )
     stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C / SIGTERM: stop now, whatever is being waited for
+            raise KeyboardInterrupt(f"signal {signum}")
+        stop.set()  # the first: finish the batches in flight, then stop
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     with client:
         client.create_topic(args.output, client._partition_count(TopicName.parse(args.input)))
         shown = [0.0]

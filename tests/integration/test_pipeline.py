@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 
 import pytest
 
@@ -177,3 +178,34 @@ def test_pipeline_command_serves_its_progress_as_prometheus_metrics(cluster, uid
             proc.stdout.close()
     verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
     assert verdict.ok, str(verdict)
+
+
+def test_a_pipeline_whose_credentials_are_refused_stops_instead_of_restarting_for_ever(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    """A wrong token made every session fail and restart (47 sessions in 40 s, never ending); it is
+    a failure no new session fixes, so the run ends with AuthenticationError."""
+    from pulsar_txn.client import Client
+    from pulsar_txn.errors import AuthenticationError
+
+    c = cluster(auth_token="the-right-token")
+    _fill(c, f"in_{uid}", 20, partitions=1)
+    c.client.create_topic(f"out_{uid}", 1)
+    assert c.coordinator.url is not None
+    wrong = Client(
+        c.coordinator.url,
+        kafka=c.client.kafka,
+        num_tcs=c.config.num_tcs,
+        log_topic=c.config.log_topic,
+        snapshot_topic=c.config.snapshot_topic,
+        authentication="a-wrong-token",
+        operation_timeout_seconds=10,
+    )
+    pipeline = ExactlyOncePipeline(wrong, _settings(uid, batch_size=10, retry_backoff_s=0.2))
+    try:
+        with pytest.raises(AuthenticationError):
+            pipeline.run()
+        assert pipeline.progress.sessions == 1
+    finally:
+        pipeline.close()
+        wrong.close()
