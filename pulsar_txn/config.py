@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from kafka_store import KafkaConfig
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, service_host_port
 
 
 class CoordinatorConfig(BaseModel):
@@ -139,6 +140,13 @@ class CoordinatorConfig(BaseModel):
             raise ValueError(f"tb_topic_pattern is not a regular expression: {exc}") from None
         if self.end_retry_initial_backoff_ms > self.end_retry_max_backoff_ms:
             raise ValueError("end_retry_initial_backoff_ms exceeds end_retry_max_backoff_ms")
+        if self.advertised_url is not None:
+            try:  # it goes into ownership records and LOOKUP answers: clients must be able to use it
+                host, _port = service_host_port(self.advertised_url)
+            except ConfigError:
+                raise ValueError("advertised_url must be pulsar://host:port") from None
+            if host in ("0.0.0.0", "::"):
+                raise ValueError("advertised_url must name a host clients can reach, not a wildcard")
         return self
 
 

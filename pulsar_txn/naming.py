@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-from pulsar_txn.errors import InvalidTopicName
+from pulsar_txn.errors import ConfigError, InvalidTopicName
 
 _PART = re.compile(r"^(.*)-partition-(\d+)$")
 _MAX_PARTITION = (1 << 31) - 1
@@ -170,3 +171,16 @@ def check_subscription(topic: str, subscription: str) -> None:
             f"subscription {subscription!r:.100} of {topic!r:.100}: its pending-ack log {name!r:.300} is "
             "not a valid Kafka topic name"
         )
+
+
+def service_host_port(url: str) -> tuple[str, int]:
+    """Host and port of a coordinator URL, ``pulsar://host[:port]`` (port 6650 by default);
+    ``ConfigError`` for anything else."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        port = -1
+    if parts.scheme != "pulsar" or not parts.hostname or port == -1:
+        raise ConfigError(f"service URL {url!r}: expected pulsar://host:port")
+    return parts.hostname, port or 6650

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -69,6 +70,7 @@ smaller; without this an unauthenticated peer could make us hold a whole max-siz
 _MAX_IN_FLIGHT = 1024
 """Requests of one connection being handled at once; reading waits below it (and while the answers
 wait for the client to read them), so a client that sends without reading cannot grow our memory."""
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # bind addresses that no client can connect to
 _ECHO_MAX = 256  # characters of a client's topic name quoted back in an error
 
 T = TypeVar("T")
@@ -119,8 +121,13 @@ class CoordinatorServer:
 
     @property
     def url(self) -> str:
-        """The ``pulsar://host:port`` clients are sent to for TCs this instance owns."""
-        return self._advertised_url or f"pulsar://{self.host}:{self.port}"
+        """The ``pulsar://host:port`` clients are sent to for TCs this instance owns. Bound to every
+        interface without an advertised URL: this machine's host name, as Pulsar's broker
+        advertises (``0.0.0.0`` reaches no one else)."""
+        if self._advertised_url:
+            return self._advertised_url
+        host = socket.gethostname() if self.host in _WILDCARD_HOSTS else self.host
+        return f"pulsar://{host}:{self.port}"
 
     async def start(self) -> None:
         if self._server is not None:

@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
-from urllib.parse import urlsplit
 
 from pulsar_txn import _loops
 from pulsar_txn._future import LazyFuture, relay
@@ -49,6 +48,7 @@ from pulsar_txn.errors import (
     Timeout,
     TopicNotFound,
 )
+from pulsar_txn.naming import service_host_port
 from pulsar_txn.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     TC_ASSIGN_TOPIC,
@@ -73,20 +73,9 @@ _OWNER_HINT = re.compile(r"is owned by (pulsar(?:\+ssl)?://\S+)")
 T = TypeVar("T")
 
 
-def _host_port(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    try:
-        port = parts.port  # raises on a port that is not a number in range
-    except ValueError:
-        port = -1
-    if parts.scheme != "pulsar" or not parts.hostname or port == -1:
-        raise ConfigError(f"service URL {url!r}: expected pulsar://host:port")
-    return parts.hostname, port or 6650
-
-
 def check_service_url(url: str) -> None:
     """``ConfigError`` unless ``url`` is a coordinator URL this client speaks (``pulsar://host:port``)."""
-    _host_port(url)
+    service_host_port(url)
 
 
 class TcClient:
@@ -106,7 +95,7 @@ class TcClient:
     ) -> None:
         """``keep_alive_interval``: seconds without a byte from a coordinator before a PING; after
         twice that its connection is given up and its TCs looked up again (Pulsar's keep-alive)."""
-        _host_port(service_url)  # fail fast on a bad URL
+        service_host_port(service_url)  # fail fast on a bad URL
         if min(operation_timeout, connect_timeout, max_retries_backoff, keep_alive_interval) <= 0:
             raise ConfigError(
                 "operation_timeout, connect_timeout, max_retries_backoff and keep_alive_interval "
@@ -338,7 +327,7 @@ class TcClient:
                 return conn
             if conn is not None:
                 await conn.close()
-            host, port = _host_port(url)
+            host, port = service_host_port(url)
             conn = await TcConnection.open(
                 host, port, url, self._token, self._connect_timeout, self._max_frame, self._keep_alive
             )

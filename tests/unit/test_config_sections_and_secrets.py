@@ -67,3 +67,35 @@ def test_the_admin_endpoint_accepts_its_token_when_it_is_not_ascii(token: str) -
             await server.stop()
 
     assert asyncio.run(status()) == b"HTTP/1.1 200 OK"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://coord:8080", "pulsar://coord:notaport", "coord:6650", "pulsar://0.0.0.0:6650"]
+)
+def test_an_advertised_url_clients_cannot_use_is_refused(url: str) -> None:
+    """It goes into ownership records and LOOKUP redirects: anything but pulsar://host:port with a
+    reachable host was advertised as it was."""
+    from pydantic import ValidationError
+
+    from pulsar_txn.config import CoordinatorConfig
+
+    with pytest.raises(ValidationError, match="advertised_url"):
+        CoordinatorConfig(advertised_url=url)
+    assert CoordinatorConfig(advertised_url="pulsar://coord-1:6650").advertised_url == "pulsar://coord-1:6650"
+
+
+def test_a_server_bound_to_every_interface_advertises_the_host_name() -> None:
+    """Bound to 0.0.0.0 without an advertised URL, the coordinator advertised pulsar://0.0.0.0:PORT
+    (the Docker image's default command did), which no client can connect to."""
+    import socket
+    from typing import Any, cast
+
+    from pulsar_txn.server import CoordinatorServer
+
+    def started(host: str) -> CoordinatorServer:
+        server = CoordinatorServer(cast(Any, None), host=host, port=6650)
+        server._port = 6650  # as start() sets it once bound
+        return server
+
+    assert started("0.0.0.0").url == f"pulsar://{socket.gethostname()}:6650"
+    assert started("127.0.0.1").url == "pulsar://127.0.0.1:6650"
