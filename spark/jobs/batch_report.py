@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
+from spark.jobs import secret_from_env
 
 
 def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
@@ -73,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", required=True, help="Kafka topic (or comma-separated topics)")
     parser.add_argument("--snapshot-topic", default=DEFAULT_SNAPSHOT_TOPIC)
-    parser.add_argument("--marker-secret", default=None, help="HMAC secret markers are signed with")
+    parser.add_argument(
+        "--marker-secret",
+        default=None,
+        help="HMAC secret markers are signed with (default: $PULSAR_TXN_MARKER_SECRET, which keeps it "
+        "out of the process list)",
+    )
     parser.add_argument("--num-tcs", type=int, default=None, help="transaction coordinators (default: any)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -83,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         "subscribe": args.topic,
         "snapshotTopic": args.snapshot_topic,
     }
-    if args.marker_secret:
-        options["markerSecret"] = args.marker_secret
+    marker_secret = args.marker_secret or secret_from_env("marker_secret")
+    if marker_secret:
+        options["markerSecret"] = marker_secret
     if args.num_tcs:
         options["numTcs"] = str(args.num_tcs)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

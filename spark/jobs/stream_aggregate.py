@@ -8,7 +8,8 @@ in one transaction per micro-batch, exactly once across crashes and restarts.
 Each output message has the input key as its key and ``{"key", "count", "batch"}`` (JSON) as its
 value: the key's running count after micro-batch ``batch``. Restarted with the same ``--checkpoint``
 after any crash, the job continues where it stopped; a batch that was already committed is not
-written again (spark.writer, docs/spark-writes.md).
+written again (spark.writer, docs/spark-writes.md). Secrets come from the environment, as for the
+coordinator: PULSAR_TXN_AUTH_TOKEN (the coordinators' token) and PULSAR_TXN_MARKER_SECRET.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 import os
 import sys
 from typing import Any
+
+from spark.jobs import secret_from_env
 
 log = logging.getLogger("spark.jobs.stream_aggregate")
 
@@ -52,6 +55,9 @@ def build(spark: Any, args: argparse.Namespace) -> Any:
 
     pulsar_spark.register(spark)
     source_options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": args.input}
+    marker_secret = secret_from_env("marker_secret")
+    if marker_secret:  # markers (and snapshots) are authenticated: the reader must check them too
+        source_options["markerSecret"] = marker_secret
     source_options["startingOffsets"] = "earliest"
     if args.num_tcs:
         source_options["numTcs"] = str(args.num_tcs)
@@ -73,6 +79,8 @@ def build(spark: Any, args: argparse.Namespace) -> Any:
         "topic": args.output,
         "num_tcs": args.num_tcs,
         "txn_timeout_seconds": args.txn_timeout_seconds,
+        "authentication": secret_from_env("token"),
+        "marker_secret": marker_secret,
     }
     if args.progress_topic:
         settings["progress_topic"] = args.progress_topic

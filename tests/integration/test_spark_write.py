@@ -349,3 +349,37 @@ def test_sigkilled_streaming_driver_restarted_from_checkpoint_writes_each_result
         final[r["key"]] = r["count"]
     assert final == {f"k{k}": 30 for k in range(20)}
     assert {r["batch"] for r in results} >= {1, 2, 3}
+
+
+def test_the_stream_job_takes_the_token_and_marker_secret_from_the_environment(
+    spark_session: Any, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docker-compose hands the Spark service PULSAR_TXN_AUTH_TOKEN and PULSAR_TXN_MARKER_SECRET,
+    but the bundled streaming job read neither: with token auth on it could not write, and with
+    marker authentication its reader did not check markers."""
+    from spark.jobs import stream_aggregate
+
+    seen: dict[str, Any] = {}
+
+    def capture(**kwargs: Any) -> Callable[[Any, int], None]:
+        seen.update(kwargs)
+        return lambda _df, _batch: None
+
+    monkeypatch.setattr("spark.writer.transactional_foreach_batch", capture)
+    loaded: dict[str, str] = {}
+    real_options = type(spark_session.readStream).options
+
+    def options(self: Any, **opts: str) -> Any:
+        loaded.update(opts)
+        return real_options(self, **opts)
+
+    monkeypatch.setattr(type(spark_session.readStream), "options", options)
+    monkeypatch.setenv("PULSAR_TXN_AUTH_TOKEN", "tok-123")
+    monkeypatch.setenv("PULSAR_TXN_MARKER_SECRET", "mac-456")
+    topic = f"envjob_{uid}"
+    argv = ["--service-url", "pulsar://127.0.0.1:1", "--bootstrap-servers", kafka.bootstrap_servers]
+    argv += ["--input", topic, "--output", f"{topic}_out", "--checkpoint", "/tmp/unused-ckpt"]
+    args = stream_aggregate.parse_args(argv)
+    stream_aggregate.build(spark_session, args)
+    assert seen["authentication"] == "tok-123" and seen["marker_secret"] == "mac-456"
+    assert loaded["markerSecret"] == "mac-456"
