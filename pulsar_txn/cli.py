@@ -81,10 +81,18 @@ def build_configs(
             coord["static_tc_ids"] = tuple(int(x) for x in args.tc_ids.split(","))
         except ValueError:
             raise ConfigError(f"--tc-ids: comma-separated integers, not {args.tc_ids!r:.80}") from None
+    problems = []  # both sections checked, each named: one's errors must not hide the other's
     try:
-        return KafkaConfig(**kafka), CoordinatorConfig(**coord)
+        kafka_config = KafkaConfig(**kafka)
     except ValidationError as exc:
-        raise ConfigError(f"bad configuration: {validation_problems(exc)}") from None
+        problems.append(f"[kafka] {validation_problems(exc)}")
+    try:
+        coordinator_config = CoordinatorConfig(**coord)
+    except ValidationError as exc:
+        problems.append(f"[coordinator] {validation_problems(exc)}")
+    if problems:
+        raise ConfigError(f"bad configuration: {'; '.join(problems)}")
+    return kafka_config, coordinator_config
 
 
 async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:
