@@ -33,6 +33,10 @@ _SECRET_ENV = {
     "marker_secret": "PULSAR_TXN_MARKER_SECRET",
     "metrics_token": "PULSAR_TXN_METRICS_TOKEN",
 }
+_KAFKA_SECRET_ENV = {
+    "sasl_password": "PULSAR_TXN_SASL_PASSWORD",
+    "ssl_key_password": "PULSAR_TXN_SSL_KEY_PASSWORD",  # the file says secrets never go in it
+}
 
 
 def _load_file(path: str | None) -> dict[str, Any]:
@@ -66,8 +70,9 @@ def build_configs(
     coord: dict[str, Any] = dict(data.get("coordinator", {}))
     if bootstrap or getattr(args, "bootstrap_servers", None):
         kafka["bootstrap_servers"] = bootstrap or args.bootstrap_servers
-    if os.environ.get("PULSAR_TXN_SASL_PASSWORD"):
-        kafka["sasl_password"] = os.environ["PULSAR_TXN_SASL_PASSWORD"]
+    for field, env in _KAFKA_SECRET_ENV.items():
+        if os.environ.get(env):
+            kafka[field] = os.environ[env]
     for field, env in _SECRET_ENV.items():
         if os.environ.get(env):
             coord[field] = os.environ[env]

@@ -132,3 +132,15 @@ def test_cli_configuration_errors_name_their_section_and_one_section_does_not_hi
     assert cli.main(["coordinator", "--config", str(conf)]) == 2
     err = capsys.readouterr().err
     assert "[kafka] bootstrap_servers" in err and "[coordinator] bogus" in err
+
+
+def test_the_ssl_key_password_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It had no environment variable, so the only way to give it was the config file, which says
+    that secrets never go in it."""
+    import argparse
+
+    monkeypatch.setenv("PULSAR_TXN_SSL_KEY_PASSWORD", "key-" + SECRET)
+    kafka, _coordinator = cli.build_configs(argparse.Namespace(bootstrap_servers="k:9092"))
+    assert kafka.ssl_key_password is not None
+    assert kafka.ssl_key_password.get_secret_value() == "key-" + SECRET
+    assert SECRET not in repr(kafka)
