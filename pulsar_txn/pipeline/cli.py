@@ -109,6 +109,7 @@ def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> 
     if args.metrics_port is None:
         return None
     labels = {"instance_id": args.instance_id, "input": args.input, "output": args.output}
+    metrics_token = os.environ.get("PULSAR_TXN_METRICS_TOKEN") or None
 
     def metrics() -> TextBody:
         progress = dataclasses.asdict(pipeline.progress)
@@ -118,10 +119,9 @@ def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> 
         {"/metrics": metrics},
         host=args.metrics_host,
         port=args.metrics_port,
-        # A scraper's read-only token if given; else the client's, which also ends transactions.
-        auth_token=os.environ.get("PULSAR_TXN_METRICS_TOKEN")
-        or os.environ.get("PULSAR_TXN_AUTH_TOKEN")
-        or None,
+        # As the coordinator's /metrics: the client's token, and a scraper's read-only one if given.
+        auth_token=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
+        path_tokens={"/metrics": metrics_token} if metrics_token else None,
     )
     thread = AdminHttpThread(server)
     print(f"metrics: {thread.start()}/metrics", flush=True)

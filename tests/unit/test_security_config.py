@@ -125,7 +125,7 @@ def test_an_empty_secret_is_refused_rather_than_switching_protection_off(name: s
 def test_cli_configuration_errors_name_their_section_and_one_section_does_not_hide_the_other(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """"bogus: Extra inputs are not permitted" did not say which section, and a [kafka] error hid
+    """ "bogus: Extra inputs are not permitted" did not say which section, and a [kafka] error hid
     every [coordinator] one (KafkaConfig was validated first)."""
     conf = tmp_path / "coordinator.toml"
     conf.write_text('[kafka]\nclient_id = "x"\n[coordinator]\nnum_tcs = 4\nbogus = 1\n')
