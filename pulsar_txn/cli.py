@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -12,7 +13,7 @@ import signal
 import sys
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,16 +225,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.pipeline.demo import run_pipeline_demo
 
     _stop_cleanly_on_sigterm()
-    data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
-    return run_pipeline_demo(Path(data_dir), messages=args.messages, kills=args.kills)
+    with _demo_dir(args.data_dir) as data_dir:
+        return run_pipeline_demo(data_dir, messages=args.messages, kills=args.kills)
 
 
 def cmd_tc_demo(args: argparse.Namespace) -> int:
     from pulsar_txn.demo import run_demo
 
     _stop_cleanly_on_sigterm()
-    data_dir = args.data_dir or tempfile.mkdtemp(prefix="pulsar-txn-demo-")
-    return run_demo(Path(data_dir), transactions=args.transactions)
+    with _demo_dir(args.data_dir) as data_dir:
+        return run_demo(data_dir, transactions=args.transactions)
+
+
+@contextlib.contextmanager
+def _demo_dir(given: str | None) -> Iterator[Path]:
+    """The data dir given (kept), or a temporary one removed afterwards (~25 MB per demo run)."""
+    if given:
+        yield Path(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="pulsar-txn-demo-") as made:
+        yield Path(made)
 
 
 def cmd_migrate_check(args: argparse.Namespace) -> int:

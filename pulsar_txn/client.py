@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import shutil
 import tempfile
 import threading
 import weakref
@@ -167,9 +168,18 @@ class Client:
 
         owned: list[Any] = []
         if bootstrap_servers is None:
-            broker = LocalBroker(Path(data_dir or tempfile.mkdtemp(prefix="pulsar-txn-")) / "broker")
-            bootstrap_servers = broker.start()
+            made = None if data_dir else _TempDir(tempfile.mkdtemp(prefix="pulsar-txn-"))
+            root = Path(made.path) if made is not None else Path(str(data_dir))
+            broker = LocalBroker(root / "broker")
+            try:
+                bootstrap_servers = broker.start()
+            except BaseException:
+                if made is not None:
+                    made.stop()
+                raise
             owned.append(broker)
+            if made is not None:
+                owned.append(made)  # removed after the broker stopped (close stops them in order)
         kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
         config = coordinator or CoordinatorConfig(
             port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
@@ -644,3 +654,14 @@ def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
 def _check_schema(schema: object) -> None:
     if schema is not None and not isinstance(schema, Schema):
         raise ConfigError(f"schema is a pulsar_txn Schema (e.g. StringSchema()), not {type(schema).__name__}")
+
+
+class _TempDir:
+    """A data directory this process made for an embedded broker: removed when the client closes
+    (each demo or test run would otherwise leave ~25 MB behind in the temp dir)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def stop(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)

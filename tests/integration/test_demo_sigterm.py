@@ -154,3 +154,16 @@ def test_the_demo_kills_the_pipeline_mid_transaction_and_a_reused_data_dir_still
     assert run_pipeline_demo(data, messages=500, kills=0) == 0
     second = capsys.readouterr().out
     assert "3500 inputs, 3500 outputs: exactly once" in second and "demo OK" in second
+
+
+def test_an_embedded_client_without_a_data_dir_leaves_no_files_behind() -> None:
+    """Client.embedded() (migrate-run, demos, users' tests) made a temp data dir for its broker and
+    never removed it: ~25 MB per run."""
+    from pulsar_txn.client import Client
+
+    client = Client.embedded()
+    made = [x.path for x in client._owned if type(x).__name__ == "_TempDir"]
+    assert len(made) == 1 and Path(made[0]).is_dir()
+    client.close()
+    assert not Path(made[0]).exists()
+    assert _running_with(made[0]) == []
