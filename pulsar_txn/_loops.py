@@ -12,12 +12,17 @@ import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from pulsar_txn.errors import ConfigError
+
 _T = TypeVar("_T")
 
 
 def _uvloop_factory() -> Any:
-    if os.environ.get("PULSAR_TXN_EVENT_LOOP", "").strip().lower() == "asyncio":
+    choice = os.environ.get("PULSAR_TXN_EVENT_LOOP", "").strip().lower()
+    if choice == "asyncio":
         return None
+    if choice not in ("", "uvloop"):  # a typo must not pass for a choice
+        raise ConfigError(f"PULSAR_TXN_EVENT_LOOP must be asyncio or uvloop, not {choice[:40]!r}")
     try:
         import uvloop
     except ImportError:

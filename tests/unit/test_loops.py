@@ -35,3 +35,15 @@ def test_run_returns_the_coroutines_result_on_the_chosen_loop() -> None:
     expected = _loops.new_event_loop()
     expected.close()
     assert _loops.run(kind()) == _loops.loop_kind(expected)
+
+
+def test_a_misspelt_loop_choice_is_a_config_error_not_a_silent_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pulsar_txn.errors import ConfigError
+
+    monkeypatch.setenv("PULSAR_TXN_EVENT_LOOP", "asyncoi")
+    with pytest.raises(ConfigError, match="PULSAR_TXN_EVENT_LOOP"):
+        _loops.new_event_loop()
+    monkeypatch.setenv("PULSAR_TXN_EVENT_LOOP", "uvloop")
+    _loops.new_event_loop().close()
