@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # A claim that fenced a TC the group still assigns to this instance is answered with a claim of ours
 # after this pause (the stray claim's writer had its acquisition revoked: it does not retry).
 _RECLAIM_AFTER_S = 1.0
+_RECLAIM_MAX_S = 30.0
 
 OWNER = REGISTRY.register(
     RecordKind(
@@ -218,6 +219,7 @@ class CoordinatorService:
         self._tcs: dict[int, TransactionCoordinator] = {}
         self._owners: dict[int, tuple[int, str]] = {}
         self._wanted: set[int] = set()
+        self._reclaims: dict[int, tuple[float, float]] = {}  # TC -> (last claim back, its pause)
         self._acquisitions = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tail: LogTail | None = None
@@ -439,7 +441,14 @@ class CoordinatorService:
         await self.release(tc_id)
         if not self._assigned_by_group(tc_id):
             return
-        await asyncio.sleep(_RECLAIM_AFTER_S)
+        # Fenced again soon after claiming back: maybe this instance is the stale one (paused past its
+        # session: its assignment is not updated yet). Back off, so two claimants cannot keep
+        # fencing each other every second while the group settles.
+        now = time.monotonic()
+        last, pause = self._reclaims.get(tc_id, (0.0, 0.0))
+        pause = min(2 * pause, _RECLAIM_MAX_S) if now - last < _RECLAIM_MAX_S else _RECLAIM_AFTER_S
+        self._reclaims[tc_id] = (now, pause)
+        await asyncio.sleep(pause)
         if self._started and self._assigned_by_group(tc_id) and tc_id not in self._tcs:
             log.warning("TC %d: fenced by a claim while the group assigns it here; claiming it again", tc_id)
             await self.acquire(tc_id)
