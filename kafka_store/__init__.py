@@ -1,5 +1,6 @@
 """Storage layer on Kafka: the only package that imports ``confluent_kafka``."""
 
+from kafka_store._threads import in_callback_thread, mark_callback_thread
 from kafka_store.admin import TopicAdmin
 from kafka_store.broker import LocalBroker, free_port
 from kafka_store.codec import REGISTRY, CodecRegistry, RecordKind
@@ -76,7 +77,9 @@ __all__ = [
     "group_admin",
     "group_offsets",
     "group_topics",
+    "in_callback_thread",
     "list_groups",
+    "mark_callback_thread",
     "offsets_for_time",
     "read_range",
     "replay_compacted",

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kafka_store._clients import kafka_error_of, make_client
+from kafka_store._threads import mark_callback_thread
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import (
     BrokerUnavailableError,
@@ -150,6 +151,7 @@ class Appender:
         return True
 
     def _poll_loop(self, producer: Producer) -> None:
+        mark_callback_thread()  # delivery reports run here
         while not self._stop.is_set():
             try:
                 producer.poll(0.05)

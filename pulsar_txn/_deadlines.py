@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from kafka_store import mark_callback_thread
+
 __all__ = ["DeadlineWatch"]
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class DeadlineWatch:
             thread.join(2 * self._step + 1)
 
     def _run(self) -> None:
+        mark_callback_thread()  # expiry callbacks end futures whose callbacks run here
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._entries) or self._closed)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from kafka_store import mark_callback_thread
 from pulsar_txn._future import LazyFuture
 from pulsar_txn.errors import ConnectionClosed, ProtocolError, PulsarTxnError, Timeout, error_from_server
 from pulsar_txn.protocol import (
@@ -207,6 +208,7 @@ class TcConnection:
 
     def _read_main(self) -> None:
         """The reader thread: frames in, waiters completed, expired requests ended."""
+        mark_callback_thread()
         reason = "closed by the server"
         next_expiry = time.monotonic() + _READ_WAKE_S
         try:

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, InvalidStateError, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -33,6 +33,7 @@ from kafka_store import (
     describe_group,
     end_offsets,
     group_topics,
+    in_callback_thread,
     offsets_for_time,
     read_range,
 )
@@ -127,6 +128,8 @@ class _Part:
     dirty: bool = True
     committed: tuple[int, str | None] | None = None  # what Kafka holds, as far as we know
     writes_in_flight: int = 0  # pending-ack records handed to the producer, not yet stored or failed
+    # Their futures: a revocation (or close) waits for them, so the next owner recovers their acks.
+    inflight: set[Future[None]] = field(default_factory=set)
     # Revoked (not lost) with every ack record stored: the next owner recovers our open
     # transactions' acks as pending, so they may still commit.
     handed_over: bool = False
@@ -681,7 +684,9 @@ class Consumer(Generic[T]):
         pending ack is stored, as Pulsar's broker answers a transactional ack: a commit from anywhere
         (e.g. by TxnID, after this process died) then includes it. ``acknowledge_async`` does not
         wait; the ids of one partition in one call are checked and written together."""
-        _wait_ack(self.acknowledge_async(message, txn), self._client.operation_timeout_seconds)
+        written = self.acknowledge_async(message, txn)
+        if not in_callback_thread():  # a client callback must not wait for what its thread completes
+            _wait_ack(written, self._client.operation_timeout_seconds)
 
     def acknowledge_async(
         self,
@@ -711,7 +716,9 @@ class Consumer(Generic[T]):
     ) -> None:
         """Acknowledge every message of the partition up to and including this one; with ``txn``,
         as part of that transaction, returning once the pending ack is stored."""
-        _wait_ack(self.acknowledge_cumulative_async(message, txn), self._client.operation_timeout_seconds)
+        written = self.acknowledge_cumulative_async(message, txn)
+        if not in_callback_thread():
+            _wait_ack(written, self._client.operation_timeout_seconds)
 
     def acknowledge_cumulative_async(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
@@ -721,7 +728,7 @@ class Consumer(Generic[T]):
         mids = self._with_topic(_message_ids(message))
         if txn is not None:
             _args.instance(txn, Transaction, "txn")
-            return self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)
+            return _all_of([self._ack_in_txn(txn, AckKind.CUMULATIVE, mids)])
         self._ack_cumulative_plain(mids)
         return _all_of([])
 
@@ -875,6 +882,7 @@ class Consumer(Generic[T]):
             if batch is None or not batch.offsets:
                 return
             part.writes_in_flight += 1
+            part.inflight.add(batch.written)
             self._ack_writing.add(key)
         kind = key[2]
         value, headers = encode_pending_ack(
@@ -892,6 +900,7 @@ class Consumer(Generic[T]):
             to call once the lock is released (on the appender's delivery thread, which is safe:
             the appender never blocks its own thread for room)."""
             part.writes_in_flight -= 1
+            part.inflight.discard(written)
             self._ack_writing.discard(key)
             follower = self._ack_batches.get(key)
             return follower.flush if follower is not None else None
@@ -899,9 +908,11 @@ class Consumer(Generic[T]):
         def failed(exc: BaseException) -> None:
             with self._lock:  # counted down before anyone waiting on ``written`` wakes
                 follow = ended()
-            written.set_exception(exc)
-            if follow is not None:
-                follow()
+            try:
+                _settle_quietly(written, exc)
+            finally:
+                if follow is not None:
+                    follow()
 
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
@@ -921,9 +932,11 @@ class Consumer(Generic[T]):
                 with self._lock:
                     part.fold.note_written(txn.txn_id, offset)
                     follow = ended()
-                written.set_result(None)
-                if follow is not None:
-                    follow()
+                try:
+                    _settle_quietly(written, None)
+                finally:
+                    if follow is not None:
+                        follow()
 
             self._client._appender().append_cb(
                 part.pa_topic, part.tp[1], value, headers=headers, callback=stored
@@ -1518,12 +1531,13 @@ class Consumer(Generic[T]):
         all) before closing or giving partitions up, so a successor sees them pending."""
         with self._lock:
             batches = [b for k, b in self._ack_batches.items() if tps is None or k[1] in tps]
-        if not batches:
+            flying = [f for p in self._parts.values() if tps is None or p.tp in tps for f in p.inflight]
+        if not batches and not flying:
             return
         for batch in batches:
             if batch.flush is not None:
                 batch.flush()
-        wait([b.written for b in batches], self._client.operation_timeout_seconds)
+        wait([*(b.written for b in batches), *flying], self._client.operation_timeout_seconds)
         for batch in batches:
             exc = batch.written.exception(0) if batch.written.done() else Timeout("not written in time")
             if exc is not None:  # the transaction sees the failure too and cannot commit
@@ -1592,9 +1606,9 @@ class Consumer(Generic[T]):
 
 
 def _all_of(futures: list[Future[None]]) -> Future[None]:
-    """One future for several ack writes: done when all are, with the first failure."""
-    if len(futures) == 1:
-        return futures[0]
+    """The caller's future for ack writes: done when all are, with the first failure. Its own, never
+    a write's (shared by every ack of a record, and tracked by the transaction): cancelling it
+    changes nothing but itself."""
     out: LazyFuture[None] = LazyFuture()
     left = [len(futures)]
     lock = threading.Lock()
@@ -1604,17 +1618,35 @@ def _all_of(futures: list[Future[None]]) -> Future[None]:
             left[0] -= 1
             if left[0]:
                 return
-        exc = next((f.exception() for f in futures if f.exception() is not None), None)
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(None)
+        if out.done():  # cancelled by the caller
+            return
+        exc = next((f.exception() for f in futures if not f.cancelled() and f.exception() is not None), None)
+        try:
+            if exc is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(None)
+        except InvalidStateError:  # cancelled meanwhile
+            pass
 
     if not futures:
         out.set_result(None)
     for fut in futures:
         fut.add_done_callback(one_done)
     return out
+
+
+def _settle_quietly(fut: Future[None], exc: BaseException | None) -> None:
+    """End a write's future (internal: nobody outside cancels it; should one be, no matter)."""
+    if fut.done():
+        return
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+    except InvalidStateError:
+        pass
 
 
 def _wait_ack(written: Future[None], timeout: float) -> None:

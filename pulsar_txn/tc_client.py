@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from kafka_store import mark_callback_thread
 from pulsar_txn import _loops
 from pulsar_txn._future import LazyFuture, relay
 from pulsar_txn._tc_calls import (
@@ -392,11 +393,13 @@ class SyncTcClient:
             keep_alive_interval=keep_alive_interval,
         )
         self._loop = _loops.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="pulsar-txn-tc-client", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run_loop, name="pulsar-txn-tc-client", daemon=True)
         self._thread.start()
         self._closed = False
+
+    def _run_loop(self) -> None:
+        mark_callback_thread()  # answers (and the futures' callbacks) come from here
+        self._loop.run_forever()
 
     @property
     def num_tcs(self) -> int:

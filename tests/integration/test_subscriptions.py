@@ -1308,3 +1308,109 @@ def test_a_forged_ack_record_is_ignored_when_marker_authentication_is_on(
     assert stats["mark_delete"] == 1 and stats["pending_ack_count"] == 0
     with c.client.subscribe(topic, sub) as again:
         assert [m.message_id.offset for m in receive_all(again)] == [1, 2, 3, 4]
+
+
+def test_cancelling_an_ack_future_leaves_the_other_acks_and_the_commit_alone(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """acknowledge_async handed out the write's own future, shared by every ack of its record and
+    tracked by the transaction: cancelling it (as an asyncio wait_for timing out does) broke the
+    delivery callback, the acks gathered meanwhile were never written and the commit aborted."""
+    c = cluster(tb_service_enabled=False)
+    topic, sub = f"cxl_{uid}", f"sub_{uid}"
+    _setup(c, topic, 5)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = receive_all(consumer)
+    txn = c.client.transaction(60)
+    consumer.acknowledge(msgs[0], txn=txn)
+    consumer.acknowledge_async(msgs[1], txn=txn).cancel()  # the caller gives up; the ack stands
+    others = [consumer.acknowledge_async(m, txn=txn) for m in msgs[2:]]
+    for fut in others:
+        assert fut.result(10) is None
+    txn.commit()
+    consumer.close()
+    stats = pending_ack_stats(c.client, topic, sub)[f"persistent://public/default/{topic}-partition-0"]
+    assert stats["mark_delete"] == 5
+
+
+def test_a_txn_ack_in_a_send_callback_does_not_wait_on_the_thread_that_completes_it(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Consume-transform-produce: ack the input in the output's send callback. That callback runs
+    on the client's delivery thread, and a waiting acknowledge waited there for a delivery report
+    only that thread serves: every ack took the whole operation timeout, then raised Timeout."""
+    c = cluster(tb_service_enabled=False)
+    topic, out, sub = f"cbin_{uid}", f"cbout_{uid}", f"sub_{uid}"
+    _setup(c, topic, 3)
+    c.client.create_topic(out, 1)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = receive_all(consumer)
+    producer = c.client.create_producer(out)
+    txn = c.client.transaction(60)
+    results: list[object] = []
+    took: list[float] = []
+    done = threading.Event()
+
+    def acking(msg: Message) -> Callable[[Any, Any], None]:
+        def callback(_result: Any, _mid: Any) -> None:
+            started = time.monotonic()
+            try:
+                consumer.acknowledge(msg, txn=txn)
+                results.append("ok")
+            except PulsarTxnError as exc:
+                results.append(exc)
+            took.append(time.monotonic() - started)
+            if len(results) == len(msgs):
+                done.set()
+
+        return callback
+
+    for msg in msgs:
+        producer.send_async(msg.data, txn=txn, callback=acking(msg))
+    assert done.wait(60)
+    assert results == ["ok"] * 3 and max(took) < 3, (results, took)
+    txn.commit()
+    wait_until(lambda: _pending_total(consumer) == 0, 10)
+    consumer.redeliver_unacknowledged_messages()
+    assert receive_all(consumer, 800) == []
+
+
+def test_a_revocation_waits_for_ack_writes_in_flight_so_the_transaction_still_commits(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A revocation wrote the acks still batched and waited for them (the next owner then recovers
+    them as pending: the transaction may commit), but not for writes already in flight, which every
+    acknowledge_async is: a rebalance during such a write made the commit abort."""
+    c = cluster()
+    topic, sub = f"rvin_{uid}", f"sub_{uid}"
+    _setup(c, topic, 20, partitions=2)
+    first = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+    msgs = receive_all(first)
+    assert len(msgs) == 20
+    by_partition: dict[int, list[Message]] = {}
+    for m in msgs:
+        by_partition.setdefault(m.message_id.partition, []).append(m)
+    txn = c.client.transaction(60)
+    for part_msgs in by_partition.values():
+        first.acknowledge(part_msgs[0], txn=txn)  # the log exists and the subscription is registered
+    appender = c.client._appender()
+    real = appender.append_cb
+
+    def slow(topic_: str, partition: int, value: bytes, **kw: Any) -> None:  # a slow broker
+        if topic_.endswith("__transaction_pending_ack"):
+            threading.Timer(3.0, real, args=(topic_, partition, value), kwargs=kw).start()
+        else:
+            real(topic_, partition, value, **kw)
+
+    appender.append_cb = slow  # type: ignore[method-assign]
+    try:
+        flying = [first.acknowledge_async(part_msgs[1], txn=txn) for part_msgs in by_partition.values()]
+        second = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
+        wait_until(lambda: first.assigned_partitions() and second.assigned_partitions(), 30, what="split")
+        for fut in flying:
+            fut.result(15)
+    finally:
+        appender.append_cb = real  # type: ignore[method-assign]
+    txn.commit()
+    first.close()
+    second.close()
