@@ -99,6 +99,15 @@ class GroupMembership:
             try:
                 consumer.poll(0.1)
             except KafkaException as exc:
+                err = kafka_error_of(exc)
+                if err is not None and err.fatal():
+                    # E.g. a static member replaced by a newer one with its instance id: this
+                    # member is done. What it was assigned is not its own any more.
+                    log.error("group %s: membership ended: %s", self._conf["group.id"], exc)
+                    revoked, self.assigned = self.assigned, []
+                    if revoked:
+                        self._on_revoke(revoked)
+                    return
                 log.warning("group membership poll error: %s", exc)
 
     def stop(self) -> None:

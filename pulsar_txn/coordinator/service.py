@@ -38,10 +38,10 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
-# A claim that fenced a TC the group still assigns to this instance is answered with a claim of ours
-# after this pause (the stray claim's writer had its acquisition revoked: it does not retry).
-_RECLAIM_AFTER_S = 1.0
-_RECLAIM_MAX_S = 30.0
+# A claim that fenced a TC the group still assigns to this instance, and that made no owner within
+# this pause (doubling while it happens again soon after), is answered with a claim of ours.
+_RECLAIM_AFTER_S = 5.0  # longer than a fresh owner's recovery usually takes to publish its TcOwner
+_RECLAIM_MAX_S = 60.0
 
 OWNER = REGISTRY.register(
     RecordKind(
@@ -359,12 +359,10 @@ class CoordinatorService:
                 if await self._acquire_once(tc_id):
                     return
             except CoordinatorFencedError:
-                if not self._assigned_by_group(tc_id):
-                    self._wanted.discard(tc_id)
-                    return
-                # The group gives the TC to us alone: the newer claim is a late write of an
-                # acquisition revoked meanwhile (its instance no longer wants the TC). Claim again.
-                backoff = max(backoff, _RECLAIM_AFTER_S)
+                # A newer claim: its instance owns the TC now, unless no owner comes of it
+                # (_after_fence, which the fence started, decides whether to claim it back).
+                self._wanted.discard(tc_id)
+                return
             log.info("TC %d: retrying acquisition in %.1fs", tc_id, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -430,27 +428,38 @@ class CoordinatorService:
         """Group ownership: the group assigns ``tc_id`` to this instance now (to no other member)."""
         return self._group is not None and tc_id in self._group.assigned
 
-    def _on_fenced(self, tc_id: int) -> None:
-        self._spawn(self._after_fence(tc_id))
+    def _on_fenced(self, tc_id: int, claim_offset: int) -> None:
+        self._spawn(self._after_fence(tc_id, claim_offset))
 
-    async def _after_fence(self, tc_id: int) -> None:
-        """A newer claim took ``tc_id``: let it go. With static ownership (or the group assigning it
-        elsewhere) the newer claimant owns it. If the group still assigns it to us, that claim was a
-        late write of an acquisition revoked meanwhile, and nobody else will claim the TC until the
-        group rebalances: claim it again after a pause."""
+    async def _after_fence(self, tc_id: int, claim_offset: int) -> None:
+        """A newer claim (at ``claim_offset``) took ``tc_id``: let it go. With static ownership, or the
+        group assigning the TC elsewhere, the newer claimant owns it. If the group still assigns it to
+        us and no owner comes of that claim (a TcOwner record of its epoch, published once its
+        recovery ends), it was a late write of an acquisition revoked meanwhile, and nobody else
+        would claim the TC until the group rebalances: claim it again. An owner that does appear
+        (another instance whose assignment ours has not caught up with) keeps it: two instances must
+        not take the TC from each other back and forth."""
         await self.release(tc_id)
-        if not self._assigned_by_group(tc_id):
-            return
-        # Fenced again soon after claiming back: maybe this instance is the stale one (paused past its
-        # session: its assignment is not updated yet). Back off, so two claimants cannot keep
-        # fencing each other every second while the group settles.
         now = time.monotonic()
         last, pause = self._reclaims.get(tc_id, (0.0, 0.0))
         pause = min(2 * pause, _RECLAIM_MAX_S) if now - last < _RECLAIM_MAX_S else _RECLAIM_AFTER_S
-        self._reclaims[tc_id] = (now, pause)
-        await asyncio.sleep(pause)
+        deadline = now + pause
+        while time.monotonic() < deadline:
+            if not (self._started and self._assigned_by_group(tc_id)) or tc_id in self._tcs:
+                return
+            owner = self._owners.get(tc_id)
+            if owner is not None and owner[0] >= claim_offset:
+                return  # the claim made an owner: not a stray one
+            await asyncio.sleep(0.1)
         if self._started and self._assigned_by_group(tc_id) and tc_id not in self._tcs:
-            log.warning("TC %d: fenced by a claim while the group assigns it here; claiming it again", tc_id)
+            self._reclaims[tc_id] = (time.monotonic(), pause)
+            log.warning(
+                "TC %d: the claim at %d that fenced it made no owner in %.0fs while the group "
+                "assigns the TC here; claiming it again",
+                tc_id,
+                claim_offset,
+                pause,
+            )
             await self.acquire(tc_id)
 
     def _known_through(self, topic: str, partition: int) -> int:

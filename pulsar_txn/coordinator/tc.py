@@ -91,7 +91,7 @@ class TransactionCoordinator:
         *,
         owner_id: str,
         owner_url: str,
-        on_fenced: Callable[[int], None] | None = None,
+        on_fenced: Callable[[int, int], None] | None = None,
     ) -> None:
         self.tc_id = tc_id
         self._config = config
@@ -315,7 +315,7 @@ class TransactionCoordinator:
         self._cancel_tasks()
         self._replayed.set()
         if self._on_fenced is not None:
-            self._on_fenced(self.tc_id)
+            self._on_fenced(self.tc_id, claim_offset)
 
     def _fail_waiters(self, err: Exception) -> None:
         while self._confirm_waiters:

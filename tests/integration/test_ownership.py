@@ -148,9 +148,7 @@ def test_a_stray_claim_does_not_leave_a_tc_the_group_assigns_without_owner(
         return time.monotonic() - fenced
 
     try:
-        stray_claim()
-        # Fenced again soon after: the pause doubles (two claimants must not flip every second).
-        assert stray_claim() >= 1.9
+        assert stray_claim() >= 4.9  # time for a real claimant's recovery to publish its ownership
     finally:
         app.close()
     txn = b.run(b.service.new_txn(2, 60_000))
@@ -256,3 +254,31 @@ def test_a_replay_longer_than_the_recovery_timeout_completes_while_it_progresses
     b = embedded(cfg, wait=False)
     wait_until(lambda: b.owned_tcs() == [0], 60, what="TC 0 recovered")
     assert time.monotonic() - started > 0.3  # the replay took longer than the timeout
+
+
+def test_two_instances_that_both_believe_the_group_assigns_them_a_tc_do_not_fence_each_other_for_ever(
+    embedded: Factory, coord_config: ConfigFactory, uid: str
+) -> None:
+    """Two instances with one group_instance_id (a restarted instance while the old process still
+    lives): the group fences the old member, whose own view of its assignment may lag. Claiming a TC
+    back whenever fenced while "assigned" made them take TC 0 from each other about once a second.
+    A claim that makes an owner (its TcOwner record) is left alone."""
+    cfg = coord_config(
+        ownership="group",
+        static_tc_ids=(),
+        group_session_timeout_ms=6000,
+        num_tcs=1,
+        group_instance_id=f"inst_{uid}",
+    )
+    a = embedded(cfg)
+    wait_until(lambda: a.owned_tcs() == [0], 30, what="A owns TC 0")
+    b = embedded(cfg, wait=False)
+    wait_until(lambda: b.owned_tcs() == [0], 30, what="B owns TC 0")
+    changes, last = 0, (a.owned_tcs(), b.owned_tcs())
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        now = (a.owned_tcs(), b.owned_tcs())
+        changes += now != last
+        last = now
+        time.sleep(0.05)
+    assert changes <= 1 and last == ([], [0]), (changes, last)
