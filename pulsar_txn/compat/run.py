@@ -138,6 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts.program, opts.args, opts.service_url, {"bootstrap_servers": opts.bootstrap_servers}
         )
     config = CoordinatorConfig(port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3))
+    if opts.bootstrap_servers and _has_deployment(opts.bootstrap_servers, config.log_topic):
+        # A coordinator of the run's own would hand out TxnIDs that the deployment's coordinators
+        # hand out too, and its markers in shared topics would end the deployment's transactions.
+        print(
+            f"migrate-run: {opts.bootstrap_servers} holds a pulsar-txn deployment ({config.log_topic}): "
+            "pass its coordinator with --service-url",
+            file=sys.stderr,
+        )
+        return 2
     if opts.bootstrap_servers:
         # Someone else's Kafka: the run's coordinator keeps to topics and groups of its own. With the
         # default names it claimed TCs 0-3 of the deployment's transaction log from its coordinators.
@@ -166,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return run_program(opts.program, opts.args, holder.service_url, defaults)
+
+
+def _has_deployment(bootstrap_servers: str, log_topic: str) -> bool:
+    from kafka_store import KafkaConfig, TopicAdmin
+
+    return TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap_servers)).topic_exists(log_topic)
 
 
 if __name__ == "__main__":

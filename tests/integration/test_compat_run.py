@@ -110,3 +110,25 @@ def test_a_run_against_a_given_kafka_keeps_off_the_deployments_transaction_log(
     assert admin.topic_exists("__pulsar_txn_log") == had_log
     made = set(admin.list_topics()) - before
     assert any(t.startswith("__pulsar_txn_log_migrate_") for t in made), made
+
+
+def test_a_run_against_a_kafka_that_holds_a_deployment_needs_its_coordinator(tmp_path: Path) -> None:
+    """A coordinator of the run's own next to a deployment's hands out the same TxnIDs: its commit
+    of (0,0) made the deployment's open (0,0) readable in a shared topic. So a Kafka holding a
+    deployment's transaction log is refused without --service-url."""
+    from kafka_store import LocalBroker
+
+    broker = LocalBroker(tmp_path / "broker")
+    kafka = KafkaConfig(bootstrap_servers=broker.start())
+    try:
+        TopicAdmin(kafka).ensure_topic("__pulsar_txn_log", 4)
+        done = _run(
+            tmp_path,
+            TXN_PROGRAM.replace("TOPIC", "t"),
+            options=("--bootstrap-servers", kafka.bootstrap_servers),
+        )
+        assert done.returncode == 2
+        assert "holds a pulsar-txn deployment" in done.stderr and "--service-url" in done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        broker.stop()
