@@ -556,6 +556,7 @@ class TransactionCoordinator:
     async def _confirm_owner(self) -> None:
         """Still this TC's owner now (else ``CoordinatorFencedError``, retriable): a harmless log
         write (the sequence high-water again), read back with nothing newer before it."""
+        self.check_serving()  # fenced or closed already: say so, and write nothing under a dead epoch
         await self._persist([self._seq_record()])
 
     def _seq_record(self) -> tuple[bytes, bytes]:
