@@ -684,6 +684,9 @@ class Consumer(Generic[T]):
         pending ack is stored, as Pulsar's broker answers a transactional ack: a commit from anywhere
         (e.g. by TxnID, after this process died) then includes it. ``acknowledge_async`` does not
         wait; the ids of one partition in one call are checked and written together."""
+        if txn is None:  # the hot path of plain acks: no future, no wait
+            self._ack_plain(self._with_topic(_message_ids(message)))
+            return
         written = self.acknowledge_async(message, txn)
         if not in_callback_thread():  # a client callback must not wait for what its thread completes
             _wait_ack(written, self._client.operation_timeout_seconds)
@@ -705,17 +708,23 @@ class Consumer(Generic[T]):
             for mid in mids:
                 by_partition.setdefault((mid.topic, mid.partition), []).append(mid)
             return _all_of([self._ack_in_txn(txn, AckKind.INDIVIDUAL, g) for g in by_partition.values()])
+        self._ack_plain(mids)
+        return _all_of([])
+
+    def _ack_plain(self, mids: list[MessageId]) -> None:
         with self._lock:
             parts = [self._readable_part_for(mid) for mid in mids]  # all checked before any applies
             for part, mid in zip(parts, mids, strict=True):
                 self._ack_offset(part, mid.offset)
-        return _all_of([])
 
     def acknowledge_cumulative(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
     ) -> None:
         """Acknowledge every message of the partition up to and including this one; with ``txn``,
         as part of that transaction, returning once the pending ack is stored."""
+        if txn is None:
+            self._ack_cumulative_plain(self._with_topic(_message_ids(message)))
+            return
         written = self.acknowledge_cumulative_async(message, txn)
         if not in_callback_thread():
             _wait_ack(written, self._client.operation_timeout_seconds)
