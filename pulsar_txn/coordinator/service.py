@@ -500,11 +500,14 @@ class CoordinatorService:
         return sorted(t for t, tc in self._tcs.items() if tc.state is TcState.READY)
 
     def owner_url(self, tc_id: int) -> str | None:
+        """Where the TC is served: here, another instance, or None (nobody known, or this instance
+        is recovering it: its claim deposed the owner the directory still names, so a client sent
+        there would only be sent back; ServiceNotReady tells it to retry)."""
         tc = self._tcs.get(tc_id)
-        if tc is not None and tc.state is TcState.READY:
-            return self.advertised_url
+        if tc is not None:
+            return self.advertised_url if tc.state is TcState.READY else None
         known = self._owners.get(tc_id)
-        if known is None or (known[1] == self.advertised_url and tc is None):
+        if known is None or known[1] == self.advertised_url:
             return None
         return known[1] or None
 

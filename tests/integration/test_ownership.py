@@ -282,3 +282,37 @@ def test_two_instances_that_both_believe_the_group_assigns_them_a_tc_do_not_fenc
         last = now
         time.sleep(0.05)
     assert changes <= 1 and last == ([], [0]), (changes, last)
+
+
+def test_an_instance_recovering_a_tc_does_not_send_clients_to_the_owner_it_deposed(
+    embedded: Factory, coord_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While B recovers TC 0 (its claim has deposed A), LOOKUP at B redirected clients to A, the
+    owner the directory still named (dead, or about to answer "not owned"); it is ServiceNotReady
+    (retriable) until B is ready."""
+    import asyncio
+
+    from pulsar_txn.coordinator import tc as tc_module
+
+    cfg = coord_config(static_tc_ids=(0,))
+    a = embedded(cfg, serve=True)  # serving: its ownership record names its URL
+    a.stop()
+    gate: dict[str, asyncio.Event] = {}
+    adopt = tc_module.TransactionCoordinator._adopt
+
+    async def held_adopt(self: tc_module.TransactionCoordinator, stale: list[bytes]) -> None:
+        await gate.setdefault("open", asyncio.Event()).wait()
+        await adopt(self, stale)
+
+    monkeypatch.setattr(tc_module.TransactionCoordinator, "_adopt", held_adopt)
+    b = embedded(cfg, wait=False)
+    wait_until(lambda: "open" in gate, 20, what="B's recovery reaches the adoption step")
+    wait_until(lambda: bool((b.service._owners.get(0) or (0, ""))[1]), 10, what="B knows A's record")
+    assert b.service.owner_url(0) is None  # not A's URL
+    b.run(_set(gate["open"]))
+    wait_until(lambda: b.owned_tcs() == [0], 20, what="B ready")
+    assert b.service.owner_url(0) == b.service.advertised_url
+
+
+async def _set(event: Any) -> None:
+    event.set()
