@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from typing import Any, TypeVar
 
@@ -122,4 +122,18 @@ def relay(source: Future[S], target: Future[T], convert: Callable[[S], T]) -> No
     source.add_done_callback(done)
 
 
-__all__ = ["LazyFuture", "StartedFuture", "relay"]
+def settle(fut: Future[None], error: BaseException | None) -> None:
+    """End ``fut`` with ``error`` (None: success), unless it ended already (e.g. its holder
+    cancelled it): a completing callback must not raise for that."""
+    if fut.done():
+        return
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:  # cancelled meanwhile
+        pass
+
+
+__all__ = ["LazyFuture", "StartedFuture", "relay", "settle"]

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import Future, InvalidStateError, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -39,7 +39,7 @@ from kafka_store import (
 )
 from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
-from pulsar_txn._future import LazyFuture
+from pulsar_txn._future import LazyFuture, settle
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.errors import (
     AlreadyClosed,
@@ -127,8 +127,8 @@ class _Part:
     pa_topic: str
     dirty: bool = True
     committed: tuple[int, str | None] | None = None  # what Kafka holds, as far as we know
-    writes_in_flight: int = 0  # pending-ack records handed to the producer, not yet stored or failed
-    # Their futures: a revocation (or close) waits for them, so the next owner recovers their acks.
+    # Futures of pending-ack records handed to the producer, not yet stored or failed: a revocation
+    # (or close) waits for them, so the next owner recovers their acks.
     inflight: set[Future[None]] = field(default_factory=set)
     # Revoked (not lost) with every ack record stored: the next owner recovers our open
     # transactions' acks as pending, so they may still commit.
@@ -470,7 +470,7 @@ class Consumer(Generic[T]):
         self._write_ack_batches(revoked)  # acks made meanwhile, before their partition was dropped
         with self._lock:
             for part in gone:
-                part.handed_over = not lost and part.writes_in_flight == 0
+                part.handed_over = not lost and not part.inflight
 
     def _forget_partition(self, tp: TP) -> None:
         """Drop everything queued or tracked for a partition (revoked, or sought)."""
@@ -687,9 +687,7 @@ class Consumer(Generic[T]):
         if txn is None:  # the hot path of plain acks: no future, no wait
             self._ack_plain(self._with_topic(_message_ids(message)))
             return
-        written = self.acknowledge_async(message, txn)
-        if not in_callback_thread():  # a client callback must not wait for what its thread completes
-            _wait_ack(written, self._client.operation_timeout_seconds)
+        _wait_ack(self.acknowledge_async(message, txn), self._client.operation_timeout_seconds)
 
     def acknowledge_async(
         self,
@@ -725,9 +723,7 @@ class Consumer(Generic[T]):
         if txn is None:
             self._ack_cumulative_plain(self._with_topic(_message_ids(message)))
             return
-        written = self.acknowledge_cumulative_async(message, txn)
-        if not in_callback_thread():
-            _wait_ack(written, self._client.operation_timeout_seconds)
+        _wait_ack(self.acknowledge_cumulative_async(message, txn), self._client.operation_timeout_seconds)
 
     def acknowledge_cumulative_async(
         self, message: Message[Any] | MessageId | Sequence[MessageId], txn: Transaction | None = None
@@ -885,30 +881,28 @@ class Consumer(Generic[T]):
         now = key not in self._ack_writing or len(batch.offsets) >= _ACK_BATCH_MAX
         return now, batch.written
 
+    def _encoded_ack(
+        self, part: _Part, txn_id: TxnID, kind: AckKind, offsets: Sequence[int]
+    ) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """A PendingAck record for ``part``'s partition of its log (signed with the marker secret)."""
+        return encode_pending_ack(
+            txn_id, kind, offsets, topic=part.pa_topic, partition=part.tp[1], secret=self._client._secret
+        )
+
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:
         with self._lock:
             batch = self._ack_batches.pop(key, None)
             if batch is None or not batch.offsets:
                 return
-            part.writes_in_flight += 1
             part.inflight.add(batch.written)
             self._ack_writing.add(key)
-        kind = key[2]
-        value, headers = encode_pending_ack(
-            txn.txn_id,
-            kind,
-            batch.offsets,
-            topic=part.pa_topic,
-            partition=part.tp[1],
-            secret=self._client._secret,
-        )
+        value, headers = self._encoded_ack(part, txn.txn_id, key[2], batch.offsets)
         written = batch.written
 
         def ended() -> Callable[[], None] | None:
             """Under ``_lock``: this write is over. Returns the flush of the acks gathered meanwhile,
             to call once the lock is released (on the appender's delivery thread, which is safe:
             the appender never blocks its own thread for room)."""
-            part.writes_in_flight -= 1
             part.inflight.discard(written)
             self._ack_writing.discard(key)
             follower = self._ack_batches.get(key)
@@ -918,7 +912,7 @@ class Consumer(Generic[T]):
             with self._lock:  # counted down before anyone waiting on ``written`` wakes
                 follow = ended()
             try:
-                _settle_quietly(written, exc)
+                settle(written, exc)
             finally:
                 if follow is not None:
                     follow()
@@ -942,7 +936,7 @@ class Consumer(Generic[T]):
                     part.fold.note_written(txn.txn_id, offset)
                     follow = ended()
                 try:
-                    _settle_quietly(written, None)
+                    settle(written, None)
                 finally:
                     if follow is not None:
                         follow()
@@ -1445,9 +1439,7 @@ class Consumer(Generic[T]):
             appender = self._client._appender()
             futures = []
             for txn, kind, offsets in records:
-                value, headers = encode_pending_ack(
-                    txn, kind, offsets, topic=part.pa_topic, partition=part.tp[1], secret=self._client._secret
-                )
+                value, headers = self._encoded_ack(part, txn, kind, offsets)
                 futures.append((txn, appender.append(part.pa_topic, part.tp[1], value, headers=headers)))
             carried: dict[TxnID, int] = {}
             for txn, fut in futures:
@@ -1627,16 +1619,7 @@ def _all_of(futures: list[Future[None]]) -> Future[None]:
             left[0] -= 1
             if left[0]:
                 return
-        if out.done():  # cancelled by the caller
-            return
-        exc = next((f.exception() for f in futures if not f.cancelled() and f.exception() is not None), None)
-        try:
-            if exc is not None:
-                out.set_exception(exc)
-            else:
-                out.set_result(None)
-        except InvalidStateError:  # cancelled meanwhile
-            pass
+        settle(out, next((f.exception() for f in futures if not f.cancelled() and f.exception()), None))
 
     if not futures:
         out.set_result(None)
@@ -1645,21 +1628,11 @@ def _all_of(futures: list[Future[None]]) -> Future[None]:
     return out
 
 
-def _settle_quietly(fut: Future[None], exc: BaseException | None) -> None:
-    """End a write's future (internal: nobody outside cancels it; should one be, no matter)."""
-    if fut.done():
-        return
-    try:
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(None)
-    except InvalidStateError:
-        pass
-
-
 def _wait_ack(written: Future[None], timeout: float) -> None:
-    """Until transactional acks are stored (their write's error raised), at most ``timeout``."""
+    """Until transactional acks are stored (their write's error raised), at most ``timeout``; not on
+    a client callback thread, which must not wait for what it completes itself."""
+    if in_callback_thread():
+        return
     done, _ = wait([written], timeout)
     if not done:
         raise Timeout(f"the pending ack was not stored within {timeout}s")

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pulsar_txn import _args
-from pulsar_txn._future import LazyFuture
+from pulsar_txn._future import LazyFuture, settle
 from pulsar_txn.errors import (
     InvalidTxnStatusError,
     PulsarTxnError,
@@ -231,7 +231,7 @@ class Transaction:
                 return
             with self._lock:
                 checks = list(self._commit_checks)
-            self._run_checks(checks, lambda err: _settle(result, err))
+            self._run_checks(checks, lambda err: settle(result, err))
 
         self._after_ops(ops_ended)
         return result
@@ -552,13 +552,6 @@ class _EndFuture(LazyFuture[None]):
 
     def cancel(self) -> bool:
         return False
-
-
-def _settle(result: Future[None], error: BaseException | None) -> None:
-    if error is None:
-        result.set_result(None)
-    else:
-        result.set_exception(error)
 
 
 def _nothing() -> None:
