@@ -8,8 +8,6 @@ reader falls back to an older snapshot-free scan), never half-trusted.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import time
 import uuid
@@ -32,6 +30,7 @@ from kafka_store import (
     TopicNotFoundError,
     replay_compacted,
 )
+from pulsar_txn._record_mac import has_valid_mac, record_mac
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
 from pulsar_txn.txnid import TxnID
 
@@ -156,23 +155,17 @@ its key and value: a snapshot is trusted state (what is open, what aborted), so 
 producer forged would otherwise reveal uncommitted data as a forged marker would."""
 
 
-def _mac(secret: bytes, key: bytes, value: bytes) -> bytes:
-    return hmac.new(secret, key + b"\x00" + value, hashlib.sha256).digest()
-
-
 def _signed(secret: bytes | None, key: bytes, value: bytes) -> list[tuple[str, bytes]] | None:
-    return None if secret is None else [(SNAPSHOT_MAC_HEADER, _mac(secret, key, value))]
+    return None if secret is None else [(SNAPSHOT_MAC_HEADER, record_mac(secret, key, value))]
 
 
 def _authentic(rec: StoredRecord, secret: bytes | None) -> bool:
     if secret is None:
         return True
-    macs = [v for k, v in rec.headers if k == SNAPSHOT_MAC_HEADER]
     return (
-        len(macs) == 1
-        and rec.key is not None
+        rec.key is not None
         and rec.value is not None
-        and hmac.compare_digest(macs[0], _mac(secret, rec.key, rec.value))
+        and has_valid_mac(rec.headers, SNAPSHOT_MAC_HEADER, record_mac(secret, rec.key, rec.value))
     )
 
 

@@ -4,14 +4,13 @@ consumer (header ``ptxn.ctl = b"pending-ack"``) and the TC's COMMIT/ABORT marker
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import hmac
 import logging
 import time
 from collections.abc import Sequence
 
 from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
+from pulsar_txn._record_mac import has_valid_mac, record_mac
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TxnMarker, decode_marker, verify
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -56,7 +55,7 @@ real transaction would apply, swallowing messages) nor pending positions that ho
 
 
 def _ack_mac(secret: bytes, topic: str, partition: int, value: bytes) -> bytes:
-    return hmac.new(secret, b"%s\x00%d\x00%s" % (topic.encode(), partition, value), hashlib.sha256).digest()
+    return record_mac(secret, topic.encode(), str(partition).encode(), value)
 
 
 def encode_pending_ack(
@@ -176,11 +175,8 @@ class PendingAckFold:
         """A PendingAck record's content, or None (skipped, logged and counted) if it is malformed,
         names a TC that does not exist or a negative offset, or fails authentication."""
         if self._secret is not None:
-            macs = [raw for name, raw in rec.headers if name == ACK_MAC_HEADER]
-            value = rec.value or b""
-            if len(macs) != 1 or not hmac.compare_digest(
-                macs[0] or b"", _ack_mac(self._secret, self.topic, self.partition, value)
-            ):
+            expected = _ack_mac(self._secret, self.topic, self.partition, rec.value or b"")
+            if not has_valid_mac(rec.headers, ACK_MAC_HEADER, expected):
                 self._skip(rec.offset, "ack record failed authentication")
                 return None
         try:
