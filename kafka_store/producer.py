@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kafka_store._clients import kafka_error_of, make_client
-from kafka_store._threads import mark_callback_thread
+from kafka_store._threads import in_callback_thread, mark_callback_thread
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import (
     BrokerUnavailableError,
@@ -304,11 +304,11 @@ class Appender:
                         None, BrokerUnavailableError("producer queue stayed full: broker not keeping up")
                     )
                     return True
-                if not held and (_on_event_loop() or threading.current_thread() in self._threads):
+                if not held and (_on_event_loop() or in_callback_thread()):
                     # A caller's thread waits for room (back-pressure), but an event loop must not,
-                    # nor a delivery thread (a report handler appending more: while it slept, no
-                    # report would be served and the queue would not drain): the partition's retry
-                    # thread does, keeping the records in order.
+                    # nor a callback thread (e.g. a report handler appending more: while it slept,
+                    # no report would be served and the queue would not drain): the partition's
+                    # retry thread does, keeping the records in order.
                     self._hold(d)
                     return False
                 time.sleep(0.005)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from kafka_store import KafkaConfig
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC, service_host_port
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port
 
 
 class CoordinatorConfig(BaseModel):
@@ -145,7 +145,7 @@ class CoordinatorConfig(BaseModel):
                 host, _port = service_host_port(self.advertised_url)
             except ConfigError:
                 raise ValueError("advertised_url must be pulsar://host:port") from None
-            if host in ("0.0.0.0", "::"):
+            if host in WILDCARD_HOSTS:
                 raise ValueError("advertised_url must name a host clients can reach, not a wildcard")
         return self
 

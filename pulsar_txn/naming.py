@@ -173,6 +173,10 @@ def check_subscription(topic: str, subscription: str) -> None:
         )
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+"""Bind addresses that mean every interface: no client can connect to one."""
+
+
 def service_host_port(url: str) -> tuple[str, int]:
     """Host and port of a coordinator URL, ``pulsar://host[:port]`` (port 6650 by default);
     ``ConfigError`` for anything else."""

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from pulsar_txn.coordinator.api import CoordinatorApi
 from pulsar_txn.errors import ProtocolError, PulsarTxnError, ServerError, TransactionCoordinatorNotFoundError
+from pulsar_txn.naming import WILDCARD_HOSTS
 from pulsar_txn.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
@@ -70,7 +71,6 @@ smaller; without this an unauthenticated peer could make us hold a whole max-siz
 _MAX_IN_FLIGHT = 1024
 """Requests of one connection being handled at once; reading waits below it (and while the answers
 wait for the client to read them), so a client that sends without reading cannot grow our memory."""
-_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # bind addresses that no client can connect to
 _ECHO_MAX = 256  # characters of a client's topic name quoted back in an error
 
 T = TypeVar("T")
@@ -126,7 +126,7 @@ class CoordinatorServer:
         advertises (``0.0.0.0`` reaches no one else)."""
         if self._advertised_url:
             return self._advertised_url
-        host = socket.gethostname() if self.host in _WILDCARD_HOSTS else self.host
+        host = socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
         return f"pulsar://{host}:{self.port}"
 
     async def start(self) -> None:

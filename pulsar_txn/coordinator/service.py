@@ -444,14 +444,18 @@ class CoordinatorService:
         last, pause = self._reclaims.get(tc_id, (0.0, 0.0))
         pause = min(2 * pause, _RECLAIM_MAX_S) if now - last < _RECLAIM_MAX_S else _RECLAIM_AFTER_S
         deadline = now + pause
+
+        def still_ours_alone() -> bool:
+            return self._started and self._assigned_by_group(tc_id) and tc_id not in self._tcs
+
         while time.monotonic() < deadline:
-            if not (self._started and self._assigned_by_group(tc_id)) or tc_id in self._tcs:
+            if not still_ours_alone():
                 return
             owner = self._owners.get(tc_id)
             if owner is not None and owner[0] >= claim_offset:
                 return  # the claim made an owner: not a stray one
             await asyncio.sleep(0.1)
-        if self._started and self._assigned_by_group(tc_id) and tc_id not in self._tcs:
+        if still_ours_alone():
             self._reclaims[tc_id] = (time.monotonic(), pause)
             log.warning(
                 "TC %d: the claim at %d that fenced it made no owner in %.0fs while the group "
