@@ -332,13 +332,40 @@ class SubscriptionGroup:
         self._timeout = config.request_timeout_ms / 1000
         self._commits: queue.SimpleQueue[tuple[list[TopicPartition], Future[None]]] = queue.SimpleQueue()
         self._wake = threading.Event()
+        self._new_topics: list[str] | None = None  # set_topics' request, taken by the group's thread
 
     def start(self) -> None:
-        self._consumer.subscribe(
-            self._topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
-        )
+        self._subscribe(self._topics)
         self._thread = threading.Thread(target=self._run, name=f"sub-{self.group_id}", daemon=True)
         self._thread.start()
+
+    def _subscribe(self, topics: list[str]) -> None:
+        self._consumer.subscribe(
+            topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
+
+    def set_topics(self, topics: list[str]) -> None:
+        """Subscribe to ``topics`` from now on (a pattern subscription found new topics, or lost
+        deleted ones). Done on the group's thread; the group then rebalances, as after a Kafka regex
+        subscription's change: revocation and assignment callbacks run as usual."""
+        if not topics:
+            raise StoreError(f"{self.group_id}: a subscription needs at least one topic", retriable=False)
+        self._new_topics = list(topics)
+        self._wake.set()
+
+    def _apply_new_topics(self) -> None:
+        topics, self._new_topics = self._new_topics, None
+        if topics is None or topics == self._topics:
+            return
+        try:
+            self._subscribe(topics)
+        except (KafkaException, RuntimeError) as exc:
+            if self._new_topics is None:  # retried on the next round, unless a newer list came
+                self._new_topics = topics
+            log.warning("subscription %s: subscribing to %s failed: %s", self.group_id, topics, exc)
+            return
+        log.info("subscription %s: topics now %s", self.group_id, topics)
+        self._topics = topics
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         pairs = [(tp.topic, tp.partition) for tp in partitions]
@@ -362,6 +389,8 @@ class SubscriptionGroup:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self._new_topics is not None:
+                self._apply_new_topics()
             try:
                 self._consumer.poll(0)
             except (KafkaException, RuntimeError) as exc:

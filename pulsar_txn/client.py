@@ -284,33 +284,22 @@ class Client:
         subscription starts (Latest by default). ``schema``: how ``msg.value()`` decodes. Other
         options: ``consumer_name``, ``ack_timeout_millis``, ``negative_ack_redelivery_delay_ms``,
         ``dead_letter_policy``, ``subscribe_timeout`` (seconds), ``instance_id``,
-        ``subscription_isolation_level`` (``READ_COMMITTED``, the default, or ``READ_UNCOMMITTED``)."""
+        ``subscription_isolation_level`` (``READ_COMMITTED``, the default, or ``READ_UNCOMMITTED``),
+        ``pattern_auto_discovery_period`` (seconds, 60 by default: how often a pattern subscription
+        looks for new matching topics)."""
         _check_schema(schema)
         consumer_type = _enum(ConsumerType, consumer_type, "consumer_type")
         initial_position = _enum(InitialPosition, initial_position, "initial_position")
         unknown = sorted(set(options) - _SUBSCRIBE_OPTIONS)
         if unknown:
             raise ConfigError(f"unknown subscribe option(s) {unknown}; known: {sorted(_SUBSCRIBE_OPTIONS)}")
+        regex: re.Pattern[str] | None = None
         if pattern is not None:
             try:
                 regex = re.compile(_args.text(pattern, "pattern"))
             except re.error as exc:
                 raise ConfigError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
-            # Either form matches: Kafka's topic name, or a Pulsar full name (persistent://t/ns/x) of
-            # it, also in a namespace other than public/default (Kafka name tenant.namespace.x).
-            names = []
-            for t in self._admin.list_topics():
-                candidates = names_of_kafka_topic(t)
-                full = [n for n in candidates if regex.fullmatch(str(n))]
-                if full:
-                    names.append(TopicName.parse(str(full[-1])))  # parsed: remembered as its name
-                elif regex.fullmatch(t):
-                    names.append(from_kafka(t))
-            names = [
-                n
-                for n in names
-                if not n.local.startswith("__") and "__transaction_pending_ack" not in n.local
-            ]
+            names = self._matching_topics(regex)
             if not names:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
         elif topic:
@@ -324,10 +313,26 @@ class Client:
             consumer_type=ConsumerType(consumer_type),
             initial_position=InitialPosition(initial_position),
             schema=schema,
+            pattern=regex,
             **options,
         )
         self._consumers.append(consumer)
         return consumer
+
+    def _matching_topics(self, regex: re.Pattern[str]) -> list[TopicName]:
+        """The data topics a pattern subscription takes: those whose Kafka name or Pulsar full name
+        (persistent://t/ns/x, also in a namespace other than public/default: Kafka name t.ns.x) the
+        regex matches in full; internal and pending-ack topics never."""
+        names = []
+        for t in self._admin.list_topics():
+            full = [n for n in names_of_kafka_topic(t) if regex.fullmatch(str(n))]
+            if full:
+                names.append(TopicName.parse(str(full[-1])))  # parsed: remembered as its name
+            elif regex.fullmatch(t):
+                names.append(from_kafka(t))
+        return [
+            n for n in names if not n.local.startswith("__") and "__transaction_pending_ack" not in n.local
+        ]
 
     def _dlq_producer(self, topic: str) -> Producer[bytes]:
         with self._lock:
@@ -639,6 +644,7 @@ _SUBSCRIBE_OPTIONS = frozenset(inspect.signature(Consumer.__init__).parameters) 
     "consumer_type",
     "initial_position",
     "schema",
+    "pattern",
 }
 EnumT = TypeVar("EnumT", bound=Enum)
 

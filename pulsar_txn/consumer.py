@@ -13,6 +13,7 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import re
 import threading
 import time
 import uuid
@@ -184,6 +185,8 @@ class Consumer(Generic[T]):
         pending_ack_check_after_ms: int = 60_000,
         subscription_isolation_level: SubscriptionIsolationLevel
         | str = SubscriptionIsolationLevel.READ_COMMITTED,
+        pattern: re.Pattern[str] | None = None,
+        pattern_auto_discovery_period: float = 60.0,
     ) -> None:
         """``instance_id`` gives the consumer a stable identity (Kafka static membership): a consumer
         restarted after a crash with the same id takes over at once, instead of being refused
@@ -195,7 +198,14 @@ class Consumer(Generic[T]):
         written after its abort marker; see ``pulsar_txn.pendingack.stale``).
 
         ``subscription_isolation_level``: ``READ_UNCOMMITTED`` also delivers messages of open and
-        aborted transactions (``SubscriptionIsolationLevel``)."""
+        aborted transactions (``SubscriptionIsolationLevel``).
+
+        ``pattern`` (given by ``Client.subscribe(pattern=...)``, which found ``topics``): every
+        ``pattern_auto_discovery_period`` seconds the consumer looks for topics that match it now
+        (Pulsar's pattern consumer): new ones join the subscription at ``initial_position``, deleted
+        ones leave it. Either change rebalances the subscription's group, as a change of a Kafka
+        regex subscription does; acks of open transactions are handed over first, so those
+        transactions still commit."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())
         """The schema ``msg.value()`` decodes with."""
         consumer_type = ConsumerType(consumer_type)
@@ -223,6 +233,9 @@ class Consumer(Generic[T]):
         if consumer_name is not None:
             _args.text(consumer_name, "consumer_name")
         subscribe_timeout = _args.seconds(subscribe_timeout, "subscribe_timeout")
+        self._pattern = pattern
+        self._discovery_period = _args.seconds(pattern_auto_discovery_period, "pattern_auto_discovery_period")
+        self._next_discovery = time.monotonic() + self._discovery_period
         self._dlq = dead_letter_policy
         self._lock = threading.RLock()
         # Reading may block (a poll waits for records): it has locks of its own, so that acks, ends of
@@ -1020,6 +1033,9 @@ class Consumer(Generic[T]):
                 if self._ack_timeout > 0:
                     self._expire_unacked(now)
                 self._release_stale()
+                if self._pattern is not None and now >= self._next_discovery:
+                    self._next_discovery = now + self._discovery_period
+                    self._discover_topics(self._pattern)
                 if now >= next_flush:
                     with self._lock:
                         parts = list(self._parts.values())
@@ -1030,6 +1046,44 @@ class Consumer(Generic[T]):
             except Exception:  # upkeep must go on; the next round retries
                 log.exception("subscription %s: upkeep failed", self.subscription)
             time.sleep(0.02)
+
+    def _discover_topics(self, pattern: re.Pattern[str]) -> None:
+        """Follow the topics that match ``pattern`` now (see ``__init__``); the Kafka names of topics
+        once subscribed stay known, so that acks and records of partitions being revoked still map."""
+        try:
+            found = {t.kafka_topic: t for t in self._client._matching_topics(pattern)}
+        except (PulsarTxnError, StoreError) as exc:  # the broker is away: look again next period
+            log.warning(
+                "subscription %s: looking for topics matching %r failed: %s",
+                self.subscription,
+                pattern.pattern,
+                exc,
+            )
+            return
+        current = [t.kafka_topic for t in self.topics]
+        if not found or set(found) == set(current):
+            return  # every matched topic deleted: a Kafka subscription cannot be empty, keep it as is
+        added = [t for k, t in sorted(found.items()) if k not in current]
+        for t in added:
+            try:
+                self._client._partition_count(t, refresh=True)
+            except (PulsarTxnError, StoreError) as exc:  # listed but not yet described: next period
+                log.info("subscription %s: new topic %s not ready: %s", self.subscription, t, exc)
+                return
+        with self._lock:
+            for t in added:
+                self._kafka_topics[t.kafka_topic] = t
+                self._pa_to_data[pending_ack_topic(t, self.subscription)] = t.kafka_topic
+            self.topics = [t for t in self.topics if t.kafka_topic in found] + added
+        log.info(
+            "subscription %s: pattern %r now matches %s (added %s, removed %s)",
+            self.subscription,
+            pattern.pattern,
+            [str(t) for t in self.topics],
+            [str(t) for t in added],
+            sorted(set(current) - set(found)),
+        )
+        self._group.set_topics([t.kafka_topic for t in self.topics])
 
     def _apply_outcomes(self) -> None:
         with self._pa_lock:  # not under _lock: opening the tail's idle gate may poll for a few ms

@@ -118,6 +118,8 @@ class Client:
         options: dict[str, Any] = {}
         if isinstance(topic, re.Pattern):  # pulsar-client subscribes to a pattern given as a regex
             options["pattern"], topic = topic.pattern, None
+            if given.get("pattern_auto_discovery_period") is not None:
+                options["pattern_auto_discovery_period"] = given["pattern_auto_discovery_period"]
         if given.get("consumer_name") is not None:
             options["consumer_name"] = given["consumer_name"]
         if given.get("unacked_messages_timeout_ms"):

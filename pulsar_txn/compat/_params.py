@@ -194,7 +194,7 @@ SUBSCRIBE = _table(
         ("negative_ack_redelivery_delay_ms", MAPPED),
         ("is_read_compacted", _off(False)),
         ("properties", IGNORED),
-        ("pattern_auto_discovery_period", IGNORED),
+        ("pattern_auto_discovery_period", MAPPED),
         ("initial_position", MAPPED),
         ("crypto_key_reader", _off(None)),
         ("replicate_subscription_state_enabled", IGNORED),
@@ -211,7 +211,8 @@ SUBSCRIBE = _table(
     notes={
         "message_listener": "called on a listener thread of the consumer; receive() is then refused",
         "pattern_auto_discovery_period": (
-            "a pattern is matched once, at subscribe time: topics created later are not picked up"
+            "seconds between looks for new (and deleted) matching topics; a change rebalances the "
+            "subscription's Kafka group"
         ),
     },
 )
