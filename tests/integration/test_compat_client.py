@@ -249,7 +249,9 @@ def test_seeks_patterns_and_topic_names_behave_as_in_pulsar_client(cluster: Clus
         re.compile(f"persistent://public/default/compat_parted_{uid}"),
         f"pat-{uid}",
         initial_position=pulsar.InitialPosition.Earliest,
+        pattern_auto_discovery_period=30,
     )
+    assert by_pattern.native._discovery_period == 30  # pulsar-client's option reaches the consumer
     got = by_pattern.receive(10_000)
     assert got.data() == b"p"
     assert re.fullmatch(rf"persistent://public/default/{parted}-partition-[01]", got.topic_name())
