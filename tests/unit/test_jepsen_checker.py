@@ -164,6 +164,23 @@ def test_an_input_never_processed_after_the_drain_is_lost_and_a_misread_input_is
     assert kinds(report) == {"xfer-read-mismatch"}
 
 
+def test_an_input_consumed_by_a_committed_probe_after_the_holder_aborted_is_not_lost() -> None:
+    # The holder (op 1) timed out; the probe (op 2, a second transaction acking the held message,
+    # no output) then legitimately acked and committed it: the input was consumed once.
+    holder = xfer(1, "fail", [(0, "in.0")])
+    probe = xfer(2, "ok", [(0, "in.0")])
+    probe.writes = []
+    final = {("in", 0): [(0, "in.0")]}
+    report = check([holder, probe], {}, final, inputs=["in.0"], input_topic="in", transfers=S, drained=True)
+    assert report.valid, report.summary()
+    assert report.counts["inputs_acked_by_probe[s]"] == 1
+    # Both committed: the probe should have met a conflict.
+    holder.outcome = "ok"
+    final[("out", 0)] = [(0, "in.0>w1.1.1")]
+    report = check([holder, probe], {}, final, inputs=["in.0"], input_topic="in", transfers=S, drained=True)
+    assert kinds(report) == {"double-ack"}
+
+
 def test_histories_survive_a_torn_last_line(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "ops-w1.jsonl", "w1", 2)
     rec.event(1, "invoke", f="txn", writes=[[D, 0, "a"]], intent="commit")
