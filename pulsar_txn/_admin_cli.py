@@ -40,26 +40,16 @@ def cmd_coordinator_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    print(fetch_admin(args.admin_url, "/metrics", _token(), 10).decode("utf-8"), end="")
+    raw = fetch_admin(args.admin_url, "/metrics", _token(), 10)
+    print(raw.decode("utf-8", "replace"), end="")  # text for a terminal: a bad byte is shown, not fatal
     return 0
 
 
 def _with_admin(args: argparse.Namespace, use: Callable[[TransactionsAdmin], Any]) -> int:
-    from pulsar_txn.cli import build_configs
-    from pulsar_txn.client import Client
+    from pulsar_txn.cli import build_configs, tool_client
 
     kafka, config = build_configs(args)
-    secret = config.marker_secret.get_secret_value() if config.marker_secret else None
-    client = Client(
-        getattr(args, "service_url", None) or "pulsar://unused:6650",
-        kafka=kafka,
-        num_tcs=config.num_tcs,
-        marker_secret=secret,
-        snapshot_topic=config.snapshot_topic,
-        log_topic=config.log_topic,
-        # build_configs already merged PULSAR_TXN_AUTH_TOKEN into the config's auth_token.
-        authentication=config.auth_token.get_secret_value() if config.auth_token else None,
-    )
+    client = tool_client(kafka, config, getattr(args, "service_url", None))
     try:
         result = use(TransactionsAdmin(client, log_topic=config.log_topic))
     finally:

@@ -70,7 +70,8 @@ def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) ->
     except ValueError as exc:  # e.g. "unknown url type": not an http(s) URL
         raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
     if token:
-        request.add_header("Authorization", f"Bearer {token}")
+        # As UTF-8 bytes, as the server compares it: a str header would go out as latin-1.
+        request.add_header("Authorization", f"Bearer {token}".encode())  # type: ignore[arg-type]
     try:
         with open_admin_url(request, timeout) as response:
             body: bytes = response.read()
@@ -115,14 +116,18 @@ class TransactionsAdmin:
         ``timeout_count``, ``committed_count``, ``ongoing_txn_size``, ``least_sig_bits``."""
         body = self._get("/admin/v2/transactions/coordinatorStats")
         coordinators = body.get("coordinators") if isinstance(body, dict) else None
-        if not isinstance(coordinators, dict):
-            raise PulsarTxnError(f"unexpected coordinator stats from {self.admin_url}: {body!r}")
+        if not isinstance(coordinators, dict) or not all(str(tc).isdigit() for tc in coordinators):
+            raise PulsarTxnError(f"unexpected coordinator stats from {self.admin_url}: {body!r:.200}")
         return {int(tc): stats for tc, stats in coordinators.items()}
 
     def metrics(self) -> str:
         """The coordinator's ``GET /metrics``: Prometheus' text format, with Pulsar's transaction metric
         names (``pulsar_txn_active_count``, ``pulsar_txn_committed_total``, ...; docs/operations.md)."""
-        return self._fetch("/metrics").decode("utf-8")
+        raw = self._fetch("/metrics")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PulsarTxnError(f"{self.admin_url}/metrics: not UTF-8 text") from None
 
     def _get(self, path: str) -> Any:
         raw = self._fetch(path)
@@ -144,7 +149,9 @@ class TransactionsAdmin:
 
         count = self._tc_count()
         if not 0 <= tc_id < count:
-            raise TransactionCoordinatorNotFoundError(f"TC {tc_id} does not exist ({count} TCs)")
+            raise TransactionCoordinatorNotFoundError(
+                f"TC {tc_id} does not exist ({count} TCs)", retriable=False
+            )
         try:
             fold = read_tc_log(self._client.kafka, self.log_topic, tc_id)
         except StoreError as exc:
@@ -159,7 +166,7 @@ class TransactionsAdmin:
             return self._client._admin.partition_count(self.log_topic)
         except TopicNotFoundError:
             raise TransactionCoordinatorNotFoundError(
-                f"no transaction log {self.log_topic!r} (is log_topic right?)"
+                f"no transaction log {self.log_topic!r} (is log_topic right?)", retriable=False
             ) from None
         except StoreError as exc:
             raise PersistenceError(
@@ -223,7 +230,8 @@ class TransactionsAdmin:
 
         client = self._client
         name = TopicName.parse(topic)
-        parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
+        count = client._partition_count(name)  # TopicNotFound, also for a partition past the count
+        parts = [name.partition] if name.partition is not None else list(range(count))
         try:
             loaded = load_states(
                 client.kafka,
@@ -288,7 +296,13 @@ class TransactionsAdmin:
         """Abort a transaction by id through its coordinator (the client's ``service_url``), e.g. one
         whose client is gone and that holds back readers until its timeout. Aborting one already
         aborted is fine; one committing or committed raises ``InvalidTxnStatusError``."""
-        self._client.resume_transaction(_txn_id(txn_id)).abort()
+        tid = _txn_id(txn_id)
+        count = self._tc_count()
+        if tid.most_bits >= count:  # else the lookup names a missing partition of the assign topic
+            raise TransactionCoordinatorNotFoundError(
+                f"TC {tid.most_bits} does not exist ({count} TCs)", retriable=False
+            )
+        self._client.resume_transaction(tid).abort()
 
 
 def _txn_id(txn_id: TxnID | str) -> TxnID:

@@ -15,7 +15,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -26,6 +26,9 @@ from pulsar_txn._gc import tune_for_service
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
+
+if TYPE_CHECKING:
+    from pulsar_txn.client import Client
 
 log = logging.getLogger("pulsar_txn.cli")
 
@@ -99,6 +102,24 @@ def build_configs(
     if problems:
         raise ConfigError(f"bad configuration: {'; '.join(problems)}")
     return kafka_config, coordinator_config
+
+
+def tool_client(kafka: KafkaConfig, config: CoordinatorConfig, service_url: str | None = None) -> Client:
+    """The client of an admin command. Its TC count is the one configured only if the config (file
+    or flag) names it; else the transaction log's partition count, as every reader of a deployment
+    must use (CoordinatorConfig's default of 16 would misread a cluster of another size)."""
+    from pulsar_txn.client import Client
+
+    return Client(
+        service_url or "pulsar://unused:6650",
+        kafka=kafka,
+        num_tcs=config.num_tcs if "num_tcs" in config.model_fields_set else None,
+        marker_secret=config.marker_secret.get_secret_value() if config.marker_secret else None,
+        snapshot_topic=config.snapshot_topic,
+        log_topic=config.log_topic,
+        # build_configs already merged PULSAR_TXN_AUTH_TOKEN into the config's auth_token.
+        authentication=config.auth_token.get_secret_value() if config.auth_token else None,
+    )
 
 
 async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:
@@ -178,16 +199,8 @@ def cmd_tb_stats(args: argparse.Namespace) -> int:
 def cmd_delete_topic(args: argparse.Namespace) -> int:
     """``pulsar-admin topics delete``: the topic, its subscriptions, their pending-ack logs and its
     TB snapshots; prints what was deleted and kept as JSON."""
-    from pulsar_txn.client import Client
-
     kafka, config = build_configs(args)
-    client = Client(
-        "pulsar://unused:6650",
-        kafka=kafka,
-        num_tcs=config.num_tcs,
-        snapshot_topic=config.snapshot_topic,
-        log_topic=config.log_topic,
-    )
+    client = tool_client(kafka, config)
     try:
         deleted = client.delete_topic(args.topic, force=args.force)
     finally:

@@ -240,8 +240,10 @@ class TransactionCoordinatorNotFoundError(PulsarTxnError):
     retriable = True
     server_error = ServerError.TransactionCoordinatorNotFound
 
-    def __init__(self, message: str = "", *, owner_url: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str = "", *, owner_url: str | None = None, retriable: bool | None = None
+    ) -> None:
+        super().__init__(message, retriable=retriable)  # not retriable: the TC does not exist at all
         self.owner_url = owner_url
 
 

@@ -15,6 +15,7 @@ from pulsar_txn import (
     Client,
     ConfigError,
     MessageId,
+    TopicNotFound,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
     TransactionsAdmin,
@@ -272,3 +273,60 @@ def test_a_transaction_in_the_buffer_and_pending_acks_then_aborted_by_the_admin(
     with pytest.raises(ConfigError, match="not a message position"):
         admin.position_stats_in_pending_ack(topic, sub, MessageId(topic, -1, 0))
     elsewhere.abort()
+
+
+def test_the_cli_reads_a_cluster_of_another_tc_count_than_the_default_16(
+    cluster: ClusterFactory, uid: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 20 TCs: a record of TC 16 is valid. An admin command that assumed CoordinatorConfig's default
+    # of 16 TCs skipped it as a record of an unknown TC (ongoing 0, pending acks 0).
+    c = cluster(num_tcs=20, static_tc_ids=tuple(range(20)))
+    topic, sub = f"tcn_{uid}", f"tcnsub_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    producer.send(b"plain")
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msg = consumer.receive(10_000)
+    txns = [c.client.transaction(60) for _ in range(40)]
+    txn = next(t for t in txns if t.txn_id.most_bits == 16)
+    producer.send(b"held", txn=txn)
+    consumer.acknowledge(msg, txn=txn)
+    config = tmp_path / "pulsar-txn.json"  # names no num_tcs: the log's partition count is the truth
+    config.write_text(
+        json.dumps(
+            {
+                "kafka": {"bootstrap_servers": c.client.kafka.bootstrap_servers},
+                "coordinator": {"log_topic": c.config.log_topic, "snapshot_topic": c.config.snapshot_topic},
+            }
+        )
+    )
+    part = f"persistent://public/default/{topic}-partition-0"
+    assert cli.main(["transaction-buffer-stats", "--config", str(config), "--topic", topic]) == 0
+    stats = json.loads(capsys.readouterr().out)[part]
+    assert (stats["ongoing_txn_size"], stats["max_read_position"]) == (1, 1)
+    pending = ["pending-ack-stats", "--config", str(config), "--topic", topic, "--subscription", sub]
+    assert cli.main(pending) == 0
+    assert json.loads(capsys.readouterr().out)[part]["pending_ack_count"] == 1
+    for t in txns:
+        t.abort()
+    consumer.close()
+
+
+def test_stats_of_a_partition_past_the_count_and_an_abort_on_a_missing_tc_are_typed_errors(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    c = cluster()
+    admin = _admin(c)
+    topic = f"tpast_{uid}"
+    c.client.create_topic(topic, 2)
+    for stats in (admin.transaction_buffer_stats, lambda t: admin.transaction_in_buffer_stats("(0,1)", t)):
+        with pytest.raises(TopicNotFound, match="2 partitions"):
+            stats(f"{topic}-partition-5")
+        with pytest.raises(TopicNotFound):
+            stats(f"missing_{uid}-partition-0")
+    with pytest.raises(TransactionCoordinatorNotFoundError, match="TC 50 does not exist") as err:
+        admin.abort_transaction("(50,1)")
+    assert not err.value.retriable  # a TC that does not exist will not appear by retrying
+    with pytest.raises(TransactionCoordinatorNotFoundError) as err:
+        admin.list_transactions(50)
+    assert not err.value.retriable
