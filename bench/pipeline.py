@@ -20,16 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 
 from bench._common import (
     CoordinatorProcess,
     Probes,
+    consume_ready,
     fmt,
+    fmt_ratio,
+    fmt_rounds,
     format_table,
+    paired_ratios,
     percentile,
+    run_rounds,
     run_suite,
     scratch_topics,
     step,
@@ -46,7 +51,7 @@ PARTITIONS = 3
 BATCH = 100
 PAYLOAD = os.urandom(1024)
 BUSY_PCT = 20.0
-TPUT_ROUNDS = 2
+TPUT_ROUNDS = 3  # rotated order: each pipeline runs first once
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,9 @@ def _ours_throughput(client: Client, topic: str, n: int) -> dict[str, Any]:
     stop = threading.Event()
 
     def on_progress(p: PipelineProgress) -> None:
-        marks.append((time.perf_counter(), p.processed))
+        # When the batch's commit finished, not when the pipeline loop noticed it (up to a receive
+        # timeout later); Kafka's marks are taken right after commit_transaction returns.
+        marks.append((p.last_commit_at or time.time(), p.processed))
         if p.processed >= n:
             stop.set()
 
@@ -86,7 +93,11 @@ def _ours_throughput(client: Client, topic: str, n: int) -> dict[str, Any]:
     worker.join(600)
     stop.set()
     pipeline.close()
-    return _rate(marks, n) | {"transactions": len(marks), "failed": pipeline.progress.failed_batches}
+    return _rate(marks, n) | {
+        "transactions": len(marks),
+        "failed": pipeline.progress.failed_batches,
+        "out": out,
+    }
 
 
 def _ours_latency(client: Client, sizes: Sizes) -> dict[str, Any]:
@@ -157,7 +168,8 @@ def _kafka_pipeline(
                 continue
             producer.begin_transaction()
             for m in msgs:
-                producer.produce(out, value=m.value(), partition=m.partition(), timestamp=m.timestamp()[1])
+                value = bytes(m.value() or b"")  # the same copy as transform() on our side
+                producer.produce(out, value=value, partition=m.partition(), timestamp=m.timestamp()[1])
             positions: dict[int, int] = {}
             for m in msgs:
                 positions[m.partition()] = int(m.offset() or 0) + 1
@@ -171,9 +183,12 @@ def _kafka_pipeline(
             except KafkaException:
                 producer.abort_transaction(30)
                 aborted += 1
+                # Its input must be processed again: back to the group's committed offsets.
+                for tp in consumer.committed(consumer.assignment(), 30):
+                    consumer.seek(TopicPartition(src, tp.partition, max(tp.offset, 0)))
                 continue
             processed += len(msgs)
-            marks.append((time.perf_counter(), processed))
+            marks.append((time.time(), processed))
     finally:
         consumer.close()
     return {"aborted": aborted}
@@ -196,7 +211,7 @@ def _kafka_throughput(bootstrap: str, topic: str, n: int, admin_client: Client) 
         time.sleep(0.02)
     stop.set()
     worker.join(60)
-    return _rate(marks, n) | {"transactions": len(marks), "failed": result.get("aborted", 0)}
+    return _rate(marks, n) | {"transactions": len(marks), "failed": result.get("aborted", 0), "out": out}
 
 
 def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, Any]:
@@ -209,21 +224,22 @@ def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, An
     worker.start()
     total = int(sizes.live_rate * sizes.live_s)
     latencies: list[float] = []
+    # Like our Reader: every partition assigned from its start (no group join to wait for), and each
+    # record taken as soon as it is there (consume(500, 0.2) held every batch for up to 0.2 s).
     reader = KafkaConsumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"kafka_reader_{uid}",
             "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
         }
     )
-    reader.subscribe([out])
+    reader.assign([TopicPartition(out, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
 
     def read() -> None:
         deadline = time.monotonic() + sizes.live_s + 60
         while len(latencies) < total and time.monotonic() < deadline:
-            for m in reader.consume(500, 0.2):
+            for m in consume_ready(reader, 500, 0.2):
                 if m.error() is None:
                     latencies.append(time.time() * 1000 - m.timestamp()[1])
 
@@ -263,10 +279,42 @@ def _rate(marks: list[tuple[float, int]], n: int) -> dict[str, Any]:
     return {"rate": (p1 - p0) / max(1e-9, t1 - t0), "processed": p1, "complete": p1 >= n, "seconds": t1 - t0}
 
 
+def _count_output(bootstrap: str, client: Client, topic: str, ours: bool) -> int:
+    """Committed messages in ``topic``: through our Reader (ours), or a read_committed consumer
+    (Kafka's transactions); read until 3 s pass without a new one."""
+    count = 0
+    if ours:
+        reader = client.create_reader(topic)
+        try:
+            while True:
+                try:
+                    reader.read_next(3000)
+                except Timeout:
+                    return count
+                count += 1
+        finally:
+            reader.close()
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench_count_{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        while batch := consume_ready(consumer, 10_000, 3.0):
+            count += sum(1 for m in batch if m.error() is None)
+        return count
+    finally:
+        consumer.close()
+
+
 def _latency(samples: list[float], total: int) -> dict[str, Any]:
     return {
-        "p50_ms": percentile(samples, 0.50),
-        "p99_ms": percentile(samples, 0.99),
+        "p50_ms": percentile(samples, 50),  # percentile() takes 0..100 (0.50 gave the ~minimum)
+        "p99_ms": percentile(samples, 99),
         "received": len(samples),
         "expected": total,
     }
@@ -302,70 +350,60 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
         client_d = Client(coord_d.url, kafka=kafka, num_tcs=coord_d.num_tcs)
         try:
             runs: dict[str, Any] = {}
-            # Throughput rounds alternate the three pipelines (the machine's speed drifts); the best
-            # round of each counts. Then one latency run each. Every run reads a backlog of its own
-            # and its topics are deleted after it, so each run finds the same broker store (the
-            # embedded broker's cost grows with what it stores: bench/_common.scratch_topics).
-            plan: list[tuple[str, str, Callable[[str], dict[str, Any]], bool]] = []
-            for i in range(1, TPUT_ROUNDS + 1):
-                plan += [
-                    (
-                        f"kafka_tput#{i}",
-                        "Kafka transactions: backlog",
-                        lambda src: _kafka_throughput(bootstrap, src, sizes.backlog, client),
-                        True,
-                    ),
-                    (
-                        f"ours_tput#{i}",
-                        "ours: backlog",
-                        lambda src: _ours_throughput(client, src, sizes.backlog),
-                        True,
-                    ),
-                    (
-                        f"ours_dec_tput#{i}",
-                        "ours (reply after decision): backlog",
-                        lambda src: _ours_throughput(client_d, src, sizes.backlog),
-                        True,
-                    ),
-                ]
-            plan += [
+            # Throughput rounds run the three pipelines back to back, the order rotated each round
+            # (the machine's speed drifts); each round's ratio to Kafka's run counts (paired_ratios).
+            # Every run reads a backlog of its own and its topics are deleted after it, so each run
+            # finds the same broker store (the embedded broker's cost grows with what it stores:
+            # bench/_common.scratch_topics). Then one latency run each.
+            tput: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
+                "kafka_tput": (
+                    "Kafka transactions: backlog",
+                    lambda src: _kafka_throughput(bootstrap, src, sizes.backlog, client),
+                ),
+                "ours_tput": ("ours: backlog", lambda src: _ours_throughput(client, src, sizes.backlog)),
+                "ours_dec_tput": (
+                    "ours (reply after decision): backlog",
+                    lambda src: _ours_throughput(client_d, src, sizes.backlog),
+                ),
+            }
+
+            def throughput(i: int, key: str) -> dict[str, Any]:
+                label, fn = tput[key]
+                with scratch_topics(bootstrap):
+                    src = f"pipeline_input_{uuid.uuid4().hex[:6]}"
+                    step(
+                        f"write {sizes.backlog:,} x 1 KB input messages",
+                        lambda: _fill(client, src, sizes.backlog),
+                    )
+                    wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
+                    value, cpu = probes.measure(lambda: step(f"{label} (round {i + 1})", lambda: fn(src)))
+                    # Outside the clock: the output holds each input once (committed reads only).
+                    value["output"] = step(
+                        "count the committed output",
+                        lambda: _count_output(bootstrap, client, value["out"], key != "kafka_tput"),
+                    )
+                runs[f"{key}#{i + 1}"] = value | {"cpu": cpu}
+                return runs[f"{key}#{i + 1}"]
+
+            raw["rounds"] = run_rounds(list(tput), TPUT_ROUNDS, throughput)
+            latency: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
                 (
                     "kafka_lat",
                     f"Kafka transactions: live {sizes.live_rate}/s",
-                    lambda _src: _kafka_latency(bootstrap, client, sizes),
-                    False,
+                    lambda: _kafka_latency(bootstrap, client, sizes),
                 ),
-                (
-                    "ours_lat",
-                    f"ours: live {sizes.live_rate}/s",
-                    lambda _src: _ours_latency(client, sizes),
-                    False,
-                ),
+                ("ours_lat", f"ours: live {sizes.live_rate}/s", lambda: _ours_latency(client, sizes)),
                 (
                     "ours_dec_lat",
                     f"ours (reply after decision): live {sizes.live_rate}/s",
-                    lambda _src: _ours_latency(client_d, sizes),
-                    False,
+                    lambda: _ours_latency(client_d, sizes),
                 ),
             ]
-            for key, label, fn, needs_backlog in plan:
+            for key, label, fn in latency:
                 with scratch_topics(bootstrap):
-                    src = f"pipeline_input_{uuid.uuid4().hex[:6]}"
-                    if needs_backlog:
-                        step(
-                            f"write {sizes.backlog:,} x 1 KB input messages",
-                            lambda src=src: _fill(client, src, sizes.backlog),
-                        )
-                        wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
-                    value, cpu = probes.measure(
-                        lambda fn=fn, label=label, src=src: step(label, lambda: fn(src))
-                    )
+                    value, cpu = probes.measure(lambda fn=fn, label=label: step(label, fn))
                     runs[key] = value | {"cpu": cpu}
             raw["runs"] = runs
-            raw["best"] = {
-                name: max((v for k, v in runs.items() if k.startswith(f"{name}#")), key=lambda v: v["rate"])
-                for name in ("kafka_tput", "ours_tput", "ours_dec_tput")
-            }
         finally:
             client_d.close()
             client.close()
@@ -373,17 +411,26 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
 
 
 def _rows(raw: dict[str, Any]) -> list[list[str]]:
-    r, best = raw["runs"], raw["best"]
-    kafka = best["kafka_tput"]["rate"]
+    r, rounds = raw["runs"], raw["rounds"]
+    backlog = raw["sizes"]["backlog"]
 
-    def tput_row(label: str, ours: float) -> list[str]:
-        ratio = ours / kafka if kafka else 0.0
+    def valid(run: dict[str, Any]) -> bool:
+        return bool(run.get("complete")) and run.get("output") == backlog
+
+    invalid = [k for k, v in r.items() if k.split("#")[0].endswith("_tput") and not valid(v)]
+
+    def tput_row(label: str, key: str) -> list[str]:
+        ratio = paired_ratios(rounds, key, "kafka_tput", "rate")
+        if invalid:
+            verdict = f"INVALID (incomplete or wrong output: {', '.join(invalid)})"
+        else:
+            verdict = f"{'yes' if ratio['median'] >= 1 else 'NO'} ({fmt_ratio(ratio)})"
         return [
             label,
-            fmt(ours, "/s", 0),
-            f"Kafka txns {fmt(kafka, '/s', 0)}",
+            fmt_rounds(rounds, key, "rate") + " /s",
+            f"Kafka txns {fmt_rounds(rounds, 'kafka_tput', 'rate')} /s",
             ">= Kafka's own",
-            f"{'yes' if ratio >= 1 else 'NO'} ({ratio:.0%})",
+            verdict,
         ]
 
     def lat_rows(key: str, label: str) -> list[list[str]]:
@@ -399,8 +446,8 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
         ]
 
     return [
-        tput_row(f"throughput, input msg/s (1 KB, {BATCH}/txn)", best["ours_tput"]["rate"]),
-        tput_row("  same, END_TXN answered after the decision", best["ours_dec_tput"]["rate"]),
+        tput_row(f"throughput, input msg/s (1 KB, {BATCH}/txn), per round", "ours_tput"),
+        tput_row("  same, END_TXN answered after the decision", "ours_dec_tput"),
         *lat_rows("ours_lat", "end-to-end latency"),
         *lat_rows("ours_dec_lat", "  same, after the decision: latency"),
     ]
@@ -415,6 +462,7 @@ def run(quick: bool) -> int:
             [
                 "run",
                 "processed/received",
+                "output",
                 "transactions",
                 "failed",
                 "machine CPU",
@@ -426,6 +474,7 @@ def run(quick: bool) -> int:
                 [
                     k,
                     str(v.get("processed", v.get("received"))),
+                    str(v.get("output", "-")),
                     str(v.get("transactions", "-")),
                     str(v.get("failed", "-")),
                     fmt(v["cpu"].get("machine_pct", 0.0), "%", 0),
