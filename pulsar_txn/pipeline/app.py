@@ -256,7 +256,9 @@ class ExactlyOncePipeline:
             return
         chain = chains.setdefault(partition, deque())
         before = chain[-1].future if chain else None
-        chain.append(_Committing(txn, _commit_after(txn, before, self._refused), len(batch)))
+        committing = _Committing(txn, _commit_after(txn, before, self._refused), len(batch))
+        committing.future.add_done_callback(committing.ended)
+        chain.append(committing)
         self._reap(chains)
         while len(chain) > _MAX_CHAIN:
             self._settle(chain.popleft())
@@ -303,7 +305,7 @@ class ExactlyOncePipeline:
         except BaseException:
             self.progress.failed_batches += 1
             raise
-        self._committed(committing.size)
+        self._committed(committing.size, committing.ended_at)
 
     def _settle_quietly(self, committing: _Committing) -> None:
         """``_settle`` for a session that is failing already: the other error is the one raised, but
@@ -313,10 +315,11 @@ class ExactlyOncePipeline:
         except BaseException as exc:
             log.warning("commit of %s failed too: %s", committing.txn.txn_id, exc)
 
-    def _committed(self, size: int) -> None:
+    def _committed(self, size: int, at: float | None = None) -> None:
+        """Count a committed batch; ``at``: when its commit finished (wall clock), if known."""
         progress = self.progress
         progress.processed += size
-        progress.last_commit_at = time.time()
+        progress.last_commit_at = at or time.time()
         progress.transactions += 1
         if self._on_progress is not None:
             self._on_progress(progress)
@@ -327,11 +330,15 @@ class ExactlyOncePipeline:
         self._producers.clear()
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Committing:
     txn: Transaction
     future: Future[None]
     size: int
+    ended_at: float | None = None  # wall clock when the commit finished (counted later, when reaped)
+
+    def ended(self, _f: Future[None]) -> None:
+        self.ended_at = time.time()
 
 
 def _discard(begun: Future[Transaction]) -> None:
