@@ -43,19 +43,36 @@ SPARK_BATCH_COMMIT = REGISTRY.register(
                     {"name": "txn", "type": "bytes"},  # the 16-byte TxnID
                     {"name": "written_at_ms", "type": "long"},
                 ],
-            }
+            },
+            # v2: the sink (a writer's topic or sink_id): several writers of one micro-batch (the
+            # usual foreachBatch fan-out) each commit their own part, and one's commit does not make
+            # the others skip the batch. v1 records (no sink) count for every sink of their query.
+            2: {
+                "type": "record",
+                "name": "SparkBatchCommit",
+                "fields": [
+                    {"name": "query_id", "type": "string"},
+                    {"name": "batch_id", "type": "long"},
+                    {"name": "txn", "type": "bytes"},
+                    {"name": "written_at_ms", "type": "long"},
+                    {"name": "sink", "type": "string"},
+                ],
+            },
         },
     )
 )
 
+Key = tuple[str, str | None]  # (query id, sink); sink None: a v1 record, valid for every sink
 
-def encode_batch_commit(query_id: str, batch_id: int, txn: TxnID) -> bytes:
+
+def encode_batch_commit(query_id: str, batch_id: int, txn: TxnID, sink: str = "") -> bytes:
     return SPARK_BATCH_COMMIT.encode(
         {
             "query_id": query_id,
             "batch_id": batch_id,
             "txn": txn.to_bytes(),
             "written_at_ms": int(time.time() * 1000),
+            "sink": sink,
         }
     )
 
@@ -79,8 +96,8 @@ class ProgressPartition:
 
     kafka: KafkaConfig
     state: TxnBufferState
-    committed: dict[str, int] = field(default_factory=dict)
-    pending: dict[str, list[Attempt]] = field(default_factory=dict)
+    committed: dict[Key, int] = field(default_factory=dict)
+    pending: dict[Key, list[Attempt]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def refresh(self) -> None:
@@ -102,16 +119,18 @@ class ProgressPartition:
                 log.warning("%s[%d]@%d: not a batch commit, skipped: %s", tp[0], tp[1], rec.offset, exc)
                 continue
             attempt = Attempt(rec.offset, int(fields["batch_id"]), TxnID.from_bytes(txn_raw))
-            self.pending.setdefault(str(fields["query_id"]), []).append(attempt)
+            sink = fields.get("sink")
+            key = (str(fields["query_id"]), None if sink is None else str(sink))
+            self.pending.setdefault(key, []).append(attempt)
         self.state.scanned_to = max(self.state.scanned_to, end)
-        for query_id, attempts in self.pending.items():
+        for key, attempts in self.pending.items():
             still_open = []
             for attempt in attempts:
                 outcome = self.outcome(attempt)
                 if outcome is None:
                     still_open.append(attempt)
                 elif outcome:
-                    self.committed[query_id] = max(self.committed.get(query_id, -1), attempt.batch_id)
+                    self.committed[key] = max(self.committed.get(key, -1), attempt.batch_id)
             attempts[:] = still_open
 
     def outcome(self, attempt: Attempt) -> bool | None:
@@ -123,19 +142,21 @@ class ProgressPartition:
             return False
         return state.has_ended(attempt.txn) or None
 
-    def committed_batch(self, query_id: str) -> int:
-        """The highest batch of ``query_id`` known committed (-1: none)."""
-        return self.committed.get(query_id, -1)
+    def committed_batch(self, query_id: str, sink: str = "") -> int:
+        """The highest batch of ``query_id`` known committed to ``sink`` (-1: none)."""
+        return max(self.committed.get((query_id, sink), -1), self.committed.get((query_id, None), -1))
 
-    def open_attempts(self, query_id: str) -> list[Attempt]:
-        return list(self.pending.get(query_id, ()))
+    def open_attempts(self, query_id: str, sink: str = "") -> list[Attempt]:
+        return [*self.pending.get((query_id, sink), ()), *self.pending.get((query_id, None), ())]
 
 
-def settle_open_attempts(client: Client, part: ProgressPartition, query_id: str, timeout: float) -> None:
-    """End every earlier attempt of ``query_id`` whose transaction is still open (a driver that died
-    mid-batch), then wait until the progress partition shows each one's outcome."""
+def settle_open_attempts(
+    client: Client, part: ProgressPartition, query_id: str, timeout: float, sink: str = ""
+) -> None:
+    """End every earlier attempt of ``query_id`` at ``sink`` whose transaction is still open (a driver
+    that died mid-batch), then wait until the progress partition shows each one's outcome."""
     part.refresh()
-    for attempt in part.open_attempts(query_id):
+    for attempt in part.open_attempts(query_id, sink):
         try:
             client.resume_transaction(attempt.txn).abort()
             log.warning(
@@ -152,7 +173,7 @@ def settle_open_attempts(client: Client, part: ProgressPartition, query_id: str,
     deadline = time.monotonic() + timeout
     while True:
         part.refresh()
-        left = part.open_attempts(query_id)
+        left = part.open_attempts(query_id, sink)
         if not left:
             return
         if time.monotonic() > deadline:

@@ -12,9 +12,16 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_store import TopicAdmin
+from kafka_store import StoreError, TopicAdmin
 from pulsar_txn.client import Client
-from pulsar_txn.errors import PulsarTxnError, Timeout, TopicNotFound, TransactionHasOperationFailed
+from pulsar_txn.errors import (
+    ConfigError,
+    PulsarTxnError,
+    Timeout,
+    TopicNotFound,
+    TransactionHasOperationFailed,
+    from_store_error,
+)
 from pulsar_txn.message import MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.producer import Producer
@@ -37,6 +44,26 @@ class ClientSettings:
     operation_timeout_seconds: float = 30.0
 
 
+class FrozenMap(tuple[tuple[str, Any], ...]):
+    """A dict setting (e.g. ``KafkaConfig.extra``) kept hashable inside ``ClientSettings.kafka``."""
+
+    __slots__ = ()
+
+
+def freeze_kafka(kafka: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """``kafka=`` settings as ``ClientSettings.kafka``: sorted items, dict values frozen too."""
+    try:
+        return tuple(
+            sorted((k, FrozenMap(sorted(v.items())) if isinstance(v, dict) else v) for k, v in kafka.items())
+        )
+    except TypeError as exc:  # e.g. a key that is not a string, a list value
+        raise ConfigError(f"kafka settings must map names to values: {exc}") from None
+
+
+def _thaw(kafka: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {k: dict(v) if isinstance(v, FrozenMap) else v for k, v in kafka}
+
+
 _clients: dict[ClientSettings, Client] = {}
 _lock = threading.Lock()
 
@@ -50,7 +77,7 @@ def client_for(settings: ClientSettings) -> Client:
             client = Client(
                 settings.service_url,
                 bootstrap_servers=settings.bootstrap_servers,
-                kafka=dict(settings.kafka),
+                kafka=_thaw(settings.kafka),
                 authentication=settings.authentication,
                 num_tcs=settings.num_tcs,
                 marker_secret=settings.marker_secret,
@@ -64,7 +91,11 @@ def require_topic(client: Client, topic: str) -> None:
     """TopicNotFound unless ``topic`` exists. Asks for the full topic list: noida-db creates a topic
     that a metadata request names (docs/broker-quirks.md), so naming it would create it."""
     name = TopicName.parse(topic).kafka_topic
-    if name not in TopicAdmin(client.kafka).list_topics():
+    try:
+        topics = TopicAdmin(client.kafka).list_topics()
+    except StoreError as exc:
+        raise from_store_error(exc, f"looking up topic {topic}") from exc
+    if name not in topics:
         raise TopicNotFound(f"topic {topic} (Kafka topic {name}) does not exist")
 
 
@@ -88,6 +119,8 @@ def write_partition(
     if ctx is not None and ctx.attemptNumber() > 0:
         # An earlier attempt of this task may have produced part of the partition into the same
         # transaction: producing again would duplicate it. Fail, so the driver aborts the whole txn.
+        # (A re-run stage starts its tasks at attempt 0 again, and PySpark's TaskContext has no stage
+        # attempt number: the driver checks that case, writer._retried_result_stage.)
         raise TransactionHasOperationFailed(
             f"task for partition {ctx.partitionId()} is attempt {ctx.attemptNumber()}: an earlier attempt "
             f"may have produced into {txn_id}; the batch must be retried in a new transaction"

@@ -20,16 +20,17 @@ import functools
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka_store import TopicAdmin
-from pulsar_txn import errors
+from kafka_store import StoreError, TopicAdmin
+from pulsar_txn import _args, errors
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.client import Client
-from pulsar_txn.errors import ConfigError, PulsarTxnError, TransactionHasOperationFailed
+from pulsar_txn.errors import ConfigError, PulsarTxnError, TransactionHasOperationFailed, from_store_error
 from pulsar_txn.naming import TopicName
 from pulsar_txn.transaction import Transaction, TransactionState
 from pulsar_txn.txnid import TxnID
@@ -41,7 +42,14 @@ from spark._write_progress import (
     settle_open_attempts,
 )
 from spark._write_schema import RowLayout, layout_for
-from spark._write_task import ClientSettings, client_for, close_clients, require_topic, write_partition
+from spark._write_task import (
+    ClientSettings,
+    client_for,
+    close_clients,
+    freeze_kafka,
+    require_topic,
+    write_partition,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,24 +94,28 @@ class TransactionalWriter:
         marker_secret: str | None = None,
         progress_topic: str = DEFAULT_PROGRESS_TOPIC,
         progress_partitions: int = 1,
+        sink_id: str | None = None,
     ) -> None:
+        """``sink_id``: which of a micro-batch's writers this is, for idempotence: each (query id,
+        batch id, sink) is written once. Defaults to ``topic``; writers of one ``foreachBatch`` that
+        take their topics from a ``topic`` column need one each."""
         if not service_url or not bootstrap_servers:
             raise ConfigError("a transactional write needs service_url and bootstrap_servers")
-        if txn_timeout_seconds <= 0 or operation_timeout_seconds <= 0:
-            raise ConfigError("txn_timeout_seconds and operation_timeout_seconds must be positive")
-        if progress_partitions < 1:
-            raise ConfigError("progress_partitions must be at least 1")
+        txn_timeout_seconds = _args.seconds(txn_timeout_seconds, "txn_timeout_seconds")
+        operation_timeout_seconds = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
+        progress_partitions = _args.integer(progress_partitions, "progress_partitions", minimum=1)
         if topic is not None:
             TopicName.parse(topic)  # InvalidTopicName at once
         TopicName.parse(progress_topic)
         self.topic = topic
+        self.sink = _args.text(sink_id, "sink_id") if sink_id is not None else (topic or "")
         self.txn_timeout_seconds = txn_timeout_seconds
         self.progress_topic = progress_topic
         self.progress_partitions = progress_partitions
         self.settings = ClientSettings(
             service_url=service_url,
             bootstrap_servers=bootstrap_servers,
-            kafka=tuple(sorted((kafka or {}).items())),
+            kafka=freeze_kafka(kafka or {}),
             authentication=authentication,
             num_tcs=num_tcs,
             marker_secret=marker_secret,
@@ -125,21 +137,32 @@ class TransactionalWriter:
         layout = layout_for(df.schema, self.topic)
         if (query_id is None) != (batch_id is None):
             raise ConfigError("give both query_id and batch_id (idempotent write) or neither")
+        if query_id is not None and batch_id is not None:
+            query_id = _args.text(query_id, "query_id")
+            batch_id = _args.integer(batch_id, "batch_id", minimum=0)
+            if not query_id:
+                raise ConfigError("query_id must be non-empty")
         client = client_for(self.settings)
         if self.topic is not None:
             require_topic(client, self.topic)  # TopicNotFound now, before a transaction is opened
         if query_id is None or batch_id is None:
             txn = self._attempt(client, df, layout, None)
             return WriteResult(txn, skipped=False)
-        if not query_id or batch_id < 0:
-            raise ConfigError(f"query_id must be non-empty and batch_id >= 0 (got {query_id!r}, {batch_id})")
         with _query_lock(query_id):
-            part, index = self._progress(client, query_id)
-            settle_open_attempts(client, part, query_id, self.settings.operation_timeout_seconds)
-            committed = part.committed_batch(query_id)
+            try:  # the progress log is read with the storage layer: its errors become typed ones
+                part, index = self._progress(client, query_id)
+                timeout = self.settings.operation_timeout_seconds
+                settle_open_attempts(client, part, query_id, timeout, self.sink)
+                committed = part.committed_batch(query_id, self.sink)
+            except StoreError as exc:
+                raise from_store_error(exc, f"reading the progress of query {query_id}") from exc
             if batch_id <= committed:
                 log.info(
-                    "query %s batch %d already committed (up to %d): skipped", query_id, batch_id, committed
+                    "query %s batch %d already committed to %r (up to %d): skipped",
+                    query_id,
+                    batch_id,
+                    self.sink,
+                    committed,
                 )
                 if drain_on_skip:
                     df.write.format("noop").mode("overwrite").save()
@@ -159,7 +182,9 @@ class TransactionalWriter:
                     str(TopicName.parse(self.progress_topic).with_partition(index))
                 )
                 producer.send(
-                    encode_batch_commit(query_id, batch_id, txn.txn_id), txn=txn, partition_key=query_id
+                    encode_batch_commit(query_id, batch_id, txn.txn_id, self.sink),
+                    txn=txn,
+                    partition_key=query_id,
                 )
             self._run_tasks(df, layout, txn)
             txn.commit()
@@ -257,19 +282,32 @@ def _task_error(exc: Exception, txn_id: TxnID) -> PulsarTxnError:
     return cls(f"transactional write failed, {txn_id} aborted: {cause}")
 
 
-def _retried_result_stage(session: SparkSession, tag: str) -> str | None:
-    """Did the stage that produced (the last stage of the tagged jobs) lose a task or get re-run?"""
+_STATUS_WAIT_S = 10.0
+_ENDED = frozenset({"SUCCEEDED", "FAILED"})
+
+
+def _retried_result_stage(session: SparkSession, tag: str, wait_s: float = _STATUS_WAIT_S) -> str | None:
+    """Why the tagged jobs' producing stage (their last) cannot be trusted, or None: it lost a task,
+    or ran again (a stage re-run after a fetch failure starts its tasks at attempt 0 again, so the
+    tasks' own check cannot see it). Spark's status store is filled from its listener bus, after the
+    action returned: wait (bounded) until it shows every job of the write ended. If it never does
+    (events late, or dropped when the bus's queue was full), nothing shows the write free of re-run
+    tasks, and that is a reason too: the transaction is aborted and the batch retried."""
     sc = session.sparkContext
     tracker = sc.statusTracker()
-    stages: list[int] = []
-    for job_id in sc._jsc.sc().statusTracker().getJobIdsForTag(tag):
-        info = tracker.getJobInfo(int(job_id))
-        if info is not None:
-            stages.extend(int(s) for s in info.stageIds)
-    if not stages:
-        return None
-    stage = tracker.getStageInfo(max(stages))
-    if stage is not None and (stage.currentAttemptId > 0 or stage.numFailedTasks > 0):
+    deadline = time.monotonic() + wait_s
+    while True:
+        jobs = [tracker.getJobInfo(int(j)) for j in sc._jsc.sc().statusTracker().getJobIdsForTag(tag)]
+        if jobs and all(j is not None and str(j.status) in _ENDED for j in jobs):
+            break
+        if time.monotonic() > deadline:
+            return f"Spark's status store did not show the write's jobs ended within {wait_s:.0f}s"
+        time.sleep(0.02)
+    stages = [int(s) for j in jobs if j is not None for s in j.stageIds]
+    stage = tracker.getStageInfo(max(stages)) if stages else None
+    if stage is None:
+        return f"Spark's status store has no record of the write's stages {stages}"
+    if stage.currentAttemptId > 0 or stage.numFailedTasks > 0:
         return (
             f"stage {stage.stageId} (attempt {stage.currentAttemptId}, {stage.numFailedTasks} failed tasks)"
         )

@@ -21,7 +21,7 @@ from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
 from pulsar_txn.buffer.reader import load_state
 from pulsar_txn.errors import IncompatibleSchema, TopicNotFound, TransactionHasOperationFailed
 from pulsar_txn.txnid import TxnID
-from spark._write_progress import encode_batch_commit, progress_partition
+from spark._write_progress import SPARK_BATCH_COMMIT, encode_batch_commit, progress_partition
 from spark.writer import close_clients, transactional_foreach_batch, write_transactional
 from tests.conftest import REPO, Cluster, read_all
 
@@ -139,6 +139,44 @@ def test_a_replayed_batch_of_a_query_is_skipped_and_later_batches_are_written(
     assert counts == {first.txn_id: 50, other_query.txn_id: 1, nxt.txn_id: 10}
 
 
+def test_writers_of_one_micro_batch_to_two_topics_each_write_it_once(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    # The usual foreachBatch fan-out: one (query, batch), two sinks. Before, the second writer found
+    # the batch committed (by the first) and skipped it: topic b never got it.
+    a, b = f"sw_fan_a_{uid}", f"sw_fan_b_{uid}"
+    c.client.create_topic(a, 1)
+    c.client.create_topic(b, 1)
+    s = settings(c, uid)
+    df = rows_df(spark_session, 5)
+    results = [write_transactional(df, topic=t, query_id="fan", batch_id=0, **s) for t in (a, b)]
+    assert [r.skipped for r in results] == [False, False]
+    replays = [write_transactional(df, topic=t, query_id="fan", batch_id=0, **s) for t in (a, b)]
+    assert [r.skipped for r in replays] == [True, True]
+    assert (len(committed(c, a)), len(committed(c, b))) == (5, 5)
+
+
+def test_a_batch_committed_by_a_writer_of_the_previous_record_version_is_skipped_by_every_sink(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    topic = f"sw_v1_{uid}"
+    c.client.create_topic(topic, 1)
+    progress = f"progress_{uid}"
+    c.client.create_topic(progress, 1)
+    with c.client.transaction(60) as txn:  # a v1 record: no sink
+        record = SPARK_BATCH_COMMIT.encode(
+            {"query_id": "old", "batch_id": 3, "txn": txn.txn_id.to_bytes(), "written_at_ms": 0}, version=1
+        )
+        c.client.create_producer(f"{progress}-partition-0").send(record, txn=txn, partition_key="old")
+    s = settings(c, uid)
+    assert write_transactional(
+        rows_df(spark_session, 2), topic=topic, query_id="old", batch_id=3, **s
+    ).skipped
+    assert not write_transactional(
+        rows_df(spark_session, 2), topic=topic, query_id="old", batch_id=4, **s
+    ).skipped
+
+
 def _left_over_attempt(c: Cluster, uid: str, topic: str, query_id: str, batch_id: int) -> TxnID:
     """What a driver killed mid-batch leaves: its batch record and part of the output, in a txn that
     is still open."""
@@ -147,7 +185,7 @@ def _left_over_attempt(c: Cluster, uid: str, topic: str, query_id: str, batch_id
     c.client.create_topic(progress, 1)
     part = progress_partition(query_id, 1)
     c.client.create_producer(f"{progress}-partition-{part}").send(
-        encode_batch_commit(query_id, batch_id, txn.txn_id), txn=txn, partition_key=query_id
+        encode_batch_commit(query_id, batch_id, txn.txn_id, sink=topic), txn=txn, partition_key=query_id
     )
     out = c.client.create_producer(topic)
     for i in range(7):
