@@ -148,9 +148,14 @@ class GroupReader:
         session_timeout_ms: int = 6000,
         instance_id: str | None = None,
         metadata_refresh_ms: int | None = None,
+        on_lost: Callable[[list[tuple[str, int]]], None] | None = None,
     ) -> None:
         """``metadata_refresh_ms``: how soon partitions added to a subscribed topic join the group's
-        assignment (librdkafka looks every 5 minutes by default)."""
+        assignment (librdkafka looks every 5 minutes by default). ``on_lost``: the partitions this
+        member held when its membership ended for good (a fatal error, e.g. a static member fenced
+        by a newer one with its instance id): they may be another member's already, so unlike a
+        revocation nothing should be written for them (default: ``on_revoke``). ``fatal`` then says
+        why, and ``poll_batch`` returns nothing any more."""
         extra: dict[str, Any] = {
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
@@ -165,6 +170,8 @@ class GroupReader:
         self._consumer = make_client(Consumer, conf, "Kafka consumer")
         self._on_assign = on_assign
         self._on_revoke = on_revoke
+        self._on_lost = on_lost or on_revoke
+        self.fatal: str | None = None
         self._topics: list[str] = []
         # What the callbacks assigned (they are its only source): ``caught_up`` runs after every poll,
         # and asking the client costs a TopicPartition object per assigned partition each time.
@@ -198,11 +205,18 @@ class GroupReader:
 
     def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
         """Raw messages (confluent ``Message``) without errors; end-of-partition offsets go to ``eof``."""
-        if not self._topics:
-            time.sleep(timeout)  # nothing subscribed yet: wait like a poll would
+        if not self._topics or self.fatal is not None:
+            time.sleep(timeout)  # nothing subscribed (yet, or any more): wait like a poll would
             return []
         out: list[Any] = []
-        first = self._consumer.poll(timeout)
+        try:
+            first = self._consumer.poll(timeout)
+        except KafkaException as exc:
+            err = kafka_error_of(exc)
+            if err is not None and err.fatal():
+                self._end(err.str())
+                return []
+            raise
         if first is None:
             return out
         msgs = [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
@@ -213,9 +227,21 @@ class GroupReader:
                 self.eof.pop((msg.topic() or "", msg.partition() or 0), None)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+            elif err.fatal() or err.code() == KafkaError._FATAL:  # the event's own flag is not set
+                self._end(err.str())
+                return []
             else:
                 log.debug("group reader: %s", err.str())
         return out
+
+    def _end(self, why: str) -> None:
+        """The membership ended for good: what it held is lost (see ``on_lost``)."""
+        log.error("group reader: membership ended (%s); giving its partitions up", why)
+        self.fatal = why
+        lost, self._assigned_pairs = self._assigned_pairs, []
+        self.eof.clear()
+        if lost:
+            self._on_lost(lost)
 
     def caught_up(self) -> bool:
         """Every assigned partition has reached its end."""

@@ -27,6 +27,10 @@ from pulsar_txn.txnid import TxnAction, TxnID
 log = logging.getLogger(__name__)
 
 _PRUNE_EVERY_S = 60.0  # retention deletes in segments, minutes apart at least
+# A partition with plain records only changes no state, yet a reader folds every record past the last
+# snapshot: one is taken (at the snapshot interval) once this many records were folded since.
+_PLAIN_ADVANCE = 10_000
+_RETRY_MAX_S = 60.0  # back-off cap for a snapshot that failed (or could not be checked)
 
 TP = tuple[str, int]
 
@@ -51,7 +55,6 @@ class _Owned:
     last_snapshot_ms: int | None = None  # None until the first snapshot (no metrics sample either)
     last_snapshot_offset: int | None = None
     recovered_from: int | None = None
-    first_seen: dict[TxnID, float] = field(default_factory=dict)
     # Its snapshot could not be loaded: replayed from the partition's start until it reaches its end.
     replaying: bool = False
     # (offset, fingerprint) of the last record folded at the last snapshot or load: checked before the
@@ -59,6 +62,13 @@ class _Owned:
     checkpoint: tuple[int, int] = (-1, 0)
     # Hanging transactions whose marker this service wrote, until its fold has read the marker back.
     resolved: set[TxnID] = field(default_factory=set)
+    # After a failed snapshot (or an unanswered check): not before retry_at, with a doubling back-off.
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+    def snapshot_failed(self) -> None:
+        self.backoff = min(_RETRY_MAX_S, max(1.0, 2 * self.backoff))
+        self.retry_at = time.monotonic() + self.backoff
 
 
 class TransactionBufferService:
@@ -76,6 +86,10 @@ class TransactionBufferService:
         self._probe: PartitionReader | None = None  # reads checkpoint records (see _same_partition)
         self._starts: PartitionReader | None = None  # log-start offsets, for pruning (see _prune)
         self._refold: set[TP] = set()  # partitions found to be new ones: read again from their start
+        # When each open transaction was first seen open in each partition: kept across reassignments
+        # (an eager rebalance revokes and assigns every partition; a clock kept per assignment never
+        # reached the hanging threshold while the group kept rebalancing).
+        self._first_seen: dict[tuple[TP, TxnID], float] = {}
         self.snapshots_written = 0
         self.hanging_resolved = 0
         # Partitions whose snapshot failed to load, in all and per partition (kept across
@@ -120,6 +134,7 @@ class TransactionBufferService:
             session_timeout_ms=cfg.group_session_timeout_ms,
             instance_id=cfg.group_instance_id,
             metadata_refresh_ms=cfg.tb_topic_refresh_ms,  # partitions added to a topic are taken as soon
+            on_lost=self._on_lost,
         )
         admin = TopicAdmin(self._kafka)
         wanted = re.compile(cfg.tb_topic_pattern)
@@ -128,6 +143,11 @@ class TransactionBufferService:
         next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
         try:
             while not self._stop.is_set():
+                if reader.fatal is not None:
+                    # Fenced (another process runs with this group_instance_id): rejoining would fence
+                    # it in turn. Idle; the error was logged, and an operator must fix the config.
+                    self._stop.wait(1.0)
+                    continue
                 now = time.monotonic()
                 if now >= next_refresh:
                     try:
@@ -254,11 +274,18 @@ class TransactionBufferService:
             with self._lock:
                 self._owned.pop(tp, None)
 
-    def _same_partition(self, tp: TP, owned: _Owned) -> bool:
+    def _on_lost(self, partitions: list[TP]) -> None:
+        """The membership ended for good (fenced): the partitions may be another owner's already, so
+        no snapshot of them is written; they are just dropped."""
+        with self._lock:
+            for tp in partitions:
+                self._owned.pop(tp, None)
+
+    def _same_partition(self, tp: TP, owned: _Owned) -> bool | None:
         """Before a snapshot: is the record last folded at the previous snapshot (or load) still there?
         A topic deleted and created again between two topic refreshes, whose new partition grew past
         what was folded before it was fetched, shows no other sign: the fold went on into the new
-        partition's records as if they followed the old ones."""
+        partition's records as if they followed the old ones. None: the broker did not answer."""
         offset, fingerprint = owned.checkpoint
         if offset < 0:
             return True
@@ -342,15 +369,25 @@ class TransactionBufferService:
         for tp, owned in list(self._owned.items()):
             if not self._exists(tp[0]):
                 continue  # dropped at the next refresh
+            if now < owned.retry_at:
+                continue  # the last attempt failed: backing off
             pending = owned.state.changes - owned.snapshot_changes
-            if pending >= cfg.tb_snapshot_max_changes or (
-                pending > 0 and now - owned.snapshot_at >= cfg.tb_snapshot_interval_ms / 1000
+            since = owned.last_snapshot_offset if owned.last_snapshot_offset is not None else 0
+            due = now - owned.snapshot_at >= cfg.tb_snapshot_interval_ms / 1000
+            if (
+                pending >= cfg.tb_snapshot_max_changes
+                or (pending > 0 and due)
+                or (due and not owned.replaying and owned.state.scanned_to - since >= _PLAIN_ADVANCE)
             ):
                 self._snapshot(tp, owned)
 
     def _snapshot(self, tp: TP, owned: _Owned) -> None:
         assert self._store is not None
-        if not self._same_partition(tp, owned):
+        same = self._same_partition(tp, owned)
+        if same is None:  # the broker did not answer: no sign of a new partition; try again later
+            owned.snapshot_failed()
+            return
+        if not same:
             self._recreated(tp, f"the record at offset {owned.checkpoint[0]} changed")
             self._refold.add(tp)  # the loop seeks its reader back to the partition's start
             return
@@ -358,7 +395,9 @@ class TransactionBufferService:
             self._store.write(owned.state).result(30)
         except Exception as exc:  # a missed snapshot only slows recovery down; try again later
             log.warning("TB service: snapshot of %s[%d] failed: %s", tp[0], tp[1], exc)
+            owned.snapshot_failed()
             return
+        owned.backoff = owned.retry_at = 0.0
         owned.snapshot_changes = owned.state.changes
         owned.checkpoint = owned.state.anchor()
         owned.snapshot_at = time.monotonic()
@@ -371,16 +410,24 @@ class TransactionBufferService:
         now = time.monotonic()
         after = self._config.tb_hanging_check_after_ms / 1000
         suspects: dict[int, list[tuple[TP, TxnID]]] = {}
-        for tp, owned in list(self._owned.items()):
+        owned_now = dict(self._owned)
+        for tp, owned in owned_now.items():
             for txn in owned.state.ongoing:
                 if txn in owned.resolved:
                     continue  # its marker is written; the fold has not read it back yet
-                seen = owned.first_seen.setdefault(txn, now)
+                seen = self._first_seen.setdefault((tp, txn), now)
                 if now - seen >= after:
                     suspects.setdefault(txn.most_bits, []).append((tp, txn))
-            for txn in [t for t in owned.first_seen if t not in owned.state.ongoing]:
-                del owned.first_seen[txn]
             owned.resolved &= owned.state.ongoing.keys()
+        # Forget ended transactions; those of partitions not owned now after a while (they may come
+        # back in the next rebalance, and their clock must go on).
+        keep_unowned = max(600.0, 10 * after)
+        for key, seen in list(self._first_seen.items()):
+            holder = owned_now.get(key[0])
+            if (holder is not None and key[1] not in holder.state.ongoing) or (
+                holder is None and now - seen > keep_unowned
+            ):
+                del self._first_seen[key]
         for tc_id, items in suspects.items():
             try:
                 self._resolve(tc_id, items)

@@ -192,8 +192,12 @@ class SnapshotStore:
 
     def ensure_topic(self) -> None:
         if not self._ready:
+            # Kafka never compacts the active segment: with the default 1 GB one, every load would
+            # replay all snapshots written since the last roll (as for the TC log, coordinator/service).
             self._partitions = TopicAdmin(self._kafka).ensure_topic(
-                self.topic, self._partitions, {"cleanup.policy": "compact"}
+                self.topic,
+                self._partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(_SEGMENT_BYTES)},
             )
             self._ready = True
 
@@ -330,7 +334,7 @@ class SnapshotStore:
                 anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
                 if reader is None:
                     reader = PartitionReader(self._kafka)
-                if not self._of_this_partition(reader, topic, partition, scanned_to, anchor):
+                if self._of_this_partition(reader, topic, partition, scanned_to, anchor) is not True:
                     out[(topic, partition)] = None
                     continue
                 try:
@@ -353,17 +357,19 @@ class SnapshotStore:
 
     def matches(
         self, reader: PartitionReader, topic: str, partition: int, offset: int, fingerprint: int
-    ) -> bool:
+    ) -> bool | None:
         """Whether the partition now under this name still holds the record (``offset``,
-        ``fingerprint``) a fold read: the TB service asks before each snapshot."""
+        ``fingerprint``) a fold read: the TB service asks before each snapshot. None: unknown (the
+        broker did not answer), which is no sign of a recreated topic."""
         return self._of_this_partition(reader, topic, partition, offset + 1, (offset, fingerprint))
 
     def _of_this_partition(
         self, reader: PartitionReader, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
-    ) -> bool:
-        """Whether the partition is still the one the snapshot was taken of. A topic deleted and
-        created again under its name starts at offset 0 again: its partition is shorter than what
-        the snapshot scanned, or holds another record at the snapshot's anchor. Trusting the old
+    ) -> bool | None:
+        """Whether the partition is still the one the snapshot was taken of (None: could not tell,
+        the broker did not answer; a loader then ignores the snapshot). A topic deleted and created
+        again under its name starts at offset 0 again: its partition is shorter than what the
+        snapshot scanned, or holds another record at the snapshot's anchor. Trusting the old
         snapshot would skip the new records below ``scanned_to`` (open transactions included)."""
         base = f"{topic}/{partition}"
         try:
@@ -382,8 +388,8 @@ class SnapshotStore:
                 return True
             rec = _record_at(reader, topic, partition, offset, self._kafka.request_timeout_ms / 1000)
         except StoreError as exc:
-            log.warning("snapshot of %s not checked against the partition (%s); ignoring it", base, exc)
-            return False
+            log.warning("snapshot of %s not checked against the partition (%s)", base, exc)
+            return None
         # No record: compaction removed the anchor, there is nothing to compare.
         if rec is not None and record_fingerprint(rec.headers, rec.value) != fingerprint:
             log.warning(
@@ -468,6 +474,9 @@ def _state_of(
             setattr(counters, name, int(value))
     state.counters = counters
     return state
+
+
+_SEGMENT_BYTES = 100 * 1024 * 1024
 
 
 def _record_at(
