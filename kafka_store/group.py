@@ -97,18 +97,26 @@ class GroupMembership:
         assert consumer is not None  # set before the thread starts
         while not self._stop.is_set():
             try:
-                consumer.poll(0.1)
+                msg = consumer.poll(0.1)
             except KafkaException as exc:
                 err = kafka_error_of(exc)
-                if err is not None and err.fatal():
-                    # E.g. a static member replaced by a newer one with its instance id: this
-                    # member is done. What it was assigned is not its own any more.
-                    log.error("group %s: membership ended: %s", self._conf["group.id"], exc)
-                    revoked, self.assigned = self.assigned, []
-                    if revoked:
-                        self._on_revoke(revoked)
+                if err is not None and is_fatal(err):
+                    self._end(str(exc))
                     return
                 log.warning("group membership poll error: %s", exc)
+                continue
+            err = msg.error() if msg is not None else None
+            if err is not None and is_fatal(err):  # noida delivers it as an event, not an exception
+                self._end(err.str())
+                return
+
+    def _end(self, why: str) -> None:
+        # E.g. a static member replaced by a newer one with its instance id: this member is done.
+        # What it was assigned is not its own any more.
+        log.error("group %s: membership ended: %s", self._conf["group.id"], why)
+        revoked, self.assigned = self.assigned, []
+        if revoked:
+            self._on_revoke(revoked)
 
     def stop(self) -> None:
         """Leave the group (others take over our partitions at once)."""
@@ -121,6 +129,12 @@ class GroupMembership:
             except (KafkaException, RuntimeError) as exc:
                 log.warning("leaving group: %s", exc)
             self._consumer = None
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """A fatal client error: the instance is unusable (e.g. a static member fenced). A consumer
+    delivers it as an error event whose code is ``_FATAL`` but whose own fatal flag is not set."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 def _member(consumer: Consumer) -> str:
@@ -213,7 +227,7 @@ class GroupReader:
             first = self._consumer.poll(timeout)
         except KafkaException as exc:
             err = kafka_error_of(exc)
-            if err is not None and err.fatal():
+            if err is not None and is_fatal(err):
                 self._end(err.str())
                 return []
             raise
@@ -227,7 +241,7 @@ class GroupReader:
                 self.eof.pop((msg.topic() or "", msg.partition() or 0), None)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
-            elif err.fatal() or err.code() == KafkaError._FATAL:  # the event's own flag is not set
+            elif is_fatal(err):
                 self._end(err.str())
                 return []
             else:

@@ -4,6 +4,7 @@ that were created (or added) after the producer first looked at the topic."""
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 
 import pytest
@@ -373,3 +374,41 @@ def test_a_header_without_a_value_is_stored(kafka: KafkaConfig, uid: str) -> Non
     (rec,) = list(read_range(kafka, topic, 0))
     # Read back as no value or an empty one (noida-db keeps no difference between the two).
     assert [(k, v or b"") for k, v in rec.headers] == [("h", b"")]
+
+
+def test_a_fenced_static_group_member_gives_its_assignment_up(kafka: KafkaConfig, uid: str) -> None:
+    # A second member with the same group.instance.id fences the first. The broker's error reaches
+    # the first as an event (code _FATAL, its fatal flag unset), not as an exception: it was ignored,
+    # and the first went on believing it held its partitions.
+    from kafka_store.group import GroupMembership
+
+    topic = f"gm_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 2, {})
+    events: list[tuple[str, list[int]]] = []
+
+    def member(name: str) -> GroupMembership:
+        return GroupMembership(
+            kafka,
+            f"g_{uid}",
+            topic,
+            lambda ps: events.append((f"{name}+", ps)),
+            lambda ps: events.append((f"{name}-", ps)),
+            instance_id="same",
+        )
+
+    a = member("a")
+    a.start()
+    b = member("b")
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not a.assigned:
+            time.sleep(0.05)
+        assert a.assigned == [0, 1]
+        b.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and a.assigned:
+            time.sleep(0.05)
+        assert a.assigned == [] and ("a-", [0, 1]) in events
+    finally:
+        a.stop()
+        b.stop()
