@@ -61,6 +61,7 @@ from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.pendingack.stats import recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
+from pulsar_txn.subscription.unacked import Unacked
 from pulsar_txn.transaction import Transaction
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -266,7 +267,7 @@ class Consumer(Generic[T]):
         self._incoming: deque[Message[T]] = deque()
         self._redeliveries: list[_Redelivery] = []
         self._seq = itertools.count()
-        self._unacked: dict[tuple[str, int, int], tuple[Message[T], float]] = {}
+        self._unacked: Unacked[tuple[Message[T], float]] = Unacked()
         self._in_txn: dict[tuple[str, int, int], Message[T]] = {}
         self._cum_txns: set[tuple[TxnID, TP]] = set()  # transactions with a cumulative ack, per partition
         # Which offsets each transaction moved into _in_txn, per partition: an outcome then touches
@@ -494,7 +495,7 @@ class Consumer(Generic[T]):
         self._incoming = deque(m for m in self._incoming if other(m.message_id))
         self._redeliveries = [r for r in self._redeliveries if other(r.message.message_id)]
         heapq.heapify(self._redeliveries)
-        self._unacked = {k: v for k, v in self._unacked.items() if (k[0], k[1]) != tp}
+        self._unacked.take_partition(tp)
         self._in_txn = {k: v for k, v in self._in_txn.items() if (k[0], k[1]) != tp}
         self._cum_txns = {k for k in self._cum_txns if k[1] != tp}
         for txn_id in list(self._txn_offsets):
@@ -758,8 +759,7 @@ class Consumer(Generic[T]):
             part = self._readable_part_for(mid)
             part.cursor.ack_cumulative(mid.offset)
             part.dirty = True
-            for key in [k for k in self._unacked if (k[0], k[1]) == part.tp and k[2] <= mid.offset]:
-                self._unacked.pop(key, None)
+            self._unacked.take_upto(part.tp, mid.offset)
 
     def _with_topic(self, mids: list[MessageId]) -> list[MessageId]:
         """Ids as given, an id without a topic (made from numbers, e.g. ``MessageId(partition,
@@ -854,15 +854,16 @@ class Consumer(Generic[T]):
             if kind is AckKind.CUMULATIVE:
                 # Every delivered message up to the position is pending now, not only the position:
                 # the ack timeout must not redeliver (and count) them while the transaction is open.
-                position = offsets[0]
-                keys = [k for k in self._unacked if k[0] == topic and k[1] == partition and k[2] <= position]
+                taken = self._unacked.take_upto((topic, partition), offsets[0])
             else:
-                keys = [(topic, partition, o) for o in offsets]
-            for key in keys:
-                entry = take(key, None)
-                if entry is not None:
-                    in_txn[key] = entry[0]
-                    held.append(key[2])
+                taken = [
+                    (key, entry)
+                    for key in ((topic, partition, o) for o in offsets)
+                    if (entry := take(key, None))
+                ]
+            for key, entry in taken:
+                in_txn[key] = entry[0]
+                held.append(key[2])
             now, written = self._batch_ack(txn, part, kind, offsets, registered)
         if now:
             self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
@@ -1005,7 +1006,7 @@ class Consumer(Generic[T]):
     def redeliver_unacknowledged_messages(self) -> None:
         """Redeliver every delivered, unacknowledged message now."""
         with self._lock:
-            for msg, _at in list(self._unacked.values()):
+            for msg, _at in self._unacked.values():
                 self._redeliver(msg, 0)
             self._unacked.clear()
 
@@ -1209,10 +1210,9 @@ class Consumer(Generic[T]):
                 self._cum_txns.discard((txn_id, part.tp))
                 # A cumulative commit also acked every lower message still held as unacked here.
                 md = part.cursor.mark_delete
-                below = [k for k in self._unacked if k[0] == topic and k[1] == partition and k[2] < md]
+                below = [k for k, _e in self._unacked.take_upto((topic, partition), md - 1)]
                 below += [k for k in counts if k[0] == topic and k[1] == partition and k[2] < md]
                 for k in below:
-                    self._unacked.pop(k, None)
                     counts.pop(k, None)
             return
         cumulative = (txn_id, part.tp) in self._cum_txns
@@ -1234,8 +1234,8 @@ class Consumer(Generic[T]):
             # delivered here and not acked comes again (and counts toward max redeliveries), not
             # only the acked position.
             topic, partition = part.tp
-            for key in [k for k in self._unacked if k[0] == topic and k[1] == partition]:
-                self._redeliver(self._unacked.pop(key)[0], 0)
+            for _key, (msg, _at) in self._unacked.take_partition((topic, partition)):
+                self._redeliver(msg, 0)
         if missing:
             self._refetch_due.append((part.tp, missing))
 
@@ -1284,8 +1284,9 @@ class Consumer(Generic[T]):
         with self._lock:
             expired = [k for k, (_m, at) in self._unacked.items() if now - at >= self._ack_timeout]
             for key in expired:
-                msg, _at = self._unacked.pop(key)
-                self._redeliver(msg, 0)
+                entry = self._unacked.pop(key)
+                if entry is not None:
+                    self._redeliver(entry[0], 0)
 
     def _flush_part(self, part: _Part, *, force: bool = False, in_callback: bool = False) -> bool:
         """Commit the partition's cursor if it changed (or ``force``); False if the commit failed.
