@@ -83,6 +83,11 @@ class TxnBufferState:
     # (offset, fingerprint): snapshots carry it so that a load can check it is of this partition.
     _last: tuple[int, Headers, bytes | None] | None = field(default=None, repr=False, compare=False)
     _loaded_anchor: tuple[int, int] = field(default=(-1, 0), repr=False, compare=False)
+    # Per TC, a min-heap of the least bits in ``ended`` (built at the first watermark advance): an
+    # advance drops that TC's entries at or below it without scanning every entry of every TC (a TC
+    # whose watermark a long-open transaction pins can hold hundreds of thousands of them, and each
+    # marker of another TC scanned them all).
+    _ended_heaps: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -240,12 +245,12 @@ class TxnBufferState:
                 self.counters.aborted_txns += 1
             else:
                 self.counters.committed_txns += 1
-            self.ended[txn] = marker.action is TxnAction.COMMIT
+            self._ended(txn, marker.action is TxnAction.COMMIT)
             self.changes += 1
         elif self.has_ended(txn):
             self.counters.duplicate_markers += 1
         else:
-            self.ended[txn] = marker.action is TxnAction.COMMIT  # no message here yet: later ones are late
+            self._ended(txn, marker.action is TxnAction.COMMIT)  # no message here yet: later ones are late
             self.changes += 1
         self._advance_lwm(txn.most_bits, marker.low_watermark, offset)
 
@@ -254,8 +259,16 @@ class TxnBufferState:
             return
         self.lwm[tc] = lwm
         self.changes += 1
-        for txn in [t for t in self.ended if t.most_bits == tc and t.least_bits <= lwm]:
-            del self.ended[txn]
+        heaps = self._ended_heaps
+        if heaps is None:
+            heaps = self._ended_heaps = {}
+            for t in self.ended:
+                heaps.setdefault(t.most_bits, []).append(t.least_bits)
+            for h in heaps.values():
+                heapq.heapify(h)
+        heap = heaps.get(tc)
+        while heap and heap[0] <= lwm:
+            self.ended.pop(TxnID(tc, heapq.heappop(heap)), None)
         # A txn still open here although its TC has ended everything up to ``lwm`` is hanging: this
         # partition was never registered with the TC, so its messages are not part of the txn.
         for txn in [t for t in self.ongoing if t.most_bits == tc and t.least_bits <= lwm]:
@@ -269,6 +282,11 @@ class TxnBufferState:
                 txn,
                 lwm,
             )
+
+    def _ended(self, txn: TxnID, committed: bool) -> None:
+        if txn not in self.ended and self._ended_heaps is not None:
+            heapq.heappush(self._ended_heaps.setdefault(txn.most_bits, []), txn.least_bits)
+        self.ended[txn] = committed
 
     def _discard(self, offset: int) -> None:
         ranges = self.discarded

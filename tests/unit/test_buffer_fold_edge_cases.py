@@ -4,6 +4,8 @@ records, whoever reads them, and bad or forged input is skipped, never a crash."
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafka_store import REGISTRY
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TXN_MARKER, TxnMarker, encode_marker
@@ -115,3 +117,53 @@ def test_the_open_transactions_heap_stays_bounded_behind_one_long_open_transacti
     assert list(state.ongoing) == [long_open]
     assert len(state._oldest) <= 2 * len(state.ongoing) + 64, len(state._oldest)
     assert state.max_read_position == 0  # still pinned by the open one
+
+
+class _ScanningState(TxnBufferState):
+    """The fold as it was before session 28: a watermark advance scanned every ended entry."""
+
+    def _advance_lwm(self, tc: int, lwm: int, offset: int) -> None:
+        if lwm <= self.lwm.get(tc, -1):
+            return
+        self.lwm[tc] = lwm
+        self.changes += 1
+        for txn in [t for t in self.ended if t.most_bits == tc and t.least_bits <= lwm]:
+            del self.ended[txn]
+        for txn in [t for t in self.ongoing if t.most_bits == tc and t.least_bits <= lwm]:
+            del self.ongoing[txn]
+            self.aborted[txn] = offset
+            self.counters.hanging_resolved += 1
+
+
+def _marker(txn: TxnID, action: TxnAction, lwm: int) -> tuple[Headers, bytes]:
+    value, headers = encode_marker(TxnMarker(txn, action, lwm, 0))
+    return headers, value
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["msg", "commit", "abort"]),
+            st.integers(0, 2),  # TC
+            st.integers(0, 40),  # sequence
+            st.integers(-1, 40),  # the marker's low watermark
+        ),
+        max_size=200,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_ended_entries_leave_by_watermark_exactly_as_the_scanning_fold_did(
+    steps: list[tuple[str, int, int, int]],
+) -> None:
+    records: list[tuple[Headers, bytes]] = []
+    for kind, tc, seq, lwm in steps:
+        txn = TxnID(tc, seq)
+        if kind == "msg":
+            records.append((_msg(txn), b"m"))
+        else:
+            records.append(_marker(txn, TxnAction.COMMIT if kind == "commit" else TxnAction.ABORT, lwm))
+    new, old = TxnBufferState("t", 0, num_tcs=4), _ScanningState("t", 0, num_tcs=4)
+    for offset, (headers, value) in enumerate(records):
+        assert new.apply(offset, headers, value) == old.apply(offset, headers, value)
+    assert (new.ended, new.ongoing, new.aborted, new.lwm) == (old.ended, old.ongoing, old.aborted, old.lwm)
+    assert new.counters.corrupt_markers == 0  # the markers were read (not skipped as unreadable)
