@@ -21,6 +21,8 @@ class Unacked(Generic[V]):
     the partition's sorted list (it is skipped when met); the lists are rebuilt when such leftovers
     outnumber the entries, so they stay within a constant factor of the dict."""
 
+    _SLACK = 1024  # leftovers allowed beyond the entries themselves before a rebuild
+
     def __init__(self) -> None:
         self._items: dict[Key, V] = {}
         self._offsets: dict[TP, list[int]] = {}
@@ -29,16 +31,18 @@ class Unacked(Generic[V]):
         self.pop: Callable[..., Any] = self._items.pop
 
     def __setitem__(self, key: Key, value: V) -> None:
-        if key not in self._items:
-            offsets = self._offsets.setdefault((key[0], key[1]), [])
-            if not offsets or offsets[-1] < key[2]:
-                offsets.append(key[2])  # the common case: delivered in offset order
-            else:
-                insort(offsets, key[2])
-            self._listed += 1
-            if self._listed > 2 * len(self._items) + 1024:
-                self._rebuild()
-        self._items[key] = value
+        if key in self._items:
+            self._items[key] = value
+            return
+        self._items[key] = value  # before a rebuild, which lists what the dict holds
+        offsets = self._offsets.setdefault((key[0], key[1]), [])
+        if not offsets or offsets[-1] < key[2]:
+            offsets.append(key[2])  # the common case: delivered in offset order
+        else:
+            insort(offsets, key[2])
+        self._listed += 1
+        if self._listed > 2 * len(self._items) + self._SLACK:
+            self._rebuild()
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
