@@ -304,7 +304,9 @@ def _retried_result_stage(session: SparkSession, tag: str, wait_s: float = _STAT
             return f"Spark's status store did not show the write's jobs ended within {wait_s:.0f}s"
         time.sleep(0.02)
     stages = [int(s) for j in jobs if j is not None for s in j.stageIds]
-    stage = tracker.getStageInfo(max(stages)) if stages else None
+    if not stages:
+        return None  # a job over no partitions (an empty DataFrame) runs no task: nothing was produced
+    stage = tracker.getStageInfo(max(stages))
     if stage is None:
         return f"Spark's status store has no record of the write's stages {stages}"
     if stage.currentAttemptId > 0 or stage.numFailedTasks > 0:

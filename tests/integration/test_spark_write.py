@@ -177,6 +177,24 @@ def test_a_batch_committed_by_a_writer_of_the_previous_record_version_is_skipped
     ).skipped
 
 
+@pytest.mark.parametrize("how", ["where_false", "empty_rdd"])
+def test_an_empty_dataframe_is_written_and_committed(
+    c: Cluster, spark_session: Any, uid: str, how: str
+) -> None:
+    # Spark runs a job over no partitions as SUCCEEDED with no stages: the driver's re-run check
+    # must not take that for "unknown" (every retry of such a batch failed the same way).
+    topic = f"sw_empty_{uid}"
+    c.client.create_topic(topic, 1)
+    if how == "empty_rdd":
+        schema = "key string, value string, headers array<struct<key:string,value:binary>>"
+        df = spark_session.createDataFrame(spark_session.sparkContext.emptyRDD(), schema)
+    else:  # a filter the optimizer proves empty
+        df = spark_session.range(10).selectExpr("cast(id as string) as value").where("1 = 0")
+    result = write_transactional(df, topic=topic, query_id=f"e-{how}", batch_id=0, **settings(c, uid))
+    assert not result.skipped and result.txn_id is not None
+    assert committed(c, topic) == []
+
+
 def _left_over_attempt(c: Cluster, uid: str, topic: str, query_id: str, batch_id: int) -> TxnID:
     """What a driver killed mid-batch leaves: its batch record and part of the output, in a txn that
     is still open."""

@@ -92,6 +92,11 @@ def test_the_re_run_check_aborts_when_the_status_store_never_shows_the_write() -
     assert _retried_result_stage(_session([1], _Tracker(running, None)), "tag", wait_s=0.2) is not None
 
 
+def test_the_re_run_check_passes_a_job_without_stages() -> None:
+    empty = {1: SimpleNamespace(status="SUCCEEDED", stageIds=[])}  # a job over no partitions
+    assert _retried_result_stage(_session([1], _Tracker(empty, None)), "tag", wait_s=0.2) is None
+
+
 def test_the_re_run_check_passes_a_clean_stage_and_catches_a_re_run_one() -> None:
     done = {1: SimpleNamespace(status="SUCCEEDED", stageIds=[3, 4])}
     clean = SimpleNamespace(stageId=4, currentAttemptId=0, numFailedTasks=0)
