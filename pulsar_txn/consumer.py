@@ -371,10 +371,27 @@ class Consumer(Generic[T]):
             return
         try:
             committed = self._group.committed(fresh)
+            ends = end_offsets(self._client.kafka, list(committed)) if committed else {}
         except StoreError as exc:
             for tp in fresh:
                 self._open_failed(tp, exc)
             return
+        for tp, end in ends.items():
+            if committed[tp][0] > end:
+                # A cursor past the partition's end belongs to a deleted topic's partition: this one is
+                # the topic created again under its name (its offsets restart at 0). As for a new
+                # subscription, it starts at the initial position; the old cursor would skip its first
+                # messages (a broker that keeps a deleted topic's group offsets, or a pattern
+                # subscription that found the topic again).
+                log.warning(
+                    "subscription %s: cursor %d of %s[%d] is past its end %d (the topic was deleted and "
+                    "created again); starting at the initial position",
+                    self.subscription,
+                    committed[tp][0],
+                    *tp,
+                    end,
+                )
+                del committed[tp]
         for tp in fresh:
             try:
                 self._open_partition(tp, committed.get(tp))

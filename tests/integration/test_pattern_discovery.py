@@ -101,3 +101,44 @@ def test_a_bad_discovery_period_is_a_config_error(cluster: Callable[..., Cluster
     c.client.create_topic(f"dbad_{uid}", 1)
     with pytest.raises(ConfigError, match="pattern_auto_discovery_period"):
         c.client.subscribe(None, f"dbad{uid}", pattern=f"dbad_{uid}", pattern_auto_discovery_period=-1)
+
+
+def test_a_matching_topic_deleted_and_created_again_is_consumed_from_its_start(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    # The group kept the deleted topic's cursor (offset 10) on the embedded broker; the new topic's
+    # offsets restart at 0, so its first messages were skipped.
+    c = cluster(tb_service_enabled=False)
+    a, b = f"rc_{uid}_a", f"rc_{uid}_b"
+    c.client.create_topic(a, 1)
+    c.client.create_topic(b, 1)
+    pa = c.client.create_producer(a)
+    for i in range(10):
+        pa.send(f"old{i}".encode())
+    consumer = c.client.subscribe(
+        None,
+        f"rc{uid}",
+        pattern=f"rc_{uid}_.*",
+        initial_position="Earliest",
+        pattern_auto_discovery_period=0.3,
+    )
+    try:
+        assert len(_receive_all(consumer, 10)) == 10
+        time.sleep(1.0)  # the cursor (offset 10) is committed
+        c.client.delete_topic(a, force=True)
+        _wait_topics(consumer, {b})
+        c.client.create_topic(a, 1)
+        pa = c.client.create_producer(a)
+        for i in range(3):
+            pa.send(f"new{i}".encode())
+        _wait_topics(consumer, {a, b})
+        assert sorted(_receive_all(consumer, 3, 15)) == [b"new0", b"new1", b"new2"]
+    finally:
+        consumer.close()
+
+
+def _wait_topics(consumer: Consumer[bytes], want: set[str]) -> None:
+    deadline = time.monotonic() + 20
+    while {t.kafka_topic for t in consumer.topics} != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {t.kafka_topic for t in consumer.topics} == want
