@@ -225,15 +225,15 @@ class GroupReader:
         out: list[Any] = []
         try:
             first = self._consumer.poll(timeout)
+            if first is None:
+                return out
+            msgs = [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
         except KafkaException as exc:
             err = kafka_error_of(exc)
             if err is not None and is_fatal(err):
                 self._end(err.str())
                 return []
             raise
-        if first is None:
-            return out
-        msgs = [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
         for msg in msgs:
             err = msg.error()
             if err is None:

@@ -419,14 +419,15 @@ class TransactionBufferService:
                 if now - seen >= after:
                     suspects.setdefault(txn.most_bits, []).append((tp, txn))
             owned.resolved &= owned.state.ongoing.keys()
-        # Forget ended transactions; those of partitions not owned now after a while (they may come
-        # back in the next rebalance, and their clock must go on).
+        # Forget transactions that ended (not merely absent from ``ongoing``: a partition reassigned
+        # and refolding from an older snapshot has not reached them yet, and their clock must go on),
+        # and those of partitions not owned now after a while (they may come back in a rebalance).
         keep_unowned = max(600.0, 10 * after)
         for key, seen in list(self._first_seen.items()):
             holder = owned_now.get(key[0])
-            if (holder is not None and key[1] not in holder.state.ongoing) or (
-                holder is None and now - seen > keep_unowned
-            ):
+            ended = holder is not None and holder.state.has_ended(key[1])
+            stale = (holder is None or key[1] not in holder.state.ongoing) and now - seen > keep_unowned
+            if ended or stale:
                 del self._first_seen[key]
         for tc_id, items in suspects.items():
             try:
