@@ -43,7 +43,7 @@ from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
 from pulsar_txn.schema import Schema
 from pulsar_txn.tc_client import SyncTcClient, check_service_url
-from pulsar_txn.transaction import Transaction, TransactionBuilder
+from pulsar_txn.transaction import Transaction, TransactionBuilder, TransactionState
 from pulsar_txn.txnid import TxnID
 
 log = logging.getLogger(__name__)
@@ -145,6 +145,11 @@ class Client:
         self._closed = False  # then nothing makes its connections again (NotAllowedError instead)
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
+        # Live handles per transaction (an original and those of resume_transaction): once one ends
+        # it, the others know, so a send on another is refused instead of landing after the end's
+        # marker (discarded) while that handle's own commit reported success.
+        self._handles: dict[TxnID, weakref.WeakSet[Transaction]] = {}
+        self._handles_lock = threading.Lock()
         # Open producers and readers: close() closes them too (each leaves the set when closed).
         # Weak: one the application dropped unclosed is not kept alive here (a Spark writer made a
         # producer per batch on a client cached for the process: a strong set grew for good).
@@ -426,6 +431,24 @@ class Client:
     def _opened(self, txn_id: TxnID, timeout_ms: int) -> Transaction:
         """The handle of a transaction NEW_TXN just opened (0: the coordinator's default timeout)."""
         return Transaction(self, txn_id, timeout_ms or 60_000)
+
+    def _track_handle(self, txn: Transaction) -> None:
+        with self._handles_lock:
+            handles = self._handles.get(txn.txn_id)
+            if handles is None:
+                handles = self._handles[txn.txn_id] = weakref.WeakSet()
+                if len(self._handles) % 1024 == 0:  # drop the entries of handles gone (never ended)
+                    self._handles = {k: v for k, v in self._handles.items() if len(v)}
+                    self._handles.setdefault(txn.txn_id, handles)
+            handles.add(txn)
+
+    def _handle_ended(self, txn: Transaction, state: TransactionState) -> None:
+        """``txn`` (one handle) ended its transaction in ``state``: tell this client's other handles."""
+        with self._handles_lock:
+            handles = self._handles.pop(txn.txn_id, None)
+        for other in list(handles or ()):
+            if other is not txn:
+                other._ended_elsewhere(state)
 
     def _check_open(self) -> None:
         """``AlreadyClosed`` (a ``NotAllowedError``) once closed, as Pulsar's AlreadyClosedException."""

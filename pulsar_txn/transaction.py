@@ -84,6 +84,7 @@ class Transaction:
         # stays COMMITTING/ABORTING, as in Pulsar's TransactionImpl, and the same end may be asked
         # again (the coordinator's end is idempotent); an abort may follow a failed commit.
         self._failed_end: TxnAction | None = None
+        client._track_handle(self)
 
     @property
     def state(self) -> TransactionState:
@@ -419,7 +420,9 @@ class Transaction:
                     )
                 result.set_exception(instead if instead is not None else exc)
                 return
-            self._set(TransactionState.COMMITTED if commit else TransactionState.ABORTED)
+            ended = TransactionState.COMMITTED if commit else TransactionState.ABORTED
+            self._set(ended)
+            self._client._handle_ended(self, ended)
             with self._lock:
                 listeners = list(self._end_listeners)
             for listener in listeners:
@@ -442,6 +445,13 @@ class Transaction:
     def _set(self, state: TransactionState) -> None:
         with self._lock:
             self._state = state
+
+    def _ended_elsewhere(self, state: TransactionState) -> None:
+        """Another handle of this client ended the transaction: sends and acks here are refused
+        from now on, and so is ending it again (Pulsar's client refuses a repeat too)."""
+        with self._lock:
+            if self._current_state() in (TransactionState.OPEN, TransactionState.TIME_OUT):
+                self._state = state
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Transaction:

@@ -324,3 +324,28 @@ def test_a_closed_client_producer_or_reader_refuses_work_instead_of_reconnecting
         with pytest.raises(NotAllowedError, match="closed"):
             call()
     assert other._appender_ is None and other._tc_client is None
+
+
+def test_a_handle_whose_transaction_another_handle_ended_refuses_sends_and_a_second_commit(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    # Committed through resume_transaction, the original handle still said OPEN: a send on it was
+    # stored after the commit marker (so discarded) and its own commit reported success.
+    c = cluster()
+    topic = f"late_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"in", txn=txn)
+    c.client.resume_transaction(txn.txn_id).commit()
+    assert txn.state is TransactionState.COMMITTED
+    with pytest.raises(InvalidTxnStatusError):
+        producer.send(b"late", txn=txn)
+    with pytest.raises(InvalidTxnStatusError):
+        txn.commit()
+    assert [m.data for m in read_all(c.client.create_reader(topic), 1000)] == [b"in"]
+    aborted = c.client.transaction(60)
+    c.client.resume_transaction(str(aborted.txn_id)).abort()
+    assert aborted.state is TransactionState.ABORTED
+    with pytest.raises(InvalidTxnStatusError):  # as Pulsar's handle: abort() needs OPEN or ABORTING
+        aborted.abort()
