@@ -140,6 +140,7 @@ class _Part:
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
 _SESSION_TIMEOUT_MS = 6000  # the group session: how long a silent (or static, closed) member stays
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
+_SETTLE_S = 10.0  # at most this long, wait for a rebalancing group's assignments before ConsumerBusy
 _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
 # How soon partitions added to a subscribed topic are assigned: Pulsar's autoUpdatePartitionsInterval
 # (librdkafka would look every 5 minutes).
@@ -290,7 +291,7 @@ class Consumer(Generic[T]):
         client_id = f"{CONSUMER_CLIENT_ID_PREFIX}{time.time_ns()}-{uuid.uuid4().hex[:6]}-{code}"
         self._client_id = client_id
         self._instance_id = instance_id
-        self._refuse_if_busy(self._other_members())
+        self._refuse_if_busy(self._other_members(min(subscribe_timeout, _SETTLE_S)))
         self._group = SubscriptionGroup(
             client.kafka,
             subscription_name,
@@ -315,19 +316,36 @@ class Consumer(Generic[T]):
         self._maintenance.start()
 
     # ------------------------------------------------------------------ exclusivity
-    def _other_members(self) -> list[str]:
+    def _other_members(self, settle_s: float = 0.0) -> list[str]:
         """Client ids of the subscription's other members; a dead predecessor with our instance id
         is not another consumer (it is being replaced). The group is named after the subscription
         alone, so it may also hold consumers of a same-named subscription on other topics (one
-        subscription each in Pulsar): a member assigned only partitions of other topics is not ours."""
+        subscription each in Pulsar): a member assigned only partitions of other topics is not ours.
+        A member assigned nothing may be ours: while the group rebalances (e.g. just after one of
+        its consumers closed) every member is; with ``settle_s``, look again for that long before
+        counting such a member (before, reopening a consumer of a name also used on another topic
+        got ConsumerBusy for ~3 s)."""
         ours = {t.kafka_topic for t in self.topics}
-        return [
-            m.client_id
-            for m in describe_group(self._client.kafka, self.subscription)
-            if m.client_id != self._client_id
-            and not (self._instance_id and m.instance_id == self._instance_id)
-            and (not m.topics or m.topics & ours)
-        ]
+        deadline = time.monotonic() + settle_s
+        while True:
+            members = [
+                m
+                for m in describe_group(self._client.kafka, self.subscription)
+                if m.client_id != self._client_id
+                and not (self._instance_id and m.instance_id == self._instance_id)
+            ]
+            counted = [m for m in members if not m.topics or m.topics & ours]
+            # Only members that would refuse this consumer are worth waiting for (any member, for an
+            # Exclusive one; an Exclusive member, for the others: _refuse_if_busy).
+            exclusive = _TYPE_CODES[ConsumerType.Exclusive]
+            deciding = [
+                m
+                for m in counted
+                if self.consumer_type is ConsumerType.Exclusive or _type_code(m.client_id) == exclusive
+            ]
+            if not deciding or any(m.topics for m in deciding) or time.monotonic() >= deadline:
+                return [m.client_id for m in counted]
+            time.sleep(0.2)
 
     def _refuse_if_busy(self, others: list[str]) -> None:
         """ConsumerBusy if ``others`` (client ids of the subscription's members) rule this consumer
@@ -346,7 +364,7 @@ class Consumer(Generic[T]):
     def _check_exclusive(self) -> None:
         """After joining: two racing subscribers, one of them Exclusive; the one that came later
         (larger join time in its client id) yields."""
-        earlier = [cid for cid in self._other_members() if _joined(cid) < _joined(self._client_id)]
+        earlier = [cid for cid in self._other_members(_SETTLE_S) if _joined(cid) < _joined(self._client_id)]
         try:
             self._refuse_if_busy(earlier)
         except ConsumerBusy:

@@ -55,3 +55,25 @@ def test_unsubscribing_refuses_to_delete_a_same_named_subscriptions_cursor_on_an
         assert again.receive(10_000).data() == b"m2"  # the cursor of t1 was kept
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("others", [1, 2])
+def test_an_exclusive_consumer_closed_and_opened_again_is_not_busy_when_the_name_is_used_elsewhere(
+    cluster: Callable[..., Cluster], uid: str, others: int
+) -> None:
+    # While the group rebalances after the close, the other topics' members are assigned nothing
+    # for a moment: they counted as consumers of this topic, and the reopen got ConsumerBusy.
+    c = cluster(tb_service_enabled=False)
+    name = f"shared{uid}"
+    keep = []
+    for i in range(others):
+        topic = f"elsewhere{i}_{uid}"
+        c.client.create_topic(topic, 1)
+        keep.append(c.client.subscribe(topic, name, initial_position="Earliest"))
+    mine = f"mine_{uid}"
+    c.client.create_topic(mine, 1)
+    c.client.subscribe(mine, name, initial_position="Earliest").close()
+    again = c.client.subscribe(mine, name, initial_position="Earliest")
+    again.close()
+    for consumer in keep:
+        consumer.close()
