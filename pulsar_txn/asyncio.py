@@ -40,7 +40,7 @@ from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Timeout
 from pulsar_txn.message import EARLIEST, Message, MessageId
-from pulsar_txn.producer import Producer
+from pulsar_txn.producer import Producer, SendCallback
 from pulsar_txn.reader import Reader
 from pulsar_txn.schema import Schema
 from pulsar_txn.transaction import ENDED_OR_ENDING, Transaction, TransactionState
@@ -260,6 +260,7 @@ class AsyncProducer(Generic[T]):
     async def send_async(
         self,
         content: T,
+        callback: SendCallback | None = None,
         *,
         txn: AsyncTransaction | Transaction | None = None,
         properties: Mapping[str, str] | None = None,
@@ -267,7 +268,8 @@ class AsyncProducer(Generic[T]):
         event_timestamp: int | None = None,
     ) -> asyncio.Future[MessageId]:
         """Queue the send and return at once with a future of its MessageId: send many, then
-        ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)"""
+        ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)
+        ``callback(result, msg_id)``, as in the sync ``send_async``, runs on a client thread."""
         give_back = await self._take_room()
         try:
             sync_txn = _unwrap(txn)
@@ -276,6 +278,7 @@ class AsyncProducer(Generic[T]):
                 await self._pool.run(self.sync._refresh_partitions)
             fut = self.sync.send_async(
                 content,
+                callback,
                 txn=sync_txn,
                 properties=properties,
                 partition_key=partition_key,

@@ -9,9 +9,18 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn import AvroSchema, NotAllowedError, Timeout, TopicDeleted, TopicNotFound, TransactionState
+from pulsar_txn import (
+    AvroSchema,
+    MessageId,
+    NotAllowedError,
+    Result,
+    Timeout,
+    TopicDeleted,
+    TopicNotFound,
+    TransactionState,
+)
 from pulsar_txn.asyncio import AsyncClient
-from tests.conftest import Cluster, read_all
+from tests.conftest import Cluster, read_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -211,3 +220,18 @@ def test_async_handle_commits_a_transaction_by_its_id(cluster: ClusterFactory, u
 
     assert asyncio.run(main()) is TransactionState.COMMITTED
     assert [m.data() for m in read_all(c.client.create_reader(topic))] == [b"x"]
+
+
+def test_async_send_async_takes_a_callback_as_the_sync_one_does(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster()
+    topic = f"aio_cb_{uid}"
+    c.client.create_topic(topic, 1)
+    seen: list[tuple[object, object]] = []
+
+    async def main() -> MessageId:
+        async with AsyncClient(c.client) as client:
+            producer = await client.create_producer(topic)
+            return await (await producer.send_async(b"x", lambda res, mid: seen.append((res, mid))))
+
+    mid = asyncio.run(main())
+    assert wait_until(lambda: seen, 10, what="the callback") == [(Result.Ok, mid)]
