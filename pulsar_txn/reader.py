@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
@@ -14,6 +16,8 @@ from pulsar_txn.errors import AlreadyClosed, ConfigError, InvalidTopicName, Time
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
+
+_POLL_SLICE_S = 0.1
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
@@ -61,6 +65,9 @@ class Reader(Generic[T]):
         )
         self._buffer: deque[Message[T]] = deque()
         self._closed = False
+        # Held by a poll in progress: close() waits for it (at most one slice, 0.1 s) rather than
+        # closing the Kafka consumer under a poll in another thread.
+        self._poll_lock = threading.Lock()
 
     def _partition_of(self, message_id: MessageId) -> tuple[str, int]:
         """The partition read here that ``message_id`` (not a sentinel) names, else ``ConfigError``
@@ -119,9 +126,17 @@ class Reader(Generic[T]):
         """Whether a message is ready, waiting up to ``timeout`` for one to arrive (nothing is
         handed out: the async reader takes it only if its caller still waits)."""
         self._check_open()
-        if not self._buffer:
-            records = self._committed.poll(timeout)
+        deadline = time.monotonic() + timeout
+        while not self._buffer:
+            # In slices: a close() from another thread ends the wait (AlreadyClosed), as a
+            # consumer's close ends a receive, instead of leaving it until its timeout.
+            remaining = deadline - time.monotonic()
+            with self._poll_lock:
+                self._check_open()
+                records = self._committed.poll(max(0.0, min(remaining, _POLL_SLICE_S)))
             self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
+            if remaining <= 0:
+                break
         return bool(self._buffer)
 
     def seek(self, message_id: MessageId | int) -> None:
@@ -151,8 +166,9 @@ class Reader(Generic[T]):
         ``NotAllowedError``."""
         self._closed = True
         self._client._handle_closed(self)
-        self._buffer.clear()
-        self._committed.close()
+        with self._poll_lock:
+            self._buffer.clear()
+            self._committed.close()
 
     def _check_open(self) -> None:
         if self._closed:

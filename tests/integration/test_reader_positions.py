@@ -5,11 +5,13 @@ to ``seek(message_id)`` too."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn import EARLIEST, LATEST, MessageId
+from pulsar_txn import EARLIEST, LATEST, AlreadyClosed, MessageId
 from pulsar_txn.asyncio import AsyncClient
 from tests.conftest import Cluster
 
@@ -114,3 +116,26 @@ def test_async_has_message_available_compares_positions_too(c: Cluster, uid: str
             return got
 
     assert asyncio.run(main()) == ids
+
+
+def test_closing_a_reader_ends_a_read_next_waiting_in_another_thread(c: Cluster, uid: str) -> None:
+    # As a consumer's close ends a receive: before, the reader's wait ran to its timeout (~10 s).
+    topic = f"rclose_{uid}"
+    c.client.create_topic(topic, 1)
+    reader = c.client.create_reader(topic, EARLIEST)
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            reader.read_next(10_000)
+        except BaseException as exc:  # recorded for the assertion
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    time.sleep(0.5)  # read_next is waiting
+    started = time.monotonic()
+    reader.close()
+    waiting.join(5)
+    assert not waiting.is_alive() and time.monotonic() - started < 3
+    assert len(outcome) == 1 and isinstance(outcome[0], AlreadyClosed)

@@ -22,7 +22,7 @@ class _Sends:
     def _refresh_due(self) -> bool:
         return False
 
-    def send_async(self, _content: object, **_kw: object) -> Future[Any]:
+    def send_async(self, _content: object, _callback: object = None, **_kw: object) -> Future[Any]:
         fut: Future[Any] = Future()
         self.started.append(fut)
         return fut

@@ -22,6 +22,7 @@ class FakeGroupReader:
     def __init__(self, kafka, group, on_assign, on_revoke, **kw):
         self.on_assign, self.eof, self.seeks, self.polls = on_assign, {}, [], 0
         self.subscribed = False
+        self.fatal = None  # GroupReader: why the membership ended for good (never, here)
         FakeGroupReader.instances.append(self)
 
     def subscribe(self, topics):
