@@ -199,17 +199,6 @@ def machine_busy_pct(seconds: float = 1.0) -> float:
     return float(psutil.cpu_percent(seconds))
 
 
-def consume_ready(consumer: Any, max_records: int, timeout: float) -> list[Any]:
-    """Up to ``max_records`` records from a confluent Consumer, returning as soon as one has arrived
-    (plus what else is fetched already), as our readers do. ``consume(n, t)`` waits until it has all
-    n records or ``t`` has passed: a baseline reading with it paid up to ``t`` for every short batch
-    (the last one of a read; every batch of a live tail)."""
-    first = consumer.poll(timeout)
-    if first is None:
-        return []
-    return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
-
-
 def percentile(samples: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (``p`` in 0..100) of ``samples``; NaN when empty."""
     if not samples:

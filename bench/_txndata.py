@@ -25,8 +25,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench._common import consume_ready
-from kafka_store import KafkaConfig
+from kafka_store import KafkaConfig, poll_ready
 from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, encode_marker
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader
@@ -248,7 +247,7 @@ def plain_read(bootstrap: str, topic: str, end: int, timeout: float = 120.0) -> 
         last = -1
         deadline = t0 + timeout
         while last < end - 1 and time.perf_counter() < deadline:
-            for msg in consume_ready(consumer, 5000, 0.5):
+            for msg in poll_ready(consumer, 5000, 0.5):
                 if msg.error() is not None:
                     continue
                 value = msg.value()

@@ -27,7 +27,6 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._common import (
     CoordinatorProcess,
     Probes,
-    consume_ready,
     fmt,
     fmt_ratio,
     fmt_rounds,
@@ -40,7 +39,7 @@ from bench._common import (
     step,
     wait_until_quiet,
 )
-from kafka_store import KafkaConfig
+from kafka_store import KafkaConfig, poll_ready
 from pulsar_txn._gc import SERVICE_THRESHOLDS, tune_for_service
 from pulsar_txn.client import Client
 from pulsar_txn.errors import Timeout
@@ -239,7 +238,7 @@ def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, An
     def read() -> None:
         deadline = time.monotonic() + sizes.live_s + 60
         while len(latencies) < total and time.monotonic() < deadline:
-            for m in consume_ready(reader, 500, 0.2):
+            for m in poll_ready(reader, 500, 0.2):
                 if m.error() is None:
                     latencies.append(time.time() * 1000 - m.timestamp()[1])
 
@@ -304,7 +303,7 @@ def _count_output(bootstrap: str, client: Client, topic: str, ours: bool) -> int
     )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        while batch := consume_ready(consumer, 10_000, 3.0):
+        while batch := poll_ready(consumer, 10_000, 3.0):
             count += sum(1 for m in batch if m.error() is None)
         return count
     finally:

@@ -27,8 +27,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench._common import consume_ready, fmt, run_suite, step, wait_until_quiet
-from kafka_store import KafkaConfig, TopicAdmin, end_offsets
+from bench._common import fmt, run_suite, step, wait_until_quiet
+from kafka_store import KafkaConfig, TopicAdmin, end_offsets, poll_ready
 from pulsar_txn._meta_header import META_HEADER, encode_meta
 from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, encode_marker
 from pulsar_txn.buffer.reader import BufferOptions, load_state
@@ -132,7 +132,7 @@ def _plain(bootstrap: str, topic: str, ends: dict[tuple[str, int], int]) -> dict
         todo = {tp for tp, end in ends.items() if end > 0}
         deadline = t0 + 600
         while todo and time.perf_counter() < deadline:
-            for msg in consume_ready(consumer, 10_000, 0.5):
+            for msg in poll_ready(consumer, 10_000, 0.5):
                 if msg.error() is not None:
                     continue
                 value = msg.value()

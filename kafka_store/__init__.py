@@ -1,5 +1,6 @@
 """Storage layer on Kafka: the only package that imports ``confluent_kafka``."""
 
+from kafka_store._clients import poll_ready
 from kafka_store._threads import in_callback_thread, mark_callback_thread
 from kafka_store.admin import TopicAdmin
 from kafka_store.broker import LocalBroker, free_port
@@ -81,6 +82,7 @@ __all__ = [
     "list_groups",
     "mark_callback_thread",
     "offsets_for_time",
+    "poll_ready",
     "read_range",
     "replay_compacted",
 ]

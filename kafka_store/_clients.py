@@ -30,3 +30,12 @@ def make_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], wh
         if err is not None and err.code() == KafkaError._INVALID_ARG:
             raise ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}") from None
         raise
+
+
+def poll_ready(consumer: Any, max_records: int, timeout: float) -> list[Any]:
+    """Up to ``max_records`` messages of a confluent Consumer, returning as soon as one has arrived,
+    plus what else is fetched already: ``consume(n, t)`` waits until it has all n or ``t`` passed."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]

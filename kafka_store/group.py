@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from kafka_store._clients import kafka_error_of, make_client
+from kafka_store._clients import kafka_error_of, make_client, poll_ready
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import StoreError
 from kafka_store.reader import FETCH_QUEUE_BACKOFF_MS, MAX_RESPONSE_BYTES
@@ -224,10 +224,7 @@ class GroupReader:
             return []
         out: list[Any] = []
         try:
-            first = self._consumer.poll(timeout)
-            if first is None:
-                return out
-            msgs = [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+            msgs = poll_ready(self._consumer, max_records, timeout)
         except KafkaException as exc:
             err = kafka_error_of(exc)
             if err is not None and is_fatal(err):

@@ -17,7 +17,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kafka_store._clients import kafka_error_of, make_client
+from kafka_store._clients import kafka_error_of, make_client, poll_ready
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
 from kafka_store.producer import translate_kafka_error
@@ -285,16 +285,8 @@ class PartitionReader:
             self._eof_seen.clear()
 
     def _poll_now(self, max_records: int, timeout: float) -> list[Any]:
-        # consume(n, t) waits for all n records or the timeout; poll() returns on the first record,
-        # then whatever else is already fetched is drained without waiting.
-        first = self.consumer.poll(timeout)
-        if first is None:
-            return []
-        msgs = [first]
-        if max_records > 1:
-            msgs.extend(self.consumer.consume(max_records - 1, 0))
         out = []
-        for msg in msgs:
+        for msg in poll_ready(self.consumer, max_records, timeout):
             err = msg.error()
             if err is None:
                 out.append(msg)

@@ -29,34 +29,26 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROGRESS_TOPIC = "__pulsar_txn_spark_progress"
 
+_V1_FIELDS: list[dict[str, str]] = [
+    {"name": "query_id", "type": "string"},
+    {"name": "batch_id", "type": "long"},
+    {"name": "txn", "type": "bytes"},  # the 16-byte TxnID
+    {"name": "written_at_ms", "type": "long"},
+]
+
 SPARK_BATCH_COMMIT = REGISTRY.register(
     RecordKind(
         "SparkBatchCommit",
         code=30,
         schemas={
-            1: {
-                "type": "record",
-                "name": "SparkBatchCommit",
-                "fields": [
-                    {"name": "query_id", "type": "string"},
-                    {"name": "batch_id", "type": "long"},
-                    {"name": "txn", "type": "bytes"},  # the 16-byte TxnID
-                    {"name": "written_at_ms", "type": "long"},
-                ],
-            },
+            1: {"type": "record", "name": "SparkBatchCommit", "fields": _V1_FIELDS},
             # v2: the sink (a writer's topic or sink_id): several writers of one micro-batch (the
             # usual foreachBatch fan-out) each commit their own part, and one's commit does not make
             # the others skip the batch. v1 records (no sink) count for every sink of their query.
             2: {
                 "type": "record",
                 "name": "SparkBatchCommit",
-                "fields": [
-                    {"name": "query_id", "type": "string"},
-                    {"name": "batch_id", "type": "long"},
-                    {"name": "txn", "type": "bytes"},
-                    {"name": "written_at_ms", "type": "long"},
-                    {"name": "sink", "type": "string"},
-                ],
+                "fields": [*_V1_FIELDS, {"name": "sink", "type": "string"}],
             },
         },
     )

@@ -6,7 +6,7 @@ all made each cumulative ack O(messages held): 50,000 received before acking cos
 from __future__ import annotations
 
 from bisect import bisect_right, insort
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
@@ -49,12 +49,6 @@ class Unacked(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._items)
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._items)
-
-    def get(self, key: Key) -> V | None:
-        return self._items.get(key)
 
     def items(self) -> list[tuple[Key, V]]:
         return list(self._items.items())

@@ -132,6 +132,7 @@ def test_a_partition_of_plain_records_only_gets_snapshots_as_it_grows(
         wait_until(lambda: _stats(service, topic).get("last_snapshot_offset") == 1, 20, what="first snapshot")
         for fut in [app.append(topic, 0, b"p%d" % i) for i in range(20_000)]:
             fut.result(30)
+
         # No transaction changed anything, yet a reader would fold 20,000 records past the snapshot:
         # the snapshot follows the partition, at most _PLAIN_ADVANCE records behind what was folded.
         def caught_up() -> bool:

@@ -3,11 +3,8 @@ a non-ASCII token sent as the server compares it (UTF-8)."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import pytest
@@ -16,29 +13,13 @@ from pulsar_txn import cli
 from pulsar_txn.admin import TransactionsAdmin, fetch_admin
 from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread
 from pulsar_txn.errors import PulsarTxnError
+from tests.unit.test_security_admin_http import _raw_server
 
 
-@contextmanager
-def serving(body: bytes, content_type: str = "application/json") -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def _answering(body: bytes, content_type: str = "application/json") -> AbstractContextManager[str]:
+    """An HTTP server answering every request with 200 and ``body``."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return _raw_server(head.encode() + body)
 
 
 @pytest.mark.parametrize("token", ["geheimnisä", "секрет"])
@@ -54,7 +35,7 @@ def test_a_non_ascii_token_the_server_accepts_is_accepted_from_our_client(token:
 def test_metrics_that_are_not_utf8_are_a_typed_error_and_the_cli_shows_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with serving(b"pulsar_txn_x 1 \xff\n", "text/plain") as url:
+    with _answering(b"pulsar_txn_x 1 \xff\n", "text/plain") as url:
         admin = TransactionsAdmin(cast(Any, None), admin_url=url)
         with pytest.raises(PulsarTxnError, match="not UTF-8"):
             admin.metrics()
@@ -64,7 +45,7 @@ def test_metrics_that_are_not_utf8_are_a_typed_error_and_the_cli_shows_them(
 
 def test_coordinator_stats_keyed_by_something_else_than_tc_ids_are_a_typed_error() -> None:
     with (
-        serving(b'{"coordinators": {"zero": {}}}') as url,
+        _answering(b'{"coordinators": {"zero": {}}}') as url,
         pytest.raises(PulsarTxnError, match="unexpected coordinator stats"),
     ):
         TransactionsAdmin(cast(Any, None), admin_url=url).coordinator_stats()
