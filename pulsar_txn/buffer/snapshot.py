@@ -2,8 +2,10 @@
 
 A snapshot is a cache of ``TxnBufferState`` at ``scanned_to``. Head record key ``<topic>/<partition>``;
 when the aborted set is large it goes into segment records ``<topic>/<partition>/seg/<i>`` written
-before the head and tied to it by ``snapshot_id``. A head whose segments are missing is ignored (the
-reader falls back to an older snapshot-free scan), never half-trusted.
+before the head and tied to it by ``snapshot_id``; when the other sets (ongoing, ended, discarded)
+together are large, they follow as state segments (head version 3), so no record outgrows the
+broker's record limit. A head whose segments are missing is ignored (the reader falls back to an
+older snapshot-free scan), never half-trusted.
 """
 
 from __future__ import annotations
@@ -103,6 +105,20 @@ TB_SNAPSHOT = REGISTRY.register(
                     {"name": "anchor_fingerprint", "type": "long"},
                 ],
             },
+            # v3: ongoing, ended and discarded moved to ``state_segments`` TbStateSegment records
+            # (keyed after the aborted segments); written only then, so older readers keep loading
+            # the usual snapshots.
+            3: {
+                "type": "record",
+                "name": "TbSnapshotV3",
+                "namespace": "pulsar_txn.buffer",
+                "fields": [
+                    *_TB_SNAPSHOT_V1_FIELDS,
+                    {"name": "anchor_offset", "type": "long"},
+                    {"name": "anchor_fingerprint", "type": "long"},
+                    {"name": "state_segments", "type": "int"},
+                ],
+            },
         },
     )
 )
@@ -139,6 +155,60 @@ TB_ABORTED_SEGMENT = REGISTRY.register(
         },
     )
 )
+
+
+TB_STATE_SEGMENT = REGISTRY.register(
+    RecordKind(
+        "TbStateSegment",
+        code=13,
+        schemas={
+            1: {
+                "type": "record",
+                "name": "TbStateSegmentV1",
+                "namespace": "pulsar_txn.buffer",
+                "fields": [
+                    {"name": "snapshot_id", "type": "string"},
+                    {"name": "index", "type": "int"},
+                    {
+                        "name": "ongoing",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "type": "record",
+                                "name": "StateSegTxnOffsetV1",
+                                "fields": [
+                                    {"name": "most", "type": "long"},
+                                    {"name": "least", "type": "long"},
+                                    {"name": "offset", "type": "long"},
+                                ],
+                            },
+                        },
+                    },
+                    {
+                        "name": "ended",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "type": "record",
+                                "name": "StateSegEndedTxnV1",
+                                "fields": [
+                                    {"name": "most", "type": "long"},
+                                    {"name": "least", "type": "long"},
+                                    {"name": "committed", "type": "boolean"},
+                                ],
+                            },
+                        },
+                    },
+                    {
+                        "name": "discarded",
+                        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
+                    },
+                ],
+            }
+        },
+    )
+)
+_STATE_SETS = ("ongoing", "ended", "discarded")
 
 
 def _txn_offsets(items: dict[TxnID, int]) -> list[dict[str, int]]:
@@ -223,53 +293,56 @@ class SnapshotStore:
         """Append a snapshot of ``state``; the future gives the head record's offset."""
         self.ensure_topic()
         tp = (state.topic, state.partition)
-        base = f"{state.topic}/{state.partition}"
-        snap_partition = self._partition_for(*tp)
-        snapshot_id = uuid.uuid4().hex
+        out = _SegmentWriter(self._app(), self.topic, self._partition_for(*tp), state)
         aborted = list(state.aborted.items())
-        inline: dict[TxnID, int] = dict(aborted) if len(aborted) <= self._segment_size else {}
-        segments = 0
-        app = self._app()
-        secret = state.marker_secret
-        if not inline and aborted:
-            for index, start in enumerate(range(0, len(aborted), self._segment_size)):
-                chunk = dict(aborted[start : start + self._segment_size])
-                value = TB_ABORTED_SEGMENT.encode(
-                    {"snapshot_id": snapshot_id, "index": index, "aborted": _txn_offsets(chunk)}
+        inline = dict(aborted) if len(aborted) <= self._segment_size else {}
+        if not inline:
+            for start in range(0, len(aborted), self._segment_size):
+                out.append(
+                    TB_ABORTED_SEGMENT,
+                    aborted=_txn_offsets(dict(aborted[start : start + self._segment_size])),
                 )
-                key = f"{base}/seg/{index}".encode()
-                app.append(self.topic, snap_partition, value, key=key, headers=_signed(secret, key, value))
-                segments += 1
-        for stale in range(segments, self._segments_written.get(tp, 0)):
-            app.append(self.topic, snap_partition, None, key=f"{base}/seg/{stale}".encode())
-        self._segments_written[tp] = segments
+        aborted_segments = out.index
+        sets: dict[str, list[Any]] = {
+            "ongoing": _txn_offsets(state.ongoing),
+            "ended": [
+                {"most": t.most_bits, "least": t.least_bits, "committed": c} for t, c in state.ended.items()
+            ],
+            "discarded": [list(r) for r in state.discarded],
+        }
+        if sum(len(items) for items in sets.values()) > self._segment_size:
+            # Each set in chunks of its own, after the aborted segments: one transaction left open
+            # for hours keeps every transaction ended meanwhile in ``ended`` (see state.py).
+            for name, items in sets.items():
+                for start in range(0, len(items), self._segment_size):
+                    chunk = {n: items[start : start + self._segment_size] if n == name else [] for n in sets}
+                    out.append(TB_STATE_SEGMENT, **chunk)
+            sets = {name: [] for name in sets}
+        for stale in range(out.index, self._segments_written.get(tp, 0)):
+            out.tombstone(stale)
+        self._segments_written[tp] = out.index
         anchor_offset, anchor_fingerprint = state.anchor()
-        head = TB_SNAPSHOT.encode(
-            {
-                "topic": state.topic,
-                "partition": state.partition,
-                "snapshot_id": snapshot_id,
-                "scanned_to": state.scanned_to,
-                "taken_at_ms": int(time.time() * 1000),
-                "ongoing": _txn_offsets(state.ongoing),
-                "aborted": _txn_offsets(inline),
-                "aborted_segments": segments,
-                "ended": [
-                    {"most": t.most_bits, "least": t.least_bits, "committed": c}
-                    for t, c in state.ended.items()
-                ],
-                "lwm": {str(k): v for k, v in state.lwm.items()},
-                "discarded": [list(r) for r in state.discarded],
-                "counters": state.counters.as_dict(),
-                "anchor_offset": anchor_offset,
-                "anchor_fingerprint": anchor_fingerprint,
-            }
-        )
-        key = base.encode()
-        return app.append(self.topic, snap_partition, head, key=key, headers=_signed(secret, key, head))
+        head: dict[str, Any] = {
+            "topic": state.topic,
+            "partition": state.partition,
+            "snapshot_id": out.snapshot_id,
+            "scanned_to": state.scanned_to,
+            "taken_at_ms": int(time.time() * 1000),
+            "aborted": _txn_offsets(inline),
+            "aborted_segments": aborted_segments,
+            **sets,
+            "lwm": {str(k): v for k, v in state.lwm.items()},
+            "counters": state.counters.as_dict(),
+            "anchor_offset": anchor_offset,
+            "anchor_fingerprint": anchor_fingerprint,
+        }
+        state_segments = out.index - aborted_segments
+        if state_segments:
+            return out.head(TB_SNAPSHOT.encode({**head, "state_segments": state_segments}, version=3))
+        return out.head(TB_SNAPSHOT.encode(head, version=2))  # readable by builds without state segments
 
     def forget(self, topic: str, partitions: Iterable[int]) -> int:
-        """Tombstone every snapshot record (heads and aborted segments) of these partitions of
+        """Tombstone every snapshot record (heads and segments) of these partitions of
         ``topic``, for a deleted topic; returns how many were written. Compaction then drops them."""
         self.ensure_topic()
         parts = list(partitions)
@@ -345,7 +418,9 @@ class SnapshotStore:
                     log.warning("snapshot of %s/%d ignored: %s", topic, partition, exc)
                     out[(topic, partition)] = None
                     continue
-                self._segments_written[(topic, partition)] = int(head["aborted_segments"])
+                self._segments_written[(topic, partition)] = int(head["aborted_segments"]) + int(
+                    head.get("state_segments", 0)
+                )
                 out[(topic, partition)] = (
                     state,
                     int(head["taken_at_ms"]),
@@ -407,6 +482,34 @@ class SnapshotStore:
             self._appender = None
 
 
+class _SegmentWriter:
+    """Appends one snapshot's records: segments keyed ``<base>/seg/<i>`` in order, then the head."""
+
+    def __init__(self, app: Appender, topic: str, partition: int, state: TxnBufferState) -> None:
+        self._app = app
+        self._topic = topic
+        self._partition = partition
+        self._base = f"{state.topic}/{state.partition}"
+        self._secret = state.marker_secret
+        self.snapshot_id = uuid.uuid4().hex
+        self.index = 0  # segments appended so far
+
+    def _append(self, key: bytes, value: bytes | None) -> Future[int]:
+        headers = _signed(self._secret, key, value) if value is not None else None
+        return self._app.append(self._topic, self._partition, value, key=key, headers=headers)
+
+    def append(self, kind: RecordKind, **sets: list[Any]) -> None:
+        value = kind.encode({"snapshot_id": self.snapshot_id, "index": self.index, **sets})
+        self._append(f"{self._base}/seg/{self.index}".encode(), value)
+        self.index += 1
+
+    def tombstone(self, index: int) -> None:
+        self._append(f"{self._base}/seg/{index}".encode(), None)
+
+    def head(self, value: bytes) -> Future[int]:
+        return self._append(self._base.encode(), value)
+
+
 def _decode(
     table: dict[bytes, StoredRecord], topic: str, partition: int, marker_secret: bytes | None = None
 ) -> tuple[dict[str, Any], dict[TxnID, int]] | None:
@@ -441,6 +544,23 @@ def _decode(
                 log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
                 return None
             aborted.update(_from_txn_offsets(seg["aborted"]))
+        first = int(head["aborted_segments"])
+        for index in range(first, first + int(head.get("state_segments", 0))):
+            seg_rec = table.get(f"{base}/seg/{index}".encode())
+            if seg_rec is None:
+                log.warning("snapshot of %s misses state segment %d; ignoring it", base, index)
+                return None
+            if not _authentic(seg_rec, marker_secret):
+                log.warning(
+                    "snapshot of %s: state segment %d failed authentication; ignoring it", base, index
+                )
+                return None
+            seg = REGISTRY.decode_as(TB_STATE_SEGMENT, seg_rec.value)
+            if seg["snapshot_id"] != head["snapshot_id"] or int(seg["index"]) != index:
+                log.warning("snapshot of %s has a state segment of another snapshot; ignoring it", base)
+                return None
+            for name in _STATE_SETS:  # in order: the discarded ranges stay sorted
+                head[name].extend(seg[name])
     except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
         log.warning("unreadable snapshot of %s ignored: %s", base, exc)
         return None

@@ -27,7 +27,7 @@ def _head(**over: Any) -> bytes:
         "anchor_fingerprint": 0,
     }
     head.update(over)
-    return snap.TB_SNAPSHOT.encode(head)
+    return snap.TB_SNAPSHOT.encode(head, version=2)
 
 
 @pytest.mark.parametrize(
