@@ -18,6 +18,7 @@ from email.message import Message
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from kafka_store import StoreError, TopicNotFoundError
+from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.errors import (
     AuthenticationError,
@@ -105,10 +106,14 @@ class TransactionsAdmin:
         timeout_seconds: float = 10.0,
     ) -> None:
         self._client = client
-        self.admin_url = admin_url.rstrip("/") if admin_url else None
+        self.admin_url = _args.text(admin_url, "admin_url").rstrip("/") if admin_url is not None else None
+        if auth_token is not None and (
+            any(ord(c) < 32 or ord(c) == 127 for c in _args.text(auth_token, "auth_token"))
+        ):
+            raise ConfigError("auth_token holds a control character (a line break?): not valid in a header")
         self._token = auth_token
-        self.log_topic = log_topic
-        self._timeout = timeout_seconds
+        self.log_topic = _args.text(log_topic, "log_topic")
+        self._timeout = _args.seconds(timeout_seconds, "timeout_seconds")
 
     # ------------------------------------------------------------------ coordinator (HTTP)
     def coordinator_stats(self) -> dict[int, dict[str, Any]]:
@@ -147,6 +152,7 @@ class TransactionsAdmin:
         window), as ``transaction_metadata`` shows them."""
         from pulsar_txn.coordinator.fold import read_tc_log
 
+        _args.integer(tc_id, "tc_id")
         count = self._tc_count()
         if not 0 <= tc_id < count:
             raise TransactionCoordinatorNotFoundError(
@@ -178,10 +184,11 @@ class TransactionsAdmin:
     ) -> dict[TxnID, dict[str, Any]]:
         """``pulsar-admin transactions slow-transactions``: transactions still not ended (open, or
         committing/aborting) that were opened at least ``timeout_ms`` ago, of one TC or of all."""
-        if timeout_ms < 0:
-            raise ConfigError(f"timeout_ms must be >= 0, not {timeout_ms}")
+        wait_ms = _args.number(timeout_ms, "timeout_ms", unit=" of milliseconds")
+        if coordinator_id is not None:
+            _args.integer(coordinator_id, "coordinator_id")
         tc_ids = [coordinator_id] if coordinator_id is not None else range(self._tc_count())
-        opened_before = int(time.time() * 1000) - timeout_ms
+        opened_before = int(time.time() * 1000 - wait_ms)
         out: dict[TxnID, dict[str, Any]] = {}
         for tc_id in tc_ids:
             for txn_id, meta in self.list_transactions(tc_id).items():
@@ -267,6 +274,9 @@ class TransactionsAdmin:
         """``pulsar-admin transactions position-stats-in-pending-ack``: where a message stands in the
         subscription: ``state`` MarkDelete, Acked, PendingAck (with the ``txns`` holding it) or
         NotInPendingAck."""
+        from pulsar_txn.message import MessageId
+
+        _args.instance(message_id, MessageId, "message_id")
         if message_id.partition < 0 or message_id.offset < 0:
             raise ConfigError(
                 f"not a message position: partition {message_id.partition}, offset {message_id.offset}"
@@ -284,6 +294,8 @@ class TransactionsAdmin:
 
     @staticmethod
     def _subscription_read(topic: str, subscription: str, read: Callable[[], _R]) -> _R:
+        _args.text(topic, "topic")
+        _args.text(subscription, "subscription")
         try:
             return read()
         except StoreError as exc:

@@ -59,8 +59,7 @@ class _Pool:
     """The client's bounded executor for blocking calls of the sync core."""
 
     def __init__(self, max_workers: int) -> None:
-        if max_workers < 1:
-            raise ConfigError("max_workers must be at least 1")
+        _args.integer(max_workers, "max_workers", minimum=1)
         self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="pulsar-txn-aio")
         self.closed = False
 
@@ -205,7 +204,11 @@ def _log_abort_failure(ended: Future[None]) -> None:
 
 
 def _unwrap(txn: AsyncTransaction | Transaction | None) -> Transaction | None:
-    return txn.sync if isinstance(txn, AsyncTransaction) else txn
+    if txn is None or isinstance(txn, Transaction):
+        return txn
+    if isinstance(txn, AsyncTransaction):
+        return txn.sync
+    raise ConfigError(f"txn is an AsyncTransaction or Transaction, not {type(txn).__name__} {txn!r}")
 
 
 async def _connected(txn: Transaction | None, pool: _Pool) -> None:

@@ -75,6 +75,9 @@ class AuthenticationToken:
         return "AuthenticationToken(***)"  # never print the secret
 
 
+_DEFAULT_REQUEST_TIMEOUT_MS: int = KafkaConfig.model_fields["request_timeout_ms"].default
+
+
 @public_errors
 class Client:
     """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
@@ -116,6 +119,11 @@ class Client:
                 settings["bootstrap_servers"] = bootstrap_servers
             if "bootstrap_servers" not in settings:
                 raise ConfigError("Client needs bootstrap_servers= or kafka={'bootstrap_servers': ...}")
+            timeout_s = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
+            if "request_timeout_ms" not in settings and timeout_s * 1000 < _DEFAULT_REQUEST_TIMEOUT_MS:
+                # The operation timeout bounds every blocking call: Kafka's requests (topic lookups,
+                # offsets, admin calls) must not wait longer than it by default.
+                settings["request_timeout_ms"] = max(1, int(timeout_s * 1000))
             try:
                 self.kafka = KafkaConfig(**settings)
             except ValidationError as exc:

@@ -54,7 +54,7 @@ from pulsar_txn.errors import (
     from_store_error,
 )
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId, new_message_id
-from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.stale import StalePendingCheck
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
@@ -215,8 +215,13 @@ class Consumer(Generic[T]):
             raise NotAllowedError(
                 f"{consumer_type.value} subscriptions are not supported yet; use Exclusive or Failover"
             )
+        _args.text(subscription_name, "subscription_name")
         if not subscription_name or any(c in subscription_name for c in "/ "):
             raise NotAllowedError(f"bad subscription name {subscription_name!r}")
+        for topic in topics:
+            # The pending-ack log's name embeds the subscription name: one Kafka refuses (too long,
+            # other characters) left every partition of the subscription unopenable, retried forever.
+            check_subscription(str(topic), subscription_name)
         self._client = client
         self.topics = list(topics)
         self.subscription = subscription_name
@@ -1026,8 +1031,13 @@ class Consumer(Generic[T]):
                     self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
             self._note_pa_partitions(part.pa_topic, count)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed(f"consumer {self.consumer_name} of {self.subscription!r} is closed")
+
     def negative_acknowledge(self, message: Message[Any] | MessageId) -> None:
         """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
+        self._check_open()
         ids = _message_ids(message)
         if len(ids) != 1:
             raise ConfigError("negative_acknowledge takes one message or message id")
@@ -1040,6 +1050,7 @@ class Consumer(Generic[T]):
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Redeliver every delivered, unacknowledged message now."""
+        self._check_open()
         with self._lock:
             for msg, _at in self._unacked.values():
                 self._redeliver(msg, 0)
@@ -1454,6 +1465,7 @@ class Consumer(Generic[T]):
         first message published at or after it.
 
         Acks beyond the new position are forgotten, as Pulsar's seek does."""
+        self._check_open()
         if isinstance(message_id, int) and not isinstance(message_id, bool):
             with self._lock:
                 tps = list(self._parts)

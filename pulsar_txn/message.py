@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar, cast
 from kafka_store import StoredRecord
 from pulsar_txn._meta_header import META_HEADER, decode_meta, fits
 from pulsar_txn.buffer.marker import TXN_HEADER
+from pulsar_txn.errors import ConfigError
 from pulsar_txn.naming import partition_name
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
 from pulsar_txn.txnid import TxnID
@@ -50,8 +51,15 @@ class MessageId:
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
-        topic, partition, offset = text.rsplit(":", 2)
-        return cls(topic, int(partition), int(offset))
+        """The inverse of ``str(message_id)``: ``<kafka topic>:<partition>:<offset>``; ``ConfigError``
+        for anything else."""
+        if not isinstance(text, str):
+            raise ConfigError(f"a MessageId's printed form is a str, not {type(text).__name__} {text!r}")
+        try:
+            topic, partition, offset = text.rsplit(":", 2)
+            return cls(topic, int(partition), int(offset))
+        except ValueError:
+            raise ConfigError(f"not a MessageId: {text!r:.200} (expected 'topic:partition:offset')") from None
 
 
 EARLIEST = MessageId("", -1, -2)

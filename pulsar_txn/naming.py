@@ -180,6 +180,8 @@ WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 def service_host_port(url: str) -> tuple[str, int]:
     """Host and port of a coordinator URL, ``pulsar://host[:port]`` (port 6650 by default);
     ``ConfigError`` for anything else."""
+    if not isinstance(url, str):
+        raise ConfigError(f"a coordinator URL is a str ('pulsar://host:6650'), not {type(url).__name__}")
     parts = urlsplit(url)
     try:
         port = parts.port  # raises on a port that is not a number in range

@@ -69,6 +69,8 @@ class Producer(Generic[T]):
         self._client = client
         self.topic = TopicName.parse(topic)
         """The topic this producer sends to."""
+        if producer_name is not None:
+            _args.text(producer_name, "producer_name")
         self.producer_name = producer_name or f"producer-{uuid.uuid4().hex[:8]}"
         """The name stored with each message (``msg.producer_name``)."""
         self.schema: Schema[T] = schema if schema is not None else cast("Schema[T]", BytesSchema())

@@ -169,9 +169,9 @@ class JsonSchema(_RecordSchema[R]):
     schema_type = "JSON"
 
     def __init__(self, record_type: type[R]) -> None:
+        super().__init__(record_type, None)  # checks that it is a record type at all
         if record_type is not dict:
             _records.check_json_compatible(record_type)
-        super().__init__(record_type, None)
 
     def encode(self, value: R) -> bytes:
         try:
@@ -221,7 +221,9 @@ class AvroSchema(_RecordSchema[R]):
     def encode(self, value: R) -> bytes:
         out = io.BytesIO()
         try:
-            fastavro.schemaless_writer(out, self._parsed, self._to_plain(value))
+            # Strict: a field the schema does not have is an error, not silently left out (a missing
+            # field with a default still takes the default).
+            fastavro.schemaless_writer(out, self._parsed, self._to_plain(value), strict_allow_default=True)
         except SchemaSerializationError:
             raise
         except Exception as exc:  # fastavro raises ValueError, TypeError, AttributeError, ...

@@ -23,8 +23,11 @@ class TxnID:
     least_bits: int
 
     def __post_init__(self) -> None:
-        if not (0 <= self.most_bits <= _U64 and 0 <= self.least_bits <= _U64):
-            raise InvalidTxnID(f"TxnID bits out of range: ({self.most_bits},{self.least_bits})")
+        most, least = self.most_bits, self.least_bits
+        if not (isinstance(most, int) and isinstance(least, int)):
+            raise InvalidTxnID(f"TxnID bits are ints, not ({most!r}, {least!r})")
+        if not (0 <= most <= _U64 and 0 <= least <= _U64):
+            raise InvalidTxnID(f"TxnID bits out of range: ({most},{least})")
 
     @property
     def tc_id(self) -> int:
@@ -57,6 +60,8 @@ class TxnID:
     @classmethod
     def parse(cls, text: str) -> TxnID:
         """Parse the printed form ``(0,3)``."""
+        if not isinstance(text, str):
+            raise InvalidTxnID(f"a TxnID's printed form is a str ('(0,3)'), not {type(text).__name__}")
         match = _TEXT.match(text.strip().replace(" ", ""))
         if match is None:
             raise InvalidTxnID(f"not a TxnID: {text!r} (expected like '(0,3)')")

@@ -1,0 +1,133 @@
+"""Wrong arguments at the public API give one of our typed errors (``PulsarTxnError``) naming the
+argument, never a TypeError, AttributeError or ValueError from deep inside (session 29's bad-input
+review); none of these calls needs a broker."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pulsar_txn import (
+    AvroSchema,
+    Client,
+    ConfigError,
+    InvalidTxnID,
+    JsonSchema,
+    MessageId,
+    PulsarTxnError,
+    SchemaSerializationError,
+    TransactionsAdmin,
+    TxnID,
+)
+from pulsar_txn.asyncio import AsyncClient
+
+NAN = float("nan")
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    c = Client("pulsar://127.0.0.1:6650", bootstrap_servers="127.0.0.1:9")  # no I/O until used
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+OFFLINE: dict[str, Callable[[], object]] = {
+    "Client(service_url=5)": lambda: Client(5, bootstrap_servers="127.0.0.1:9"),  # type: ignore[arg-type]
+    "TxnID.parse(5)": lambda: TxnID.parse(5),  # type: ignore[arg-type]
+    "TxnID('a', 'b')": lambda: TxnID("a", "b"),  # type: ignore[arg-type]
+    "MessageId.parse('junk')": lambda: MessageId.parse("junk"),
+    "MessageId.parse('t:a:b')": lambda: MessageId.parse("t:a:b"),
+    "MessageId.parse(5)": lambda: MessageId.parse(5),  # type: ignore[arg-type]
+    "JsonSchema(5)": lambda: JsonSchema(5),  # type: ignore[arg-type]
+    "JsonSchema({an avro schema})": lambda: JsonSchema({"type": "record", "name": "r", "fields": []}),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", list(OFFLINE))
+def test_a_bad_argument_is_a_typed_error(case: str) -> None:
+    with pytest.raises(PulsarTxnError):
+        OFFLINE[case]()
+
+
+def test_txn_ids_of_the_wrong_type_are_invalid_txn_ids() -> None:
+    with pytest.raises(InvalidTxnID):
+        TxnID.parse(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTxnID):
+        TxnID("0", 1)  # type: ignore[arg-type]
+    assert TxnID.parse("(0,3)") == TxnID(0, 3)
+
+
+def test_message_id_parse_still_reads_topics_with_colons() -> None:
+    assert MessageId.parse("a:b:1:2") == MessageId("a:b", 1, 2)
+    with pytest.raises(ConfigError, match="not a MessageId"):
+        MessageId.parse("t:a:b")
+
+
+ADMIN: dict[str, Callable[[Client], object]] = {
+    "admin_url=5": lambda c: TransactionsAdmin(c, admin_url=5),  # type: ignore[arg-type]
+    "admin_url with a lone surrogate": lambda c: TransactionsAdmin(c, admin_url="http://h\ud800"),
+    "timeout_seconds=nan": lambda c: TransactionsAdmin(
+        c, admin_url="http://127.0.0.1:1", timeout_seconds=NAN
+    ),
+    "timeout_seconds=-1": lambda c: TransactionsAdmin(c, admin_url="http://127.0.0.1:1", timeout_seconds=-1),
+    "timeout_seconds='x'": lambda c: TransactionsAdmin(c, timeout_seconds="x"),  # type: ignore[arg-type]
+    "auth_token with a line break": lambda c: TransactionsAdmin(c, auth_token="a\nb"),
+    "list_transactions('x')": lambda c: TransactionsAdmin(c).list_transactions("x"),  # type: ignore[arg-type]
+    "list_transactions(1.5)": lambda c: TransactionsAdmin(c).list_transactions(1.5),  # type: ignore[arg-type]
+    "slow_transactions('5')": lambda c: TransactionsAdmin(c).slow_transactions("5"),  # type: ignore[arg-type]
+    "slow_transactions(nan)": lambda c: TransactionsAdmin(c).slow_transactions(NAN),  # type: ignore[arg-type]
+    "pending_ack_stats(t, 5)": lambda c: TransactionsAdmin(c).pending_ack_stats("t", 5),  # type: ignore[arg-type]
+    "pending_ack_stats(t, lone surrogate)": lambda c: TransactionsAdmin(c).pending_ack_stats("t", "s\ud800"),
+    "position_stats_in_pending_ack(t, s, 'x')": lambda c: TransactionsAdmin(c).position_stats_in_pending_ack(
+        "t",
+        "s",
+        "x",  # type: ignore[arg-type]
+    ),
+    "AsyncClient(max_workers='x')": lambda c: AsyncClient(c, max_workers="x"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", list(ADMIN))
+def test_a_bad_admin_or_async_argument_is_refused_before_any_io(client: Client, case: str) -> None:
+    # The client points at nothing: a call that got past its checks would fail differently (or hang).
+    with pytest.raises(ConfigError):
+        ADMIN[case](client)
+
+
+def test_an_admin_call_with_a_txn_id_of_the_wrong_type_is_an_invalid_txn_id(client: Client) -> None:
+    admin = TransactionsAdmin(client)
+    with pytest.raises(InvalidTxnID):
+        admin.transaction_status(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTxnID):
+        admin.transaction_in_buffer_stats(5, "t")  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+def test_an_avro_record_with_a_field_the_schema_lacks_is_refused_not_truncated() -> None:
+    schema = AvroSchema(
+        dict, schema={"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    )
+    with pytest.raises(SchemaSerializationError):
+        schema.encode({"a": 1, "b": "important"})
+    assert schema.decode(schema.encode({"a": 1})) == {"a": 1}
+    # A missing field with a default still takes it.
+    with_default = AvroSchema(
+        dict,
+        schema={
+            "type": "record",
+            "name": "R2",
+            "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "string", "default": "d"}],
+        },
+    )
+    assert with_default.decode(with_default.encode({"a": 1})) == {"a": 1, "b": "d"}
+    records: Any = AvroSchema(_Point)
+    assert records.decode(records.encode(_Point(3))) == _Point(3)
