@@ -88,7 +88,8 @@ class CoordinatorConfig(BaseModel):
     snapshot_partitions: int = Field(default=8, ge=1)
     tb_snapshot_max_changes: int = Field(default=1000, ge=1, description="Pulsar: 1000")
     tb_snapshot_interval_ms: int = Field(default=5000, ge=10, description="Pulsar: 5000 ms")
-    tb_snapshot_segment_size: int = Field(default=10_000, ge=1)
+    # At most ~30 bytes per entry: 25,000 keep a segment well under the 1,000,000-byte record limit.
+    tb_snapshot_segment_size: int = Field(default=10_000, ge=1, le=25_000)
     tb_hanging_check_after_ms: int = Field(default=60_000, ge=100)
     tb_topic_refresh_ms: int = Field(default=5000, ge=100)
     tb_topic_pattern: str = Field(

@@ -318,6 +318,7 @@ class SnapshotStore:
                     chunk = {n: items[start : start + self._segment_size] if n == name else [] for n in sets}
                     out.append(TB_STATE_SEGMENT, **chunk)
             sets = {name: [] for name in sets}
+        out.wait_segments(self._kafka.request_timeout_ms / 1000 + 30)  # the appender's own deadline
         for stale in range(out.index, self._segments_written.get(tp, 0)):
             out.tombstone(stale)
         self._segments_written[tp] = out.index
@@ -398,6 +399,9 @@ class SnapshotStore:
                 table = tables.get(snap_partition)
                 if table is None:
                     table = tables[snap_partition] = replay_compacted(self._kafka, self.topic, snap_partition)
+                # Whatever becomes of the head, the next write tombstones every segment key there is
+                # (those of an ignored snapshot, e.g. one whose writer died before its head, too).
+                self._segments_written[(topic, partition)] = _segment_count(table, topic, partition)
                 decoded = _decode(table, topic, partition, marker_secret)
                 if decoded is None:
                     out[(topic, partition)] = None
@@ -418,9 +422,6 @@ class SnapshotStore:
                     log.warning("snapshot of %s/%d ignored: %s", topic, partition, exc)
                     out[(topic, partition)] = None
                     continue
-                self._segments_written[(topic, partition)] = int(head["aborted_segments"]) + int(
-                    head.get("state_segments", 0)
-                )
                 out[(topic, partition)] = (
                     state,
                     int(head["taken_at_ms"]),
@@ -482,6 +483,13 @@ class SnapshotStore:
             self._appender = None
 
 
+def _segment_count(table: dict[bytes, StoredRecord], topic: str, partition: int) -> int:
+    """One more than the highest segment index among the live keys of ``topic[partition]``."""
+    prefix = f"{topic}/{partition}/seg/".encode()
+    indexes = [key[len(prefix) :] for key in table if key.startswith(prefix)]
+    return max((int(i) + 1 for i in indexes if i.isdigit()), default=0)
+
+
 class _SegmentWriter:
     """Appends one snapshot's records: segments keyed ``<base>/seg/<i>`` in order, then the head."""
 
@@ -493,6 +501,7 @@ class _SegmentWriter:
         self._secret = state.marker_secret
         self.snapshot_id = uuid.uuid4().hex
         self.index = 0  # segments appended so far
+        self._segments: list[Future[int]] = []
 
     def _append(self, key: bytes, value: bytes | None) -> Future[int]:
         headers = _signed(self._secret, key, value) if value is not None else None
@@ -500,8 +509,20 @@ class _SegmentWriter:
 
     def append(self, kind: RecordKind, **sets: list[Any]) -> None:
         value = kind.encode({"snapshot_id": self.snapshot_id, "index": self.index, **sets})
-        self._append(f"{self._base}/seg/{self.index}".encode(), value)
+        self._segments.append(self._append(f"{self._base}/seg/{self.index}".encode(), value))
         self.index += 1
+
+    def wait_segments(self, timeout: float) -> None:
+        """Until every segment is stored; raises the first failure (a head must never be written for
+        segments that are not there: it would replace the last good snapshot with one that never
+        loads)."""
+        for fut in self._segments:
+            try:
+                fut.result(timeout)
+            except TimeoutError:
+                raise BrokerUnavailableError.no_answer(
+                    f"snapshot segments of {self._base}", timeout
+                ) from None
 
     def tombstone(self, index: int) -> None:
         self._append(f"{self._base}/seg/{index}".encode(), None)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from kafka_store import KafkaConfig, TopicAdmin, replay_compacted
+import pytest
+
+from kafka_store import KafkaConfig, RecordTooLargeError, TopicAdmin, replay_compacted
+from pulsar_txn.buffer import snapshot as snapshot_module
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.txnid import TxnID
@@ -101,3 +104,54 @@ def test_a_head_whose_state_segment_is_missing_is_ignored(
         # Drop one ended segment as compaction of a half-written snapshot could leave it missing.
         store._app().append(snap_topic, 0, None, key=f"{topic}/0/seg/1".encode()).result(30)
         assert store.load(topic, 0, num_tcs=4) is None
+
+
+def test_a_segment_that_fails_stops_the_head_so_the_last_good_snapshot_stays(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    # The head was appended whatever became of its segments, and write() reported success: a 1.2 MB
+    # segment was refused, the head replaced the last good snapshot, and nothing loaded any more.
+    topic = f"tbseg4-{uid}"
+    admin.ensure_topic(topic, 1)
+    n = 70_000
+    with closing(SnapshotStore(kafka, topic=f"__tbs4-{uid}", partitions=1, segment_size=n)) as store:
+        good = _big_state(topic, ended=10, aborted=10)
+        store.write(good).result(30)
+        big = TxnBufferState(topic, 0, num_tcs=4)
+        big.aborted = {TxnID(1, (1 << 62) + i): (1 << 40) + i for i in range(n + 1)}  # ~17 bytes each: 1.2 MB
+        with pytest.raises(RecordTooLargeError):
+            store.write(big).result(60)
+        loaded = store.load(topic, 0, num_tcs=4)
+        assert loaded is not None and _same(loaded[0], good)
+
+
+class _Killed(BaseException):
+    pass
+
+
+def test_segments_of_a_snapshot_whose_head_never_came_are_tombstoned_by_the_next_writer(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = f"tbseg5-{uid}"
+    snap_topic = f"__tbs5-{uid}"
+    admin.ensure_topic(topic, 1)
+    prefix = f"{topic}/0/seg/".encode()
+    with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as first:
+        first.write(_big_state(topic, ended=1000)).result(30)  # 10 state segments
+
+        def killed(self: object, value: bytes) -> None:  # SIGKILL after the segments, before the head
+            raise _Killed
+
+        with monkeypatch.context() as patch:
+            patch.setattr(snapshot_module._SegmentWriter, "head", killed)
+            with pytest.raises(_Killed):
+                first.write(_big_state(topic, ended=1000))
+    # The next writer finds a head whose segments are of another snapshot: ignored. Its own, smaller
+    # snapshot must still tombstone all 10 segment keys (it counted only a loaded head's segments).
+    with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as second:
+        assert second.load(topic, 0, num_tcs=4) is None
+        second.write(_big_state(topic, ended=5)).result(30)
+        loaded = second.load(topic, 0, num_tcs=4)
+        assert loaded is not None and len(loaded[0].ended) == 5
+    live = [k for k in replay_compacted(kafka, snap_topic, 0) if k.startswith(prefix)]
+    assert live == []
