@@ -22,7 +22,9 @@ class LoopInbox:
     """Calls queued from any thread run on the loop, in queue order, one wake-up per burst."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: the registry is keyed weakly by the loop, and a strong reference here kept every
+        # closed loop (an embedded coordinator's, ~1 MB) alive for good.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._items: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._scheduled = False
@@ -33,9 +35,12 @@ class LoopInbox:
             if self._scheduled:
                 return
             self._scheduled = True
+        loop = self._loop()
         try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed: nobody is left to tell
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed (or gone): nobody is left to tell
             with self._lock:
                 self._items.clear()
                 self._scheduled = False

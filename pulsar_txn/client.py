@@ -329,7 +329,8 @@ class Client:
             pattern=regex,
             **options,
         )
-        self._consumers.append(consumer)
+        with self._lock:
+            self._consumers.append(consumer)
         return consumer
 
     def _matching_topics(self, regex: re.Pattern[str]) -> list[TopicName]:
@@ -415,6 +416,11 @@ class Client:
     def _handle_closed(self, handle: Producer[Any] | Reader[Any]) -> None:
         with self._lock:
             self._open_handles.discard(handle)
+
+    def _consumer_closed(self, consumer: Consumer[Any]) -> None:
+        """A closed consumer is forgotten (a long-lived client kept every one it ever made)."""
+        with self._lock:
+            self._consumers = [c for c in self._consumers if c is not consumer]
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed (readable) message, None where there is none."""
@@ -610,7 +616,7 @@ class Client:
             with self._lock:
                 self._closing = True
                 handles, self._open_handles = list(self._open_handles), weakref.WeakSet()
-            for consumer in self._consumers:
+            for consumer in list(self._consumers):  # each leaves the list as it closes
                 consumer.close()
             self._consumers = []
             for handle in handles:

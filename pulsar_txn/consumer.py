@@ -1627,6 +1627,7 @@ class Consumer(Generic[T]):
             self._reader.close()
             if self._pa_reader is not None:
                 self._pa_reader.close()
+        self._client._consumer_closed(self)
 
     def _write_ack_batches(self, tps: Collection[TP] | None = None) -> None:
         """Acks made in still-open transactions must outlive this consumer, or its ownership of the
