@@ -40,15 +40,19 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
 
-_TXN_OFFSET = {
-    "type": "record",
-    "name": "TxnOffsetV1",
-    "fields": [
+
+def _array_of(record: str, last: str, last_type: str) -> dict[str, Any]:
+    """An array of TxnID records (most, least, and one more field), named ``record``."""
+    fields = [
         {"name": "most", "type": "long"},
         {"name": "least", "type": "long"},
-        {"name": "offset", "type": "long"},
-    ],
-}
+        {"name": last, "type": last_type},
+    ]
+    return {"type": "array", "items": {"type": "record", "name": record, "fields": fields}}
+
+
+_TXN_OFFSET = _array_of("TxnOffsetV1", "offset", "long")["items"]
+_DISCARDED = {"type": "array", "items": {"type": "array", "items": "long"}}
 
 _TB_SNAPSHOT_V1_FIELDS: list[dict[str, Any]] = [
     {"name": "topic", "type": "string"},
@@ -59,26 +63,9 @@ _TB_SNAPSHOT_V1_FIELDS: list[dict[str, Any]] = [
     {"name": "ongoing", "type": {"type": "array", "items": _TXN_OFFSET}},
     {"name": "aborted", "type": {"type": "array", "items": "pulsar_txn.buffer.TxnOffsetV1"}},
     {"name": "aborted_segments", "type": "int"},
-    {
-        "name": "ended",
-        "type": {
-            "type": "array",
-            "items": {
-                "type": "record",
-                "name": "EndedTxnV1",
-                "fields": [
-                    {"name": "most", "type": "long"},
-                    {"name": "least", "type": "long"},
-                    {"name": "committed", "type": "boolean"},
-                ],
-            },
-        },
-    },
+    {"name": "ended", "type": _array_of("EndedTxnV1", "committed", "boolean")},
     {"name": "lwm", "type": {"type": "map", "values": "long"}},
-    {
-        "name": "discarded",
-        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
-    },
+    {"name": "discarded", "type": _DISCARDED},
     {"name": "counters", "type": {"type": "map", "values": "long"}},
 ]
 
@@ -135,21 +122,7 @@ TB_ABORTED_SEGMENT = REGISTRY.register(
                 "fields": [
                     {"name": "snapshot_id", "type": "string"},
                     {"name": "index", "type": "int"},
-                    {
-                        "name": "aborted",
-                        "type": {
-                            "type": "array",
-                            "items": {
-                                "type": "record",
-                                "name": "SegTxnOffsetV1",
-                                "fields": [
-                                    {"name": "most", "type": "long"},
-                                    {"name": "least", "type": "long"},
-                                    {"name": "offset", "type": "long"},
-                                ],
-                            },
-                        },
-                    },
+                    {"name": "aborted", "type": _array_of("SegTxnOffsetV1", "offset", "long")},
                 ],
             }
         },
@@ -169,40 +142,9 @@ TB_STATE_SEGMENT = REGISTRY.register(
                 "fields": [
                     {"name": "snapshot_id", "type": "string"},
                     {"name": "index", "type": "int"},
-                    {
-                        "name": "ongoing",
-                        "type": {
-                            "type": "array",
-                            "items": {
-                                "type": "record",
-                                "name": "StateSegTxnOffsetV1",
-                                "fields": [
-                                    {"name": "most", "type": "long"},
-                                    {"name": "least", "type": "long"},
-                                    {"name": "offset", "type": "long"},
-                                ],
-                            },
-                        },
-                    },
-                    {
-                        "name": "ended",
-                        "type": {
-                            "type": "array",
-                            "items": {
-                                "type": "record",
-                                "name": "StateSegEndedTxnV1",
-                                "fields": [
-                                    {"name": "most", "type": "long"},
-                                    {"name": "least", "type": "long"},
-                                    {"name": "committed", "type": "boolean"},
-                                ],
-                            },
-                        },
-                    },
-                    {
-                        "name": "discarded",
-                        "type": {"type": "array", "items": {"type": "array", "items": "long"}},
-                    },
+                    {"name": "ongoing", "type": _array_of("StateSegTxnOffsetV1", "offset", "long")},
+                    {"name": "ended", "type": _array_of("StateSegEndedTxnV1", "committed", "boolean")},
+                    {"name": "discarded", "type": _DISCARDED},
                 ],
             }
         },
