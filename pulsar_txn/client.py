@@ -75,9 +75,6 @@ class AuthenticationToken:
         return "AuthenticationToken(***)"  # never print the secret
 
 
-_DEFAULT_REQUEST_TIMEOUT_MS: int = KafkaConfig.model_fields["request_timeout_ms"].default
-
-
 @public_errors
 class Client:
     """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
@@ -119,16 +116,19 @@ class Client:
                 settings["bootstrap_servers"] = bootstrap_servers
             if "bootstrap_servers" not in settings:
                 raise ConfigError("Client needs bootstrap_servers= or kafka={'bootstrap_servers': ...}")
-            timeout_s = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
-            if "request_timeout_ms" not in settings and timeout_s * 1000 < _DEFAULT_REQUEST_TIMEOUT_MS:
-                # The operation timeout bounds every blocking call: Kafka's requests (topic lookups,
-                # offsets, admin calls) must not wait longer than it by default.
-                settings["request_timeout_ms"] = max(1, int(timeout_s * 1000))
             try:
                 self.kafka = KafkaConfig(**settings)
             except ValidationError as exc:
                 raise ConfigError(f"kafka settings: {validation_problems(exc)}") from exc
         operation_timeout_seconds = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
+        wanted_ms = max(1, int(operation_timeout_seconds * 1000))
+        if (
+            "request_timeout_ms" not in self.kafka.model_fields_set
+            and wanted_ms < self.kafka.request_timeout_ms
+        ):
+            # The operation timeout bounds every blocking call: Kafka's requests (topic lookups,
+            # offsets, admin calls) must not wait longer than it unless a request timeout is set.
+            self.kafka = self.kafka.model_copy(update={"request_timeout_ms": wanted_ms})
         if num_tcs is not None:
             _args.integer(num_tcs, "num_tcs", minimum=1)
         check_service_url(service_url)  # a typo fails here, not at the first transaction
@@ -330,7 +330,12 @@ class Client:
             **options,
         )
         with self._lock:
-            self._consumers.append(consumer)
+            closing = self._closing
+            if not closing:
+                self._consumers.append(consumer)
+        if closing:  # close() began while it was made: it would not see this one
+            consumer.close()
+            raise AlreadyClosed("client is closed")
         return consumer
 
     def _matching_topics(self, regex: re.Pattern[str]) -> list[TopicName]:
@@ -616,9 +621,9 @@ class Client:
             with self._lock:
                 self._closing = True
                 handles, self._open_handles = list(self._open_handles), weakref.WeakSet()
-            for consumer in list(self._consumers):  # each leaves the list as it closes
+                consumers, self._consumers = self._consumers, []
+            for consumer in consumers:
                 consumer.close()
-            self._consumers = []
             for handle in handles:
                 try:
                     handle.close()

@@ -46,6 +46,7 @@ from pulsar_txn.errors import (
     AlreadyClosed,
     ConfigError,
     ConsumerBusy,
+    InvalidTopicName,
     NotAllowedError,
     PersistenceError,
     PulsarTxnError,
@@ -218,10 +219,13 @@ class Consumer(Generic[T]):
         _args.text(subscription_name, "subscription_name")
         if not subscription_name or any(c in subscription_name for c in "/ "):
             raise NotAllowedError(f"bad subscription name {subscription_name!r}")
-        for topic in topics:
-            # The pending-ack log's name embeds the subscription name: one Kafka refuses (too long,
-            # other characters) left every partition of the subscription unopenable, retried forever.
-            check_subscription(str(topic), subscription_name)
+        self._left_out: set[str] = set()  # pattern matches without a valid pending-ack log name
+        topics = self._subscribable(topics, subscription_name, pattern is not None)
+        if not topics:
+            raise InvalidTopicName(
+                f"subscription {subscription_name!r:.100}: no matching topic has a pending-ack log name"
+                " Kafka accepts (see the warnings)"
+            )
         self._client = client
         self.topics = list(topics)
         self.subscription = subscription_name
@@ -1094,11 +1098,31 @@ class Consumer(Generic[T]):
                 log.exception("subscription %s: upkeep failed", self.subscription)
             time.sleep(0.02)
 
+    def _subscribable(self, topics: Sequence[TopicName], subscription: str, matched: bool) -> list[TopicName]:
+        """The topics whose pending-ack log name (``<topic>-<subscription>__transaction_pending_ack``)
+        Kafka accepts: with another, a partition could never be opened (retried for good, nothing
+        delivered). Named topics: ``InvalidTopicName``; topics a pattern matched are left out, with a
+        warning once each, so one long name does not stop the others."""
+        out = []
+        for topic in topics:
+            try:
+                check_subscription(str(topic), subscription)
+            except InvalidTopicName as exc:
+                if not matched:
+                    raise
+                if str(topic) not in self._left_out:
+                    self._left_out.add(str(topic))
+                    log.warning("subscription %s: topic left out: %s", subscription, exc)
+                continue
+            out.append(topic)
+        return out
+
     def _discover_topics(self, pattern: re.Pattern[str]) -> None:
         """Follow the topics that match ``pattern`` now (see ``__init__``); the Kafka names of topics
         once subscribed stay known, so that acks and records of partitions being revoked still map."""
         try:
-            found = {t.kafka_topic: t for t in self._client._matching_topics(pattern)}
+            matched = self._subscribable(self._client._matching_topics(pattern), self.subscription, True)
+            found = {t.kafka_topic: t for t in matched}
         except (PulsarTxnError, StoreError) as exc:  # the broker is away: look again next period
             log.warning(
                 "subscription %s: looking for topics matching %r failed: %s",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import fastavro
@@ -189,6 +190,43 @@ class JsonSchema(_RecordSchema[R]):
         return self._from_plain(plain)
 
 
+def _undeclared_field(value: Any, schema: Any, named: Mapping[str, Any]) -> str | None:
+    """The path of the first key of a record (a dict, also nested in records, arrays, maps and
+    unions) that its Avro schema has no field for; None if every key is declared."""
+    if isinstance(schema, str):  # a named type (or a primitive: nothing to check)
+        schema = named.get(schema)
+    if isinstance(schema, list):  # a union: fine if one of its record branches declares every key
+        branches = [named.get(b) if isinstance(b, str) else b for b in schema]
+        records = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+        found = None
+        for branch in records if isinstance(value, dict) else ():
+            found = _undeclared_field(value, branch, named)
+            if found is None:
+                return None
+        return found
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    items: Iterable[tuple[str, Any, Any]] = ()
+    if kind == "record" and isinstance(value, dict):
+        fields = {f["name"]: f["type"] for f in schema["fields"]}
+        for key in value:
+            if key not in fields:
+                return str(key)
+        items = ((str(k), v, fields[k]) for k, v in value.items())
+    elif kind == "array" and isinstance(value, list | tuple):
+        items = ((f"[{i}]", v, schema["items"]) for i, v in enumerate(value))
+    elif kind == "map" and isinstance(value, dict):
+        items = ((f"[{k!r}]", v, schema["values"]) for k, v in value.items())
+    elif isinstance(kind, dict | list):  # {"type": {...}}
+        return _undeclared_field(value, kind, named)
+    for where, item, item_schema in items:
+        inner = _undeclared_field(item, item_schema, named)
+        if inner is not None:
+            return f"{where}.{inner}"
+    return None
+
+
 class AvroSchema(_RecordSchema[R]):
     """Records in Avro binary encoding (fastavro), schemaless, with the writer schema's fingerprint
     in the message header.
@@ -220,10 +258,18 @@ class AvroSchema(_RecordSchema[R]):
 
     def encode(self, value: R) -> bytes:
         out = io.BytesIO()
+        plain = self._to_plain(value)
+        # fastavro writes the fields the schema declares and drops any other key without a word; a
+        # missing nullable field is written as null (as pulsar-client does), so only extras are refused.
+        parsed = self._parsed
+        named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
+        extra = _undeclared_field(plain, parsed, named)
+        if extra is not None:
+            raise SchemaSerializationError(
+                f"cannot encode {type(value).__name__} as Avro: {extra!r} is not a field of the schema"
+            )
         try:
-            # Strict: a field the schema does not have is an error, not silently left out (a missing
-            # field with a default still takes the default).
-            fastavro.schemaless_writer(out, self._parsed, self._to_plain(value), strict_allow_default=True)
+            fastavro.schemaless_writer(out, self._parsed, plain)
         except SchemaSerializationError:
             raise
         except Exception as exc:  # fastavro raises ValueError, TypeError, AttributeError, ...

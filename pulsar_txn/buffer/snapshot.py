@@ -199,7 +199,9 @@ class SnapshotStore:
         self._segment_size = segment_size
         self._appender = appender
         self._owns_appender = appender is None
-        self._segments_written: dict[tuple[str, int], int] = {}
+        # Per partition, the segment indexes live in the topic (written here, or found by a load):
+        # a snapshot with fewer segments tombstones the others.
+        self._segments_written: dict[tuple[str, int], set[int]] = {}
         self._ready = False
 
     def ensure_topic(self) -> None:
@@ -261,9 +263,9 @@ class SnapshotStore:
                     out.append(TB_STATE_SEGMENT, **chunk)
             sets = {name: [] for name in sets}
         out.wait_segments(self._kafka.request_timeout_ms / 1000 + 30)  # the appender's own deadline
-        for stale in range(out.index, self._segments_written.get(tp, 0)):
+        for stale in sorted(i for i in self._segments_written.get(tp, ()) if i >= out.index):
             out.tombstone(stale)
-        self._segments_written[tp] = out.index
+        self._segments_written[tp] = set(range(out.index))
         anchor_offset, anchor_fingerprint = state.anchor()
         head: dict[str, Any] = {
             "topic": state.topic,
@@ -343,7 +345,7 @@ class SnapshotStore:
                     table = tables[snap_partition] = replay_compacted(self._kafka, self.topic, snap_partition)
                 # Whatever becomes of the head, the next write tombstones every segment key there is
                 # (those of an ignored snapshot, e.g. one whose writer died before its head, too).
-                self._segments_written[(topic, partition)] = _segment_count(table, topic, partition)
+                self._segments_written[(topic, partition)] = _segment_indexes(table, topic, partition)
                 decoded = _decode(table, topic, partition, marker_secret)
                 if decoded is None:
                     out[(topic, partition)] = None
@@ -425,11 +427,12 @@ class SnapshotStore:
             self._appender = None
 
 
-def _segment_count(table: dict[bytes, StoredRecord], topic: str, partition: int) -> int:
-    """One more than the highest segment index among the live keys of ``topic[partition]``."""
+def _segment_indexes(table: dict[bytes, StoredRecord], topic: str, partition: int) -> set[int]:
+    """The segment indexes among the live keys of ``topic[partition]`` (only those: a stray key such
+    as ``.../seg/99999999999`` must not make a write tombstone every index below it)."""
     prefix = f"{topic}/{partition}/seg/".encode()
-    indexes = [key[len(prefix) :] for key in table if key.startswith(prefix)]
-    return max((int(i) + 1 for i in indexes if i.isdigit()), default=0)
+    indexes = (key[len(prefix) :] for key in table if key.startswith(prefix))
+    return {int(i) for i in indexes if i.isdigit()}
 
 
 class _SegmentWriter:

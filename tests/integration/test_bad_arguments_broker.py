@@ -5,6 +5,7 @@ beyond the operation timeout (session 29's bad-input review)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,3 +109,88 @@ def test_calls_against_a_dead_broker_end_within_the_operation_timeout() -> None:
             assert took < 3 + 1.5, f"{name} took {took:.1f} s"
     finally:
         client.close()
+
+
+def test_a_pattern_subscription_leaves_out_only_the_topics_whose_pending_ack_log_name_is_invalid(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    # Checking every matched topic at subscribe refused the whole pattern subscription for one long
+    # topic name; topics discovered later were not checked at all (they never delivered).
+    c = cluster(tb_service_enabled=False)
+    short, long_ = f"pq{uid}a", f"pq{uid}" + "x" * 215
+    for name in (short, long_):
+        c.client.create_topic(name, 1)
+    c.client.create_producer(short).send(b"short")
+    consumer = c.client.subscribe(
+        None, "sub1", pattern=f"pq{uid}.*", initial_position="Earliest", pattern_auto_discovery_period=0.5
+    )
+    try:
+        first = consumer.receive(10_000)
+        assert first.data() == b"short"
+        consumer.acknowledge(first)  # else the discovery's rebalance redelivers it (eager group)
+        assert [t.kafka_topic for t in consumer.topics] == [short]
+        later_short, later_long = f"pq{uid}b", f"pq{uid}y" + "x" * 215
+        for name in (later_long, later_short):
+            c.client.create_topic(name, 1)
+        c.client.create_producer(later_short).send(b"later")
+        assert consumer.receive(15_000).data() == b"later"
+        assert sorted(t.kafka_topic for t in consumer.topics) == [short, later_short]
+    finally:
+        consumer.close()
+    with pytest.raises(InvalidTopicName):  # nothing left to subscribe to
+        c.client.subscribe(None, "sub2", pattern=f"pq{uid}x+")
+
+
+def test_a_consumer_made_while_the_client_closes_is_closed_too(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"closerace_{uid}"
+    c.client.create_topic(topic, 1)
+    first = c.client.subscribe(topic, f"a{uid}")
+    made, closing = threading.Event(), threading.Event()
+    real_close = first.close
+
+    def slow_close() -> None:
+        closing.set()
+        made.wait(30)  # another thread subscribes while the client closes this one
+        real_close()
+
+    first.close = slow_close  # type: ignore[method-assign]
+    closer = threading.Thread(target=c.client.close)
+    closer.start()
+    assert closing.wait(30)
+    late: list[Any] = []
+    try:
+        late.append(c.client.subscribe(topic, f"b{uid}"))
+    except AlreadyClosed:
+        pass  # refused: as good as closed
+    finally:
+        made.set()
+        closer.join(60)
+    assert all(consumer._closed for consumer in late)
+
+
+def test_the_operation_timeout_also_bounds_kafka_requests_of_a_given_kafka_config() -> None:
+    from kafka_store import KafkaConfig
+
+    client = Client(
+        "pulsar://127.0.0.1:1",
+        kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1"),
+        operation_timeout_seconds=3,
+    )
+    try:
+        assert client.kafka.request_timeout_ms == 3000
+        started = time.monotonic()
+        with pytest.raises(PulsarTxnError):
+            client.create_topic("dead_t", 1)
+        assert time.monotonic() - started < 4.5
+    finally:
+        client.close()
+    explicit = Client(
+        "pulsar://127.0.0.1:1",
+        kafka=KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_ms=20_000),
+        operation_timeout_seconds=3,
+    )
+    assert explicit.kafka.request_timeout_ms == 20_000  # set on purpose: kept
+    explicit.close()

@@ -155,3 +155,21 @@ def test_segments_of_a_snapshot_whose_head_never_came_are_tombstoned_by_the_next
         assert loaded is not None and len(loaded[0].ended) == 5
     live = [k for k in replay_compacted(kafka, snap_topic, 0) if k.startswith(prefix)]
     assert live == []
+
+
+def test_a_stray_segment_key_makes_a_write_tombstone_that_key_only(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    # The count of live segments was "highest index + 1": one junk key .../seg/2000000 made the next
+    # write append two million tombstones (.../seg/99999999999 would stall the TB service for good).
+    topic = f"tbseg6-{uid}"
+    snap_topic = f"__tbs6-{uid}"
+    admin.ensure_topic(topic, 1)
+    with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1)) as store:
+        store.ensure_topic()
+        store._app().append(snap_topic, 0, b"junk", key=f"{topic}/0/seg/2000000".encode()).result(30)
+        assert store.load(topic, 0, num_tcs=4) is None
+        store.write(_big_state(topic, ended=5)).result(30)
+        assert store._segments_written[(topic, 0)] == set()
+    live = replay_compacted(kafka, snap_topic, 0)
+    assert not any(k.startswith(f"{topic}/0/seg/".encode()) for k in live)

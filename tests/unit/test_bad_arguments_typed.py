@@ -131,3 +131,50 @@ def test_an_avro_record_with_a_field_the_schema_lacks_is_refused_not_truncated()
     assert with_default.decode(with_default.encode({"a": 1})) == {"a": 1, "b": "d"}
     records: Any = AvroSchema(_Point)
     assert records.decode(records.encode(_Point(3))) == _Point(3)
+
+
+_ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "note", "type": ["null", "string"]},  # optional, no default
+        {
+            "name": "addr",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Addr",
+                    "fields": [
+                        {"name": "city", "type": "string"},
+                        {"name": "zip", "type": ["null", "string"]},
+                    ],
+                },
+            ],
+        },
+        {"name": "more", "type": {"type": "array", "items": "Addr"}, "default": []},
+    ],
+}
+
+
+def test_an_avro_dict_may_leave_out_optional_fields_but_not_add_undeclared_ones() -> None:
+    # Missing nullable fields are written as null, as pulsar-client does (strict fastavro refused them).
+    schema = AvroSchema(dict, schema=_ORDER)
+    assert schema.decode(schema.encode({"id": 1})) == {"id": 1, "note": None, "addr": None, "more": []}
+    nested = {"id": 1, "addr": {"city": "x"}, "more": [{"city": "y"}]}
+    assert schema.decode(schema.encode(nested))["more"] == [{"city": "y", "zip": None}]
+    for bad, where in [
+        ({"id": 1, "extra": 2}, "'extra'"),
+        ({"id": 1, "addr": {"city": "x", "street": "s"}}, "addr.street"),
+        ({"id": 1, "more": [{"city": "y"}, {"city": "z", "zip2": "1"}]}, r"more.\[1\].zip2"),
+    ]:
+        with pytest.raises(SchemaSerializationError, match=where):
+            schema.encode(bad)
+
+
+def test_the_compat_avro_schema_writes_missing_optional_fields_as_null() -> None:
+    from pulsar_txn.compat.schema import AvroSchema as CompatAvroSchema
+
+    schema = CompatAvroSchema(None, schema_definition=_ORDER)
+    assert schema.decode(schema.encode({"id": 7}))["note"] is None
