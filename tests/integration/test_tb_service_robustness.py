@@ -110,13 +110,20 @@ def test_a_hanging_transaction_is_resolved_while_the_group_keeps_rebalancing(
     try:
         n = itertools.count()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _stats(service, topic).get("ongoing_txn_size") != 0:
+        while time.monotonic() < deadline and service.hanging_resolved == 0:
             # A new matching topic each second: every one rebalances the group (eager: revoke all,
             # assign all). Before, each assignment restarted the transaction's clock.
             admin.ensure_topic(f"tbhang{next(n)}_{uid}", 1, {})
             time.sleep(1.0)
-        assert _stats(service, topic).get("ongoing_txn_size") == 0
         assert service.hanging_resolved >= 1
+
+        # Not "ongoing 0" alone: a partition just (re)assigned and still replaying shows 0 too (the
+        # check this test had, and it once passed that way before the marker was written).
+        def resolved_and_ready() -> bool:
+            stats = _stats(service, topic)
+            return stats.get("ongoing_txn_size") == 0 and stats.get("recovery_state") == "Ready"
+
+        wait_until(resolved_and_ready, 20, what="the abort marker folded in")
     finally:
         service.stop()
         app.close()
