@@ -49,7 +49,7 @@ from pulsar_txn.txnid import TxnID
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-H = TypeVar("H", "Producer[Any]", "Reader[Any]")
+H = TypeVar("H", "Producer[Any]", "Reader[Any]", "Consumer[Any]")
 
 
 class AuthenticationToken:
@@ -329,14 +329,7 @@ class Client:
             pattern=regex,
             **options,
         )
-        with self._lock:
-            closing = self._closing
-            if not closing:
-                self._consumers.append(consumer)
-        if closing:  # close() began while it was made: it would not see this one
-            consumer.close()
-            raise AlreadyClosed("client is closed")
-        return consumer
+        return self._opened_handle(consumer)
 
     def _matching_topics(self, regex: re.Pattern[str]) -> list[TopicName]:
         """The data topics a pattern subscription takes: those whose Kafka name or Pulsar full name
@@ -409,23 +402,26 @@ class Client:
         )
 
     def _opened_handle(self, handle: H) -> H:
+        """Kept for ``close`` (consumers in a list of their own: they are closed first)."""
         with self._lock:
             closing = self._closing
             if not closing:
-                self._open_handles.add(handle)
-        if closing:  # close() began while it was made
+                if isinstance(handle, Consumer):
+                    self._consumers.append(handle)
+                else:
+                    self._open_handles.add(handle)
+        if closing:  # close() began while it was made: it would not see this one
             handle.close()
             raise AlreadyClosed("client is closed")
         return handle
 
-    def _handle_closed(self, handle: Producer[Any] | Reader[Any]) -> None:
+    def _handle_closed(self, handle: Producer[Any] | Reader[Any] | Consumer[Any]) -> None:
+        """A closed handle is forgotten (a long-lived client kept every consumer it ever made)."""
         with self._lock:
-            self._open_handles.discard(handle)
-
-    def _consumer_closed(self, consumer: Consumer[Any]) -> None:
-        """A closed consumer is forgotten (a long-lived client kept every one it ever made)."""
-        with self._lock:
-            self._consumers = [c for c in self._consumers if c is not consumer]
+            if isinstance(handle, Consumer):
+                self._consumers = [c for c in self._consumers if c is not handle]
+            else:
+                self._open_handles.discard(handle)
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed (readable) message, None where there is none."""

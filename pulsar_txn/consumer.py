@@ -604,8 +604,7 @@ class Consumer(Generic[T]):
     def _fill(self, timeout: float) -> None:
         with self._read_lock:
             with self._lock:
-                if self._closed:
-                    raise AlreadyClosed("consumer is closed")
+                self._check_open()
                 wait = timeout if not self._incoming else 0
                 assigned = bool(self._parts)
             # Not under _lock: the poll may wait. Revocations and seeks wait for it (_read_lock), so
@@ -1651,7 +1650,7 @@ class Consumer(Generic[T]):
             self._reader.close()
             if self._pa_reader is not None:
                 self._pa_reader.close()
-        self._client._consumer_closed(self)
+        self._client._handle_closed(self)
 
     def _write_ack_batches(self, tps: Collection[TP] | None = None) -> None:
         """Acks made in still-open transactions must outlive this consumer, or its ownership of the

@@ -255,15 +255,16 @@ class AvroSchema(_RecordSchema[R]):
         except Exception as exc:  # fastavro's SchemaParseException and friends
             raise ConfigError(f"invalid Avro schema: {exc}") from None
         self._writers.pop(self.fingerprint, None)
+        parsed = self._parsed
+        # fastavro's table of the schema's named types, by full name (for the undeclared-field check)
+        self._named: Mapping[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
 
     def encode(self, value: R) -> bytes:
         out = io.BytesIO()
         plain = self._to_plain(value)
         # fastavro writes the fields the schema declares and drops any other key without a word; a
         # missing nullable field is written as null (as pulsar-client does), so only extras are refused.
-        parsed = self._parsed
-        named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
-        extra = _undeclared_field(plain, parsed, named)
+        extra = _undeclared_field(plain, self._parsed, self._named)
         if extra is not None:
             raise SchemaSerializationError(
                 f"cannot encode {type(value).__name__} as Avro: {extra!r} is not a field of the schema"

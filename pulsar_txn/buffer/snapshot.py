@@ -476,6 +476,33 @@ class _SegmentWriter:
         return self._append(self._base.encode(), value)
 
 
+def _segments(
+    table: dict[bytes, StoredRecord],
+    base: str,
+    head: dict[str, Any],
+    marker_secret: bytes | None,
+    kind: RecordKind,
+    indexes: range,
+) -> list[dict[str, Any]] | None:
+    """The head's segments of ``kind`` at ``indexes``, decoded; None (logged) if one is missing, not
+    authentic, or of another snapshot. Decoding errors propagate (``_decode`` ignores the snapshot)."""
+    out = []
+    for index in indexes:
+        rec = table.get(f"{base}/seg/{index}".encode())
+        if rec is None:
+            log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
+            return None
+        if not _authentic(rec, marker_secret):
+            log.warning("snapshot of %s: segment %d failed authentication; ignoring it", base, index)
+            return None
+        seg = REGISTRY.decode_as(kind, rec.value)
+        if seg["snapshot_id"] != head["snapshot_id"] or int(seg["index"]) != index:
+            log.warning("snapshot of %s has a segment of another snapshot at %d; ignoring it", base, index)
+            return None
+        out.append(seg)
+    return out
+
+
 def _decode(
     table: dict[bytes, StoredRecord], topic: str, partition: int, marker_secret: bytes | None = None
 ) -> tuple[dict[str, Any], dict[TxnID, int]] | None:
@@ -497,34 +524,17 @@ def _decode(
             log.warning("snapshot under %s is of %s/%s; ignoring it", base, head["topic"], head["partition"])
             return None
         aborted = _from_txn_offsets(head["aborted"])
-        for index in range(int(head["aborted_segments"])):
-            seg_rec = table.get(f"{base}/seg/{index}".encode())
-            if seg_rec is None:
-                log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
-                return None
-            if not _authentic(seg_rec, marker_secret):
-                log.warning("snapshot of %s: segment %d failed authentication; ignoring it", base, index)
-                return None
-            seg = REGISTRY.decode_as(TB_ABORTED_SEGMENT, seg_rec.value)
-            if seg["snapshot_id"] != head["snapshot_id"]:
-                log.warning("snapshot of %s has a segment of another snapshot; ignoring it", base)
-                return None
-            aborted.update(_from_txn_offsets(seg["aborted"]))
         first = int(head["aborted_segments"])
-        for index in range(first, first + int(head.get("state_segments", 0))):
-            seg_rec = table.get(f"{base}/seg/{index}".encode())
-            if seg_rec is None:
-                log.warning("snapshot of %s misses state segment %d; ignoring it", base, index)
-                return None
-            if not _authentic(seg_rec, marker_secret):
-                log.warning(
-                    "snapshot of %s: state segment %d failed authentication; ignoring it", base, index
-                )
-                return None
-            seg = REGISTRY.decode_as(TB_STATE_SEGMENT, seg_rec.value)
-            if seg["snapshot_id"] != head["snapshot_id"] or int(seg["index"]) != index:
-                log.warning("snapshot of %s has a state segment of another snapshot; ignoring it", base)
-                return None
+        segments = _segments(table, base, head, marker_secret, TB_ABORTED_SEGMENT, range(first))
+        if segments is None:
+            return None
+        for seg in segments:
+            aborted.update(_from_txn_offsets(seg["aborted"]))
+        more = range(first, first + int(head.get("state_segments", 0)))
+        segments = _segments(table, base, head, marker_secret, TB_STATE_SEGMENT, more)
+        if segments is None:
+            return None
+        for seg in segments:
             for name in _STATE_SETS:  # in order: the discarded ranges stay sorted
                 head[name].extend(seg[name])
     except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
