@@ -12,11 +12,16 @@ import time
 from pathlib import Path
 
 from kafka_store import KafkaConfig, LocalBroker, end_offsets
+from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+from pulsar_txn.errors import TransactionNotFound
+from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.app import upper
+from pulsar_txn.pipeline.fencing import open_in_output
 from pulsar_txn.pipeline.verify import verify_exactly_once
+from pulsar_txn.txnid import TxnID
 
 INPUT, OUTPUT, PARTITIONS = "demo-input", "demo-output", 3
 
@@ -74,7 +79,9 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
         for n in range(kills):
             proc = subprocess.Popen(killed_args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             echo = _echo_until(proc, progress_lines=2)
-            print(f"[demo] SIGKILL the pipeline mid-work ({n + 1}/{kills}); restarting it ...", flush=True)
+            open_txn = _pause_in_a_transaction(client, proc)
+            where = f"in open transaction {open_txn}" if open_txn else "(idle: no transaction open)"
+            print(f"[demo] SIGKILL the pipeline {where} ({n + 1}/{kills}); restarting it ...", flush=True)
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             echo.join(10)  # the pipe ends with the process
@@ -106,6 +113,30 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     ok = verdict.ok and code == 0 and verdict.inputs == before + messages
     print("demo OK" if ok else "demo FAILED")
     return 0 if ok else 1
+
+
+def _pause_in_a_transaction(
+    client: Client, proc: subprocess.Popen[str], within_s: float = 5.0
+) -> TxnID | None:
+    """Stop ``proc`` (SIGSTOP) at a moment it has a transaction open with messages in the output, so
+    that the SIGKILL to come leaves its successor one to abort; None if no such moment was found
+    (the pipeline idle, waiting for input). A kill at a random moment could find it between two
+    transactions; stopped, it can neither commit nor abort what the check saw."""
+    admin = TransactionsAdmin(client)
+    output = TopicName.parse(OUTPUT)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)  # an END_TXN already on its way reaches the coordinator
+        for txn in sorted(open_in_output(client, output, ""), key=str):
+            try:
+                if admin.transaction_status(txn) == "OPEN":
+                    return txn
+            except TransactionNotFound:
+                continue
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.1)
+    return None
 
 
 def _echo_until(

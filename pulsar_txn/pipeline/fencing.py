@@ -45,7 +45,13 @@ def leftover_transactions(
     client: Client, consumer: Consumer[bytes], output: TopicName, producer_prefix: str
 ) -> set[TxnID]:
     """Open transactions that hold our input (pending acks) or our output (first message is ours)."""
-    found = set(consumer.pending_transactions())
+    return set(consumer.pending_transactions()) | open_in_output(client, output, producer_prefix)
+
+
+def open_in_output(client: Client, output: TopicName, producer_prefix: str) -> set[TxnID]:
+    """Transactions open in ``output``'s partitions whose first message there is from a producer
+    named ``producer_prefix...``."""
+    found: set[TxnID] = set()
     try:  # storage helpers, below the public API's error boundary: a Kafka hiccup restarts the session
         for partition in range(client._partition_count(output)):
             state, _ = load_state(
