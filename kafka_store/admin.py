@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import Future
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from kafka_store._clients import kafka_error_of, make_client
@@ -101,6 +102,32 @@ class TopicAdmin:
                     raise self._translate(exc, f"delete {name}") from None
             except TimeoutError:
                 raise BrokerUnavailableError.no_answer(f"delete {name}", self._timeout) from None
+
+    def delete_records_before(self, topic: str, partition: int, offset: int) -> Future[None]:
+        """Kafka's DeleteRecords: move the partition's log start up to ``offset`` (the records below it
+        are gone for every reader). Does not wait: the future ends with the broker's answer, failing
+        with ``StoreError``."""
+        done: Future[None] = Future()
+        try:
+            futures = self._admin.delete_records(
+                [TopicPartition(topic, partition, offset)], request_timeout=self._timeout
+            )
+        except (KafkaException, ValueError, TypeError) as exc:
+            done.set_exception(StoreError(f"delete records of {topic}[{partition}] below {offset}: {exc}"))
+            return done
+        (answer,) = futures.values()
+
+        def answered(fut: Future[object]) -> None:
+            exc = fut.exception()
+            if exc is None:
+                done.set_result(None)
+            elif isinstance(exc, KafkaException):
+                done.set_exception(self._translate(exc, f"delete records of {topic}[{partition}]"))
+            else:
+                done.set_exception(StoreError(f"delete records of {topic}[{partition}]: {exc}"))
+
+        answer.add_done_callback(answered)
+        return done
 
     @staticmethod
     def _translate(exc: KafkaException, what: str) -> StoreError:

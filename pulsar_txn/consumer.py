@@ -56,7 +56,7 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId, new_message_id
 from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
-from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
+from pulsar_txn.pendingack.log import PENDING_ACK_TOPIC_CONFIGS, PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.stale import StalePendingCheck
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
 from pulsar_txn.pendingack.stats import recover_partition
@@ -136,12 +136,15 @@ class _Part:
     # Revoked (not lost) with every ack record stored: the next owner recovers our open
     # transactions' acks as pending, so they may still commit.
     handed_over: bool = False
+    trimmed: int = 0  # the pending-ack log is trimmed below this (as far as we asked)
+    trim_due: float = 0.0  # monotonic time of the next trim allowed
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
 _SESSION_TIMEOUT_MS = 6000  # the group session: how long a silent (or static, closed) member stays
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
 _SETTLE_S = 10.0  # at most this long, wait for a rebalancing group's assignments before ConsumerBusy
+_TRIM_INTERVAL_S = 10.0  # a partition's pending-ack log is trimmed at most this often
 _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
 # How soon partitions added to a subscribed topic are assigned: Pulsar's autoUpdatePartitionsInterval
 # (librdkafka would look every 5 minutes).
@@ -1021,7 +1024,7 @@ class Consumer(Generic[T]):
         # data topic grew after this consumer learnt its count; the log must grow with it).
         data = self._kafka_topics[part.tp[0]].base.with_partition(part.tp[1])
         count = self._client._partition_count(data)
-        if self._client._admin.ensure_topic(part.pa_topic, count) < count:
+        if self._client._admin.ensure_topic(part.pa_topic, count, PENDING_ACK_TOPIC_CONFIGS) < count:
             # Partitioned like the data topic (e.g. after the data topic grew).
             self._client._admin.add_partitions(part.pa_topic, count)
         with self._lock, self._pa_lock:
@@ -1383,6 +1386,7 @@ class Consumer(Generic[T]):
         """Snapshot the cursors and hand them to the group (None: nothing to commit). The returned
         future fails with StoreError if the group refused them."""
         offsets: dict[TP, tuple[int, str]] = {}
+        trims: dict[TP, int] = {}
         with self._lock:
             for part in parts:
                 if (not part.dirty and not force) or (held_only and self._parts.get(part.tp) is not part):
@@ -1400,6 +1404,7 @@ class Consumer(Generic[T]):
                 part.fold.forget_committed_below(part.cursor.mark_delete)
                 start = part.fold.replay_start(part.cursor.unpersisted_from(dropped))
                 offsets[part.tp] = (part.cursor.mark_delete, f"{start};{ranges}")
+                trims[part.tp] = part.fold.trim_point()  # of the state this cursor holds
                 part.dirty = False
         if not offsets:
             return None
@@ -1414,9 +1419,43 @@ class Consumer(Generic[T]):
                         part.dirty = True
                     else:
                         part.committed = offsets[tp]
+            if not failed:
+                for tp, part in by_tp.items():
+                    self._trim(part, trims[tp])
 
         done.add_done_callback(landed)
         return done
+
+    def _trim(self, part: _Part, below: int) -> None:
+        """Delete the part's pending-ack log below ``below``, now that a cursor committed to the group
+        holds every ack of the records there (at most every ``_TRIM_INTERVAL_S``; never waits)."""
+        now = time.monotonic()
+        with self._lock:
+            if below <= part.trimmed or now < part.trim_due:
+                return
+            if (part.pa_topic, part.tp[1]) not in self._pa_topics_ready:
+                return  # no log yet (nothing was ever acked in a transaction here)
+            before = part.trimmed
+            part.trimmed, part.trim_due = below, now + _TRIM_INTERVAL_S
+        pa_topic, partition = part.pa_topic, part.tp[1]
+
+        def answered(fut: Future[None]) -> None:
+            exc = fut.exception()
+            if exc is not None:  # retried at a later commit
+                log.warning(
+                    "%s: trimming %s[%d] below %d failed: %s",
+                    self.subscription,
+                    pa_topic,
+                    partition,
+                    below,
+                    exc,
+                )
+                with self._lock:
+                    part.trimmed = min(part.trimmed, before)
+            else:
+                log.debug("%s: %s[%d] trimmed below %d", self.subscription, pa_topic, partition, below)
+
+        self._client._admin.delete_records_before(pa_topic, partition, below).add_done_callback(answered)
 
     def _committed_in_time(self, done: Future[None] | None) -> bool:
         if done is None:

@@ -83,6 +83,11 @@ def encode_pending_ack(
     return value, headers
 
 
+# Pending-ack logs keep their records until the consumer trims them (DeleteRecords below
+# ``PendingAckFold.trim_point``, once a cursor holding everything below it is committed): time-based
+# retention could delete acks a restart still has to replay.
+PENDING_ACK_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+
 _ENDED_MAX = 10_000  # transactions whose end a fold remembers (late ack records of them are ignored)
 # Committed transactions whose individual acks lie above the cursor's mark-delete, remembered so that
 # replay can redo them if the cursor's metadata has no room for their ranges (see replay_start).
@@ -131,6 +136,17 @@ class PendingAckFold:
                 if last >= unpersisted_from and first < start:
                     start = first
         return start
+
+    def trim_point(self) -> int:
+        """No replay will ever need the log below here: the lowest replay start that the cursor's
+        metadata could still call for (every unfinished transaction's first record, and every
+        committed one whose acks only this log may yet have to redo, see ``replay_start``). As with
+        Pulsar's pending-ack log, acks above a mark-delete held back keep their records."""
+        return min(
+            min(self.first_record.values(), default=self.next_offset),
+            min((first for first, _last in self._committed.values()), default=self.next_offset),
+            self.next_offset,
+        )
 
     def forget_committed_below(self, mark_delete: int) -> None:
         """Committed transactions whose acks all lie below ``mark_delete`` are persisted by it."""

@@ -1,0 +1,135 @@
+"""A subscription's pending-ack log is trimmed (Kafka DeleteRecords) below what any replay can still
+need, once a cursor holding the acks of the records there is committed: the log stays bounded without
+time-based retention, which could delete acks a restart must replay (pending-ack logs are created
+with ``retention.ms=-1``)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+import pulsar_txn.consumer as consumer_module
+from kafka_store import PartitionReader, group_offsets
+from pulsar_txn.consumer import Consumer
+from pulsar_txn.message import Message
+from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.pendingack.stats import split_metadata
+from pulsar_txn.subscription.cursor import Cursor
+from tests.conftest import Cluster, receive_all, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _setup(c: Cluster, topic: str, n: int) -> None:
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(n):
+        producer.send_async(f"m{i:04d}")
+    producer.flush()
+
+
+def _log_start(c: Cluster, topic: str, sub: str) -> int:
+    reader = PartitionReader(c.client.kafka)
+    try:
+        return reader.watermarks(pending_ack_topic(TopicName.parse(topic), sub), 0)[0]
+    finally:
+        reader.close()
+
+
+def _retention(c: Cluster, topic: str) -> dict[str, str]:
+    admin = AdminClient({"bootstrap.servers": c.client.kafka.bootstrap_servers})
+    (answer,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    return {k: v.value for k, v in answer.result(10).items() if k.startswith("retention.")}
+
+
+def _committed_replay_start(c: Cluster, topic: str, sub: str) -> int:
+    committed = group_offsets(c.client.kafka, sub, [(topic, 0)])[(topic, 0)]
+    return split_metadata(committed[1])[0]
+
+
+def _pending_total(consumer: Consumer[bytes]) -> int:
+    return sum(int(p["pending_ack_count"]) for p in consumer.stats()["partitions"].values())
+
+
+def _commit_each(c: Cluster, consumer: Consumer[bytes], msgs: list[Message[bytes]], per_txn: int) -> None:
+    for i in range(0, len(msgs), per_txn):
+        with c.client.transaction(60) as txn:
+            consumer.acknowledge(msgs[i : i + per_txn], txn=txn)
+
+
+def test_an_open_transaction_pins_the_trim_and_a_restart_recovers_its_pending_acks(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    c = cluster()
+    topic, sub = f"trim_{uid}", f"sub_{uid}"
+    _setup(c, topic, 60)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(60)), key=lambda m: m.message_id.offset)
+    _commit_each(c, consumer, msgs[:20], 2)  # ten committed transactions: records to trim
+    held = c.client.transaction(120)
+    consumer.acknowledge(msgs[20:25], txn=held)
+    held._wait_ops()
+    held_first = consumer._parts[(topic, 0)].fold.first_record[held.txn_id]
+    assert held_first > 0
+    _commit_each(c, consumer, msgs[25:45], 2)  # and ten more after the open one's record
+
+    assert _retention(c, pending_ack_topic(TopicName.parse(topic), sub)) == {
+        "retention.bytes": "-1",
+        "retention.ms": "-1",
+    }
+    wait_until(lambda: _log_start(c, topic, sub) > 0, 15)
+    assert _log_start(c, topic, sub) <= held_first  # the open transaction's acks are kept
+    assert _committed_replay_start(c, topic, sub) >= _log_start(c, topic, sub)
+
+    consumer.close()
+    restarted = c.client.subscribe(topic, sub)
+    again = {m.message_id.offset for m in receive_all(restarted, 1000)}
+    # Only the never-acked ones: the 40 committed acks hold, the open transaction's 5 are pending.
+    assert again == {m.message_id.offset for m in msgs[45:]}
+    held.commit()
+    wait_until(lambda: _pending_total(restarted) == 0, 10)
+    # With the open transaction ended, the trim moves past its records.
+    wait_until(lambda: _log_start(c, topic, sub) > held_first, 15)
+    restarted.close()
+    last = c.client.subscribe(topic, sub)
+    assert {m.message_id.offset for m in receive_all(last, 1000)} == {m.message_id.offset for m in msgs[45:]}
+    last.close()
+
+
+def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_trims(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A never-acked first message holds the mark-delete back, and the cursor's metadata has room for
+    only a few ranges (made tiny here): the committed transactions' acks beyond it are persisted by
+    the pending-ack log alone, so trimming must not delete their records (as Pulsar keeps the log
+    above the mark-delete)."""
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    real = Cursor.encode_ranges
+    monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
+    c = cluster()
+    topic, sub = f"trimcap_{uid}", f"sub_{uid}"
+    _setup(c, topic, 200)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(200)), key=lambda m: m.message_id.offset)
+    # Half of them, irregularly (the ranges compress poorly), the highest first: each transaction's
+    # ranges come before the earlier ones', pushing those out of the cursor's room after their
+    # records could have been trimmed.
+    rng = random.Random(5)
+    acked = [m for m in msgs[1:] if rng.random() < 0.5][::-1]
+    for i in range(0, len(acked), 10):
+        with c.client.transaction(60) as txn:
+            consumer.acknowledge(acked[i : i + 10], txn=txn)
+        time.sleep(0.3)  # the cursor commit (every 100 ms) lands, and a trim may follow it
+    assert consumer._parts[(topic, 0)].cursor.encode_ranges()[1] > 0  # the case under test
+    consumer.close()
+    restarted = c.client.subscribe(topic, sub)
+    again = {m.message_id.offset for m in receive_all(restarted, 1000)}
+    assert again == {m.message_id.offset for m in msgs} - {m.message_id.offset for m in acked}
+    restarted.close()
