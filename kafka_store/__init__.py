@@ -40,6 +40,7 @@ from kafka_store.reader import (
     offsets_for_time,
     read_range,
     replay_compacted,
+    watermark_offsets,
 )
 
 __all__ = [
@@ -85,4 +86,5 @@ __all__ = [
     "poll_ready",
     "read_range",
     "replay_compacted",
+    "watermark_offsets",
 ]

@@ -387,9 +387,16 @@ def offsets_for_time(
 
 
 def end_offsets(config: KafkaConfig, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    return {tp: high for tp, (_low, high) in watermark_offsets(config, partitions).items()}
+
+
+def watermark_offsets(
+    config: KafkaConfig, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per partition, (log start, end): retention or DeleteRecords moves the start up."""
     reader = PartitionReader(config)
     try:
-        return {tp: reader.watermarks(*tp)[1] for tp in partitions}
+        return {tp: reader.watermarks(*tp) for tp in partitions}
     finally:
         reader.close()
 

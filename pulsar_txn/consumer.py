@@ -37,6 +37,7 @@ from kafka_store import (
     in_callback_thread,
     offsets_for_time,
     read_range,
+    watermark_offsets,
 )
 from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
@@ -498,9 +499,12 @@ class Consumer(Generic[T]):
         try:
             if not self._client._admin.topic_exists(pa[0]):
                 return True
-            return retained.fold.read_all_but_own(end_offsets(self._client.kafka, [pa])[pa])
+            start, end = watermark_offsets(self._client.kafka, [pa])[pa]
         except (PulsarTxnError, StoreError):
             return False  # recovering is safe
+        # Another owner meanwhile may have trimmed the log past records our fold could still call for
+        # (its fold, recovered from the replay start, never knew the older committed transactions).
+        return start <= retained.fold.trim_point() and retained.fold.read_all_but_own(end)
 
     def _on_lost(self, partitions: list[TP]) -> None:
         self._on_revoke(partitions, lost=True)

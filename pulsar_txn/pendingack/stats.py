@@ -6,11 +6,12 @@ committed offset and metadata, then the pending-ack log replayed from the record
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
-from kafka_store import TopicNotFoundError, describe_group, group_offsets, read_range
+from kafka_store import TopicNotFoundError, describe_group, group_offsets, read_range, watermark_offsets
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS
-from pulsar_txn.errors import SubscriptionNotFound
+from pulsar_txn.errors import PulsarTxnError, SubscriptionNotFound
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.log import PendingAckFold
 from pulsar_txn.pendingack.state import PendingAckState
@@ -18,6 +19,9 @@ from pulsar_txn.subscription.cursor import Cursor
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
+
+log = logging.getLogger(__name__)
+_STALE_ATTEMPTS = 5  # reads of the cursors, each raced by the owner's trim (at most every 10 s)
 
 
 def split_metadata(metadata: str | None) -> tuple[int, str | None]:
@@ -31,6 +35,11 @@ def split_metadata(metadata: str | None) -> tuple[int, str | None]:
         return 0, metadata
 
 
+class StaleCursor(Exception):
+    """The pending-ack log was trimmed past the replay start of the cursor read: its owner committed
+    a newer cursor meanwhile. Read the cursor again."""
+
+
 def recover_partition(
     client: Client,
     name: TopicName,
@@ -38,8 +47,13 @@ def recover_partition(
     partition: int,
     committed: tuple[int, str | None] | None,
     default_start: int,
+    *,
+    cursor_may_be_stale: bool = False,
 ) -> PendingAckFold:
-    """The cursor and pending-ack state of one partition as stored in Kafka."""
+    """The cursor and pending-ack state of one partition as stored in Kafka. ``cursor_may_be_stale``:
+    ``committed`` was read by an observer while the subscription may be live (admin stats); a log
+    trimmed past its replay start then raises ``StaleCursor`` instead of giving a state that never
+    existed (the newer cursor's acks without the records of the transactions behind them)."""
     pa_low = 0
     if committed is not None:
         pa_low, ranges = split_metadata(committed[1])
@@ -62,8 +76,22 @@ def recover_partition(
     try:
         for rec in read_range(client.kafka, pa_topic, partition, pa_low):
             fold.apply(rec)
+        log_start = watermark_offsets(client.kafka, [(pa_topic, partition)])[(pa_topic, partition)][0]
     except TopicNotFoundError:
-        pass
+        return fold
+    if committed is not None and log_start > pa_low:
+        if cursor_may_be_stale:
+            raise StaleCursor(f"{pa_topic}[{partition}] starts at {log_start}, past replay start {pa_low}")
+        # The owner trims only below what its committed cursor needs: this is time-based retention
+        # (a log created before trimming existed) having deleted records a replay needed.
+        log.warning(
+            "%s[%d]: the pending-ack log starts at %d, past the cursor's replay start %d (deleted by "
+            "retention?): acks recorded only there are lost and their messages come back",
+            pa_topic,
+            partition,
+            log_start,
+            pa_low,
+        )
     return fold
 
 
@@ -73,15 +101,30 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
     name = TopicName.parse(topic)
     count = client._partition_count(name)
     parts = [name.partition] if name.partition is not None else list(range(count))
-    committed = group_offsets(client.kafka, subscription, [(name.kafka_topic, p) for p in parts])
-    if not committed and not _exists(client, name, subscription):
-        raise SubscriptionNotFound(f"{topic} has no subscription {subscription!r}")
-    return {
-        str(name.base.with_partition(p)): recover_partition(
-            client, name.base, subscription, p, committed.get((name.kafka_topic, p)), 0
-        )
-        for p in parts
-    }
+    for _attempt in range(_STALE_ATTEMPTS):
+        committed = group_offsets(client.kafka, subscription, [(name.kafka_topic, p) for p in parts])
+        if not committed and not _exists(client, name, subscription):
+            raise SubscriptionNotFound(f"{topic} has no subscription {subscription!r}")
+        try:
+            return {
+                str(name.base.with_partition(p)): recover_partition(
+                    client,
+                    name.base,
+                    subscription,
+                    p,
+                    committed.get((name.kafka_topic, p)),
+                    0,
+                    cursor_may_be_stale=True,
+                )
+                for p in parts
+            }
+        except StaleCursor as exc:
+            log.info("%s/%s: %s; reading the cursors again", topic, subscription, exc)
+    raise PulsarTxnError(
+        f"{topic}/{subscription}: the pending-ack log was trimmed under every read of the cursors "
+        f"({_STALE_ATTEMPTS} attempts); try again",
+        retriable=True,
+    )
 
 
 def _exists(client: Client, name: TopicName, subscription: str) -> bool:

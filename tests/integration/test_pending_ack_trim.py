@@ -8,13 +8,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 import pulsar_txn.consumer as consumer_module
+import pulsar_txn.pendingack.stats as stats_module
 from kafka_store import PartitionReader, group_offsets
-from pulsar_txn.consumer import Consumer
+from pulsar_txn.consumer import Consumer, ConsumerType
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.stats import split_metadata
@@ -133,3 +135,129 @@ def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_tri
     again = {m.message_id.offset for m in receive_all(restarted, 1000)}
     assert again == {m.message_id.offset for m in msgs} - {m.message_id.offset for m in acked}
     restarted.close()
+
+
+def _pa_watermarks(c: Cluster, topic: str, sub: str, partition: int) -> tuple[int, int]:
+    reader = PartitionReader(c.client.kafka)
+    try:
+        return reader.watermarks(pending_ack_topic(TopicName.parse(topic), sub), partition)
+    finally:
+        reader.close()
+
+
+def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_reused(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeps a revoked partition's state when its final commit fails (noida-db refuses it with
+    ILLEGAL_GENERATION) and reuses it if the partition comes back untouched. B, the owner meanwhile,
+    recovered from the replay start, so its fold never knew A's older committed transactions, and its
+    trim deleted their records. A's reused fold then sent its replay start back to them, below the
+    log's start, once their ranges no longer fitted the cursor's metadata. (Recovered instead, A
+    knows those transactions only by the cursor's ranges, and ranges pushed out of the metadata are
+    lost: a limit of recovery with or without trimming, see docs/subscriptions.md.)"""
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    real = Cursor.encode_ranges
+    monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
+    c = cluster()
+    topic, sub = f"rettrim_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(300):
+        producer.send_async(f"m{i}")
+    producer.flush()
+    tp = (TopicName.parse(topic).kafka_topic, 1)
+
+    def committed() -> tuple[int, str | None]:
+        return group_offsets(c.client.kafka, sub, [tp])[tp]
+
+    a = c.client.subscribe(topic, sub, initial_position="Earliest", consumer_type=ConsumerType.Failover)
+    p1 = sorted(
+        (m for m in receive_all(a, 2000) if m.message_id.partition == 1), key=lambda m: m.message_id.offset
+    )
+    assert len(p1) > 100
+    high = p1[-1]
+    with c.client.transaction(60) as t_old:
+        a.acknowledge(high, txn=t_old)
+    part_a = a._parts[tp]
+    t_old_first = part_a.fold._committed[t_old.txn_id][0]
+    wait_until(
+        lambda: (
+            split_metadata(committed()[1])[0] == _pa_watermarks(c, topic, sub, 1)[1]
+            and part_a.committed == committed()
+        ),
+        10,
+    )
+    flush = a._flush_part
+
+    def revocation_commit_fails(part: Any, *, force: bool = False, in_callback: bool = False) -> bool:
+        return False if force and in_callback else flush(part, force=force, in_callback=in_callback)
+
+    monkeypatch.setattr(a, "_flush_part", revocation_commit_fails)
+    b = c.client.subscribe(topic, sub, consumer_type=ConsumerType.Failover)
+    wait_until(lambda: tp in b._parts, 20)
+    assert tp in a._retained
+    wait_until(lambda: _pa_watermarks(c, topic, sub, 1)[0] > t_old_first, 15)  # B trimmed
+    monkeypatch.setattr(a, "_flush_part", flush)
+    b.close()
+    wait_until(lambda: tp in a._parts, 20)
+    # Plain acks of lower messages, irregularly: the ranges no longer fit in the (small) metadata.
+    rng = random.Random(3)
+    back = sorted(
+        (m for m in receive_all(a, 2000) if m.message_id.partition == 1), key=lambda m: m.message_id.offset
+    )
+    a.acknowledge(
+        [m for m in back[1:] if m.message_id.offset < high.message_id.offset and rng.random() < 0.5]
+    )
+    time.sleep(0.5)  # cursor commits land
+    # A recovered the partition instead (its fold called for records B deleted): the replay start it
+    # commits, which a restart follows, lies within the log.
+    assert a._parts[tp] is not part_a
+    assert split_metadata(committed()[1])[0] >= _pa_watermarks(c, topic, sub, 1)[0]
+    a.close()
+
+
+def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stats read every partition's cursor, then each log in turn. A trim in between (the owner
+    committed a newer cursor) deleted records the cursor read calls for: the view showed messages of a
+    transaction committed meanwhile as neither pending nor acked, a state that never existed."""
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    c = cluster()
+    topic, sub = f"strace_{uid}", f"sub_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    for i in range(40):
+        producer.send_async(f"m{i}")
+    producer.flush()
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = [consumer.receive(5000) for _ in range(40)]
+    tp = (TopicName.parse(topic).kafka_topic, 1)
+    p1 = sorted((m for m in msgs if m.message_id.partition == 1), key=lambda m: m.message_id.offset)
+    assert len(p1) >= 10
+    with c.client.transaction(60) as t0:  # records below t1's, so that a trim shows
+        consumer.acknowledge(p1[5:6], txn=t0)
+    t1 = c.client.transaction(60)
+    consumer.acknowledge(p1[0:5], txn=t1)
+    t1._wait_ops()
+    first = consumer._parts[tp].fold.first_record[t1.txn_id]
+    wait_until(lambda: split_metadata(group_offsets(c.client.kafka, sub, [tp])[tp][1])[0] == first, 10)
+    real_read_range = stats_module.read_range
+    raced: list[int] = []
+
+    def read_range_raced(kafka: Any, pa_topic: str, partition: int, start: int, *a: Any, **kw: Any) -> Any:
+        if partition == 1 and not raced:  # meanwhile the owner commits t1, and trims past its records
+            raced.append(start)
+            t1.commit()
+            with c.client.transaction(60) as t2:
+                consumer.acknowledge(p1[6:8], txn=t2)
+            wait_until(lambda: _pa_watermarks(c, topic, sub, 1)[0] > start, 15)
+        return real_read_range(kafka, pa_topic, partition, start, *a, **kw)
+
+    monkeypatch.setattr(stats_module, "read_range", read_range_raced)
+    name = f"persistent://public/default/{topic}-partition-1"
+    fold = stats_module.recover_subscription(c.client, topic, sub)[name]
+    assert raced
+    states = [fold.state.position_stats(m.message_id.offset)["state"] for m in p1[0:5]]
+    consumer.close()
+    assert "NotInPendingAck" not in states, states  # pending (t1 open), then acked: never neither
