@@ -139,6 +139,7 @@ class _Part:
     handed_over: bool = False
     trimmed: int = 0  # the pending-ack log is trimmed below this (as far as we asked)
     trim_due: float = 0.0  # monotonic time of the next trim allowed
+    trim_ready: int = 0  # a landed cursor's trim point held back by the interval (upkeep issues it)
 
 
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
@@ -1099,6 +1100,8 @@ class Consumer(Generic[T]):
                     for part in parts:
                         if part.dirty:
                             self._flush_part(part)
+                        elif part.trim_ready > part.trimmed and now >= part.trim_due:
+                            self._trim(part, part.trim_ready)  # held back by the interval, now due
                     next_flush = now + 0.1
             except Exception:  # upkeep must go on; the next round retries
                 log.exception("subscription %s: upkeep failed", self.subscription)
@@ -1435,7 +1438,10 @@ class Consumer(Generic[T]):
         holds every ack of the records there (at most every ``_TRIM_INTERVAL_S``; never waits)."""
         now = time.monotonic()
         with self._lock:
-            if below <= part.trimmed or now < part.trim_due:
+            if below <= part.trimmed:
+                return
+            if now < part.trim_due:
+                part.trim_ready = max(part.trim_ready, below)
                 return
             if (part.pa_topic, part.tp[1]) not in self._pa_topics_ready:
                 return  # no log yet (nothing was ever acked in a transaction here)

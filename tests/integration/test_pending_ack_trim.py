@@ -261,3 +261,25 @@ def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
     states = [fold.state.position_stats(m.message_id.offset)["state"] for m in p1[0:5]]
     consumer.close()
     assert "NotInPendingAck" not in states, states  # pending (t1 open), then acked: never neither
+
+
+def test_a_trim_held_back_by_the_interval_is_made_once_due_without_further_commits(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trims come at most once per interval; one held back was made only at the next cursor commit,
+    so a subscription that went idle kept its last interval's records for good."""
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 2.0)
+    c = cluster()
+    topic, sub = f"trimidle_{uid}", f"sub_{uid}"
+    _setup(c, topic, 40)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(40)), key=lambda m: m.message_id.offset)
+    _commit_each(c, consumer, msgs[:2], 2)
+    wait_until(lambda: _log_start(c, topic, sub) > 0, 10)  # the first trim: at once
+    _commit_each(c, consumer, msgs[2:], 2)  # within the interval: held back; then idle
+    end = _pa_watermarks(c, topic, sub, 0)[1]
+    wait_until(lambda: _log_start(c, topic, sub) == end, 10)
+    consumer.close()
+    restarted = c.client.subscribe(topic, sub)
+    assert receive_all(restarted, 800) == []
+    restarted.close()
