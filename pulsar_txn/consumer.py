@@ -1460,8 +1460,9 @@ class Consumer(Generic[T]):
                     below,
                     exc,
                 )
-                with self._lock:
+                with self._lock:  # the upkeep tries again once the interval has passed
                     part.trimmed = min(part.trimmed, before)
+                    part.trim_ready = max(part.trim_ready, below)
             else:
                 log.debug("%s: %s[%d] trimmed below %d", self.subscription, pa_topic, partition, below)
 

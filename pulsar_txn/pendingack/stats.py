@@ -101,10 +101,15 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
     name = TopicName.parse(topic)
     count = client._partition_count(name)
     parts = [name.partition] if name.partition is not None else list(range(count))
+    previous: dict[tuple[str, int], tuple[int, str | None]] | None = None
     for _attempt in range(_STALE_ATTEMPTS):
         committed = group_offsets(client.kafka, subscription, [(name.kafka_topic, p) for p in parts])
         if not committed and not _exists(client, name, subscription):
             raise SubscriptionNotFound(f"{topic} has no subscription {subscription!r}")
+        # The owner trims only after committing a newer cursor: the same cursors read again mean the
+        # log start is past their replay start for good (retention on a log made before trimming
+        # existed), not a race. Recover from the log as it is, as a consumer would.
+        stale_ok, previous = committed == previous, committed
         try:
             return {
                 str(name.base.with_partition(p)): recover_partition(
@@ -114,7 +119,7 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
                     p,
                     committed.get((name.kafka_topic, p)),
                     0,
-                    cursor_may_be_stale=True,
+                    cursor_may_be_stale=not stale_ok,
                 )
                 for p in parts
             }

@@ -8,14 +8,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 import pulsar_txn.consumer as consumer_module
 import pulsar_txn.pendingack.stats as stats_module
-from kafka_store import PartitionReader, group_offsets
+from kafka_store import PartitionReader, StoreError, group_offsets
+from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.consumer import Consumer, ConsumerType
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -283,3 +286,66 @@ def test_a_trim_held_back_by_the_interval_is_made_once_due_without_further_commi
     restarted = c.client.subscribe(topic, sub)
     assert receive_all(restarted, 800) == []
     restarted.close()
+
+
+def test_pending_ack_stats_of_a_log_cut_by_retention_still_answer(cluster: ClusterFactory, uid: str) -> None:
+    """A log whose start is past the committed replay start for good (retention on a log created
+    before trimming existed) was taken for a trim racing the read on every attempt: the stats failed
+    with "try again" until some consumer committed a newer cursor."""
+    c = cluster()
+    topic, sub = f"pstale_{uid}", f"sub_{uid}"
+    _setup(c, topic, 10)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(10)), key=lambda m: m.message_id.offset)
+    held = c.client.transaction(300)
+    consumer.acknowledge(msgs[0:2], txn=held)
+    held._wait_ops()
+    with c.client.transaction(60) as txn:
+        consumer.acknowledge(msgs[2:4], txn=txn)
+    first = consumer._parts[(topic, 0)].fold.first_record[held.txn_id]
+    wait_until(lambda: _committed_replay_start(c, topic, sub) == first, 10)
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": c.client.kafka.bootstrap_servers})
+    pa = pending_ack_topic(TopicName.parse(topic), sub)
+    (deleted,) = admin.delete_records([TopicPartition(pa, 0, first + 1)]).values()  # as retention would
+    deleted.result(10)
+    stats = TransactionsAdmin(c.client).pending_ack_stats(topic, sub)
+    (only,) = stats.values()
+    assert only["mark_delete"] == 0
+    held.abort()
+
+
+def test_a_failed_trim_is_tried_again_while_the_subscription_is_idle(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim that failed (a broker blip) was tried again only at the next cursor commit: an idle
+    subscription kept its records."""
+    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.5)
+    c = cluster()
+    topic, sub = f"pft_{uid}", f"sub_{uid}"
+    _setup(c, topic, 20)
+    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((consumer.receive(5000) for _ in range(20)), key=lambda m: m.message_id.offset)
+    real = c.client._admin.delete_records_before
+    failing = False
+
+    def blip(pa_topic: str, partition: int, offset: int) -> Future[None]:
+        if not failing:
+            return real(pa_topic, partition, offset)
+        refused: Future[None] = Future()
+        refused.set_exception(StoreError("simulated: broker unavailable", retriable=True))
+        return refused
+
+    monkeypatch.setattr(c.client._admin, "delete_records_before", blip)
+    failing = False
+    _commit_each(c, consumer, msgs[:18], 2)
+    end = _pa_watermarks(c, topic, sub, 0)[1]
+    wait_until(lambda: _log_start(c, topic, sub) == end, 10)  # trimmed so far; the interval passes
+    time.sleep(1.0)
+    failing = True
+    _commit_each(c, consumer, msgs[18:], 2)  # its trim is made at once (not held back), and fails
+    time.sleep(1.0)  # no commit comes any more
+    failing = False
+    end = _pa_watermarks(c, topic, sub, 0)[1]
+    wait_until(lambda: _log_start(c, topic, sub) == end, 10)
+    consumer.close()
