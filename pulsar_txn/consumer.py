@@ -1451,7 +1451,7 @@ class Consumer(Generic[T]):
 
         def answered(fut: Future[None]) -> None:
             exc = fut.exception()
-            if exc is not None:  # retried at a later commit
+            if exc is not None:
                 log.warning(
                     "%s: trimming %s[%d] below %d failed: %s",
                     self.subscription,

@@ -142,11 +142,8 @@ class PendingAckFold:
         metadata could still call for (every unfinished transaction's first record, and every
         committed one whose acks only this log may yet have to redo, see ``replay_start``). As with
         Pulsar's pending-ack log, acks above a mark-delete held back keep their records."""
-        return min(
-            min(self.first_record.values(), default=self.next_offset),
-            min((first for first, _last in self._committed.values()), default=self.next_offset),
-            self.next_offset,
-        )
+        committed_firsts = (first for first, _last in self._committed.values())
+        return min((self.next_offset, *self.first_record.values(), *committed_firsts))
 
     def forget_committed_below(self, mark_delete: int) -> None:
         """Committed transactions whose acks all lie below ``mark_delete`` are persisted by it."""

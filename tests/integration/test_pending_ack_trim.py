@@ -31,20 +31,24 @@ pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
 
 
-def _setup(c: Cluster, topic: str, n: int) -> None:
-    c.client.create_topic(topic, 1)
+def _setup(c: Cluster, topic: str, n: int, partitions: int = 1) -> None:
+    c.client.create_topic(topic, partitions)
     producer = c.client.create_producer(topic)
     for i in range(n):
         producer.send_async(f"m{i:04d}")
     producer.flush()
 
 
-def _log_start(c: Cluster, topic: str, sub: str) -> int:
+def _pa_watermarks(c: Cluster, topic: str, sub: str, partition: int) -> tuple[int, int]:
     reader = PartitionReader(c.client.kafka)
     try:
-        return reader.watermarks(pending_ack_topic(TopicName.parse(topic), sub), 0)[0]
+        return reader.watermarks(pending_ack_topic(TopicName.parse(topic), sub), partition)
     finally:
         reader.close()
+
+
+def _log_start(c: Cluster, topic: str, sub: str) -> int:
+    return _pa_watermarks(c, topic, sub, 0)[0]
 
 
 def _retention(c: Cluster, topic: str) -> dict[str, str]:
@@ -53,9 +57,9 @@ def _retention(c: Cluster, topic: str) -> dict[str, str]:
     return {k: v.value for k, v in answer.result(10).items() if k.startswith("retention.")}
 
 
-def _committed_replay_start(c: Cluster, topic: str, sub: str) -> int:
-    committed = group_offsets(c.client.kafka, sub, [(topic, 0)])[(topic, 0)]
-    return split_metadata(committed[1])[0]
+def _committed_replay_start(c: Cluster, topic: str, sub: str, partition: int = 0) -> int:
+    tp = (TopicName.parse(topic).kafka_topic, partition)
+    return split_metadata(group_offsets(c.client.kafka, sub, [tp])[tp][1])[0]
 
 
 def _pending_total(consumer: Consumer[bytes]) -> int:
@@ -140,14 +144,6 @@ def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_tri
     restarted.close()
 
 
-def _pa_watermarks(c: Cluster, topic: str, sub: str, partition: int) -> tuple[int, int]:
-    reader = PartitionReader(c.client.kafka)
-    try:
-        return reader.watermarks(pending_ack_topic(TopicName.parse(topic), sub), partition)
-    finally:
-        reader.close()
-
-
 def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_reused(
     cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,11 +159,7 @@ def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
     c = cluster()
     topic, sub = f"rettrim_{uid}", f"sub_{uid}"
-    c.client.create_topic(topic, 2)
-    producer = c.client.create_producer(topic)
-    for i in range(300):
-        producer.send_async(f"m{i}")
-    producer.flush()
+    _setup(c, topic, 300, partitions=2)
     tp = (TopicName.parse(topic).kafka_topic, 1)
 
     def committed() -> tuple[int, str | None]:
@@ -185,7 +177,7 @@ def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_
     t_old_first = part_a.fold._committed[t_old.txn_id][0]
     wait_until(
         lambda: (
-            split_metadata(committed()[1])[0] == _pa_watermarks(c, topic, sub, 1)[1]
+            _committed_replay_start(c, topic, sub, 1) == _pa_watermarks(c, topic, sub, 1)[1]
             and part_a.committed == committed()
         ),
         10,
@@ -215,7 +207,7 @@ def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_
     # A recovered the partition instead (its fold called for records B deleted): the replay start it
     # commits, which a restart follows, lies within the log.
     assert a._parts[tp] is not part_a
-    assert split_metadata(committed()[1])[0] >= _pa_watermarks(c, topic, sub, 1)[0]
+    assert _committed_replay_start(c, topic, sub, 1) >= _pa_watermarks(c, topic, sub, 1)[0]
     a.close()
 
 
@@ -228,11 +220,7 @@ def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
     monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
     c = cluster()
     topic, sub = f"strace_{uid}", f"sub_{uid}"
-    c.client.create_topic(topic, 2)
-    producer = c.client.create_producer(topic)
-    for i in range(40):
-        producer.send_async(f"m{i}")
-    producer.flush()
+    _setup(c, topic, 40, partitions=2)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = [consumer.receive(5000) for _ in range(40)]
     tp = (TopicName.parse(topic).kafka_topic, 1)
@@ -244,7 +232,7 @@ def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
     consumer.acknowledge(p1[0:5], txn=t1)
     t1._wait_ops()
     first = consumer._parts[tp].fold.first_record[t1.txn_id]
-    wait_until(lambda: split_metadata(group_offsets(c.client.kafka, sub, [tp])[tp][1])[0] == first, 10)
+    wait_until(lambda: _committed_replay_start(c, topic, sub, 1) == first, 10)
     real_read_range = stats_module.read_range
     raced: list[int] = []
 
