@@ -7,7 +7,8 @@ One fresh embedded broker for everything (every process stopped at the end):
   2. read-committed read of one partition (plain records, committed and aborted transactions):
      ``CommittedReader`` vs a plain confluent Consumer, alternating, best of two each;
   3. TB recovery of a 1M-record partition (300k with ``--quick``): full scan, snapshot, ~1000 more
-     records, then ``load_state`` from the snapshot (fresh ``SnapshotStore`` each time);
+     records, then ``load_state`` from the snapshot (fresh ``SnapshotStore`` each time); then snapshot
+     writes of a 200k-aborted state (50k with ``--quick``): only changed segments vs all of them;
   4. peak RSS of a fresh process reading that partition: ``CommittedReader`` vs a plain Consumer.
 """
 
@@ -64,6 +65,7 @@ from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.message import MessageId
 from pulsar_txn.producer import Producer as OurProducer
 from pulsar_txn.transaction import Transaction
+from pulsar_txn.txnid import TxnID
 
 T = TypeVar("T")
 
@@ -80,6 +82,8 @@ READ_TOPIC = "bench_read"
 RECOVERY_TOPIC = "bench_recovery"
 TAIL_RECORDS = 1000
 LOADS = 3
+SNAPSHOT_WRITES = 4  # per kind, alternating
+SNAPSHOT_NEW_ABORTS = 100
 # Alternating; each (plain, ours) pair back to back gives one ratio, the median of those decides.
 READ_ORDER = ("plain", "ours", "ours", "plain") * 3
 PAIRED = ("ours_plain", f"ours_txn_{TARGET_SIZE}_overlap", f"kafka_txn_{TARGET_SIZE}")
@@ -94,6 +98,7 @@ class Sizes:
     read_runs: int  # per reader
     pair_rounds: int  # rounds of the #3 target's three points back to back (plain, overlapped, Kafka)
     pair_msgs: int  # messages per point in those rounds
+    snapshot_aborted: int  # aborted txns in the snapshot-write point's state
 
 
 DEFAULT = Sizes(
@@ -104,6 +109,7 @@ DEFAULT = Sizes(
     read_runs=5,
     pair_rounds=5,
     pair_msgs=60_000,
+    snapshot_aborted=200_000,
 )
 QUICK = Sizes(
     produce_msgs=10_000,
@@ -113,6 +119,7 @@ QUICK = Sizes(
     read_runs=2,
     pair_rounds=3,
     pair_msgs=20_000,
+    snapshot_aborted=50_000,
 )
 
 
@@ -614,6 +621,48 @@ def _phase_recovery(
     return end
 
 
+def _phase_snapshot_writes(raw: dict[str, Any], sizes: Sizes, kafka: KafkaConfig) -> None:
+    """TB snapshot writes of a partition with a large aborted set, SNAPSHOT_NEW_ABORTS new aborts
+    between writes: a store that takes unchanged segments over (the TB service's) against a store
+    with nothing to take over, which writes every segment (every write before session 31)."""
+    topic = f"{SNAPSHOT_TOPIC}_writes"
+    n = sizes.snapshot_aborted
+    state = TxnBufferState("bench_snapshot_writes", 0, num_tcs=NUM_TCS)
+    state.aborted = {TxnID(1, i): 3 * i for i in range(n)}
+    ours = SnapshotStore(kafka, topic=topic, partitions=1)
+    next_txn = n
+    runs: dict[str, list[dict[str, float]]] = {"incremental": [], "full": []}
+    try:
+        ours.write(state).result(60)  # what the following writes take over
+
+        def one(kind: str) -> dict[str, float]:
+            nonlocal next_txn
+            state.aborted |= {TxnID(1, i): 3 * i for i in range(next_txn, next_txn + SNAPSHOT_NEW_ABORTS)}
+            next_txn += SNAPSHOT_NEW_ABORTS
+            store = ours if kind == "incremental" else SnapshotStore(kafka, topic=topic, partitions=1)
+            before = _end_offset(kafka, topic)
+            try:
+                _offset, secs = _timed(lambda: store.write(state).result(60))
+            finally:
+                if store is not ours:
+                    store.close()
+            return {"seconds": secs, "records": _end_offset(kafka, topic) - before}
+
+        for i in range(SNAPSHOT_WRITES):
+            for kind in ("incremental", "full") if i % 2 == 0 else ("full", "incremental"):
+                label = f"snapshot write, {n:,} aborted: {kind} ({i + 1})"
+                runs[kind].append(step(label, functools.partial(one, kind)))
+    finally:
+        ours.close()
+    raw["snapshot_writes"] = {
+        "aborted": n,
+        "new_aborts_per_write": SNAPSHOT_NEW_ABORTS,
+        "runs": runs,
+        "median_s": {k: percentile([r["seconds"] for r in v], 50) for k, v in runs.items()},
+        "records": {k: [r["records"] for r in v] for k, v in runs.items()},
+    }
+
+
 # ---------------------------------------------------------------------------------------------- 4
 def _phase_memory(raw: dict[str, Any], bootstrap: str, end: int) -> None:
     ctx = mp.get_context("spawn")
@@ -662,6 +711,7 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
     _phase_produce(raw, sizes, bootstrap, workdir, probes)
     _phase_read(raw, sizes, bootstrap, kafka, probes)
     end = _phase_recovery(raw, sizes, bootstrap, kafka, probes)
+    _phase_snapshot_writes(raw, sizes, kafka)
     _phase_memory(raw, bootstrap, end)
     raw["memory"]["ours_delivered_ok"] = (
         raw["memory"]["ours"].get("delivered") == raw["recovery"]["written"]["visible"]
@@ -785,6 +835,14 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
         "",
         "same state as full scan",
         _met(rec["same_state"] and rec["snapshot_used"]),
+    )
+    sw = raw["snapshot_writes"]
+    row(
+        f"TB snapshot write, {sw['aborted']:,} aborted txns, +{sw['new_aborts_per_write']} between writes",
+        f"{sw['median_s']['incremental'] * 1000:.0f} ms median, records {sw['records']['incremental']}",
+        f"every segment: {sw['median_s']['full'] * 1000:.0f} ms, records {sw['records']['full']}",
+        "(report)",
+        "-",
     )
 
     mem = raw["memory"]

@@ -11,6 +11,7 @@ older snapshot-free scan), never half-trusted.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 import zlib
@@ -33,12 +34,14 @@ from kafka_store import (
     replay_compacted,
 )
 from pulsar_txn._record_mac import has_valid_mac, record_mac
+from pulsar_txn.buffer._segments import NewSegment, Planned, StoredSegment, free_indexes, plan_segments
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
 from pulsar_txn.txnid import TxnID
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
+_FULL_REWRITE_EVERY = 16  # every 16th segmented snapshot of a partition writes all its segments
 
 
 def _array_of(record: str, last: str, last_type: str) -> dict[str, Any]:
@@ -104,6 +107,35 @@ TB_SNAPSHOT = REGISTRY.register(
                     {"name": "anchor_offset", "type": "long"},
                     {"name": "anchor_fingerprint", "type": "long"},
                     {"name": "state_segments", "type": "int"},
+                ],
+            },
+            # v4: segments are taken over from earlier snapshots (only changed ones are written, as
+            # Pulsar's segmented snapshots): ``segment_refs`` names the key index and the snapshot_id
+            # of each, the aborted segments first, then the state segments. Written whenever there
+            # are segments; builds without it ignore such a head and scan instead.
+            4: {
+                "type": "record",
+                "name": "TbSnapshotV4",
+                "namespace": "pulsar_txn.buffer",
+                "fields": [
+                    *_TB_SNAPSHOT_V1_FIELDS,
+                    {"name": "anchor_offset", "type": "long"},
+                    {"name": "anchor_fingerprint", "type": "long"},
+                    {"name": "state_segments", "type": "int"},
+                    {
+                        "name": "segment_refs",
+                        "type": {
+                            "type": "array",
+                            "items": {
+                                "type": "record",
+                                "name": "SegmentRefV1",
+                                "fields": [
+                                    {"name": "index", "type": "int"},
+                                    {"name": "snapshot_id", "type": "string"},
+                                ],
+                            },
+                        },
+                    },
                 ],
             },
         },
@@ -202,6 +234,9 @@ class SnapshotStore:
         # Per partition, the segment indexes live in the topic (written here, or found by a load):
         # a snapshot with fewer segments tombstones the others.
         self._segments_written: dict[tuple[str, int], set[int]] = {}
+        # Per partition, the aborted segments of the last snapshot written or loaded (reused by the next).
+        self._aborted_segments: dict[tuple[str, int], list[StoredSegment]] = {}
+        self._writes: dict[tuple[str, int], int] = {}  # segmented snapshots written, per partition
         self._ready = False
 
     def ensure_topic(self) -> None:
@@ -234,19 +269,31 @@ class SnapshotStore:
         return self._appender
 
     def write(self, state: TxnBufferState) -> Future[int]:
-        """Append a snapshot of ``state``; the future gives the head record's offset."""
+        """Append a snapshot of ``state``; the future gives the head record's offset (done once the
+        keys this snapshot no longer uses are tombstoned too). Aborted segments whose content this
+        store wrote or loaded before are taken over, not written again (``_segments.py``)."""
         self.ensure_topic()
         tp = (state.topic, state.partition)
         out = _SegmentWriter(self._app(), self.topic, self._partition_for(*tp), state)
-        aborted = list(state.aborted.items())
-        inline = dict(aborted) if len(aborted) <= self._segment_size else {}
-        if not inline:
-            for start in range(0, len(aborted), self._segment_size):
-                out.append(
-                    TB_ABORTED_SEGMENT,
-                    aborted=_txn_offsets(dict(aborted[start : start + self._segment_size])),
-                )
-        aborted_segments = out.index
+        size = self._segment_size
+        inline: dict[TxnID, int] = {}
+        planned: list[Planned] = []
+        if len(state.aborted) <= size:
+            inline = dict(state.aborted)
+        else:
+            writes = self._writes[tp] = self._writes.get(tp, 0) + 1
+            # Now and then all of them again: a segment key overwritten behind this store's back (a
+            # former owner's late snapshot) would otherwise keep every later head unloadable.
+            previous = self._aborted_segments.get(tp, ()) if writes % _FULL_REWRITE_EVERY else ()
+            planned = plan_segments(previous, state.aborted, size)
+        free = free_indexes({p.index for p in planned if p.index is not None})
+        stored: list[StoredSegment] = []
+        for seg in planned:
+            if isinstance(seg, NewSegment):
+                index = seg.index if seg.index is not None else next(free)
+                out.append(TB_ABORTED_SEGMENT, index, aborted=_txn_offsets(seg.entries))
+                seg = StoredSegment(index, out.snapshot_id, seg.entries)
+            stored.append(seg)
         sets: dict[str, list[Any]] = {
             "ongoing": _txn_offsets(state.ongoing),
             "ended": [
@@ -254,18 +301,27 @@ class SnapshotStore:
             ],
             "discarded": [list(r) for r in state.discarded],
         }
-        if sum(len(items) for items in sets.values()) > self._segment_size:
+        state_refs: list[tuple[int, str]] = []
+        if sum(len(items) for items in sets.values()) > size:
             # Each set in chunks of its own, after the aborted segments: one transaction left open
             # for hours keeps every transaction ended meanwhile in ``ended`` (see state.py).
             for name, items in sets.items():
-                for start in range(0, len(items), self._segment_size):
-                    chunk = {n: items[start : start + self._segment_size] if n == name else [] for n in sets}
-                    out.append(TB_STATE_SEGMENT, **chunk)
+                for start in range(0, len(items), size):
+                    chunk = {n: items[start : start + size] if n == name else [] for n in sets}
+                    index = next(free)
+                    out.append(TB_STATE_SEGMENT, index, **chunk)
+                    state_refs.append((index, out.snapshot_id))
             sets = {name: [] for name in sets}
-        out.wait_segments(self._kafka.request_timeout_ms / 1000 + 30)  # the appender's own deadline
-        for stale in sorted(i for i in self._segments_written.get(tp, ()) if i >= out.index):
-            out.tombstone(stale)
-        self._segments_written[tp] = set(range(out.index))
+        try:
+            out.wait_segments(self._kafka.request_timeout_ms / 1000 + 30)  # the appender's own deadline
+        except BaseException:
+            self._aborted_segments.pop(tp, None)  # some keys may hold new content: trust none of them
+            raise
+        self._aborted_segments[tp] = stored
+        refs = [(seg.index, seg.snapshot_id) for seg in stored] + state_refs
+        live = {index for index, _id in refs}
+        stale = sorted(self._segments_written.get(tp, set()) - live)
+        self._segments_written[tp] = live
         anchor_offset, anchor_fingerprint = state.anchor()
         head: dict[str, Any] = {
             "topic": state.topic,
@@ -274,17 +330,23 @@ class SnapshotStore:
             "scanned_to": state.scanned_to,
             "taken_at_ms": int(time.time() * 1000),
             "aborted": _txn_offsets(inline),
-            "aborted_segments": aborted_segments,
+            "aborted_segments": len(stored),
             **sets,
             "lwm": {str(k): v for k, v in state.lwm.items()},
             "counters": state.counters.as_dict(),
             "anchor_offset": anchor_offset,
             "anchor_fingerprint": anchor_fingerprint,
         }
-        state_segments = out.index - aborted_segments
-        if state_segments:
-            return out.head(TB_SNAPSHOT.encode({**head, "state_segments": state_segments}, version=3))
-        return out.head(TB_SNAPSHOT.encode(head, version=2))  # readable by builds without state segments
+        if refs:
+            head |= {
+                "state_segments": len(state_refs),
+                "segment_refs": [{"index": i, "snapshot_id": sid} for i, sid in refs],
+            }
+            written = out.head(TB_SNAPSHOT.encode(head, version=4))
+        else:
+            written = out.head(TB_SNAPSHOT.encode(head, version=2))  # readable by builds without segments
+        # After the head: until it is stored, the last head (which may use these keys) stays whole.
+        return _after(written, [out.tombstone(index) for index in stale])
 
     def forget(self, topic: str, partitions: Iterable[int]) -> int:
         """Tombstone every snapshot record (heads and segments) of these partitions of
@@ -309,6 +371,7 @@ class SnapshotStore:
                 raise BrokerUnavailableError.no_answer(f"tombstones in {self.topic}", timeout) from None
         for p in parts:
             self._segments_written.pop((topic, p), None)
+            self._aborted_segments.pop((topic, p), None)
         return len(written)
 
     def load(
@@ -346,11 +409,12 @@ class SnapshotStore:
                 # Whatever becomes of the head, the next write tombstones every segment key there is
                 # (those of an ignored snapshot, e.g. one whose writer died before its head, too).
                 self._segments_written[(topic, partition)] = _segment_indexes(table, topic, partition)
+                self._aborted_segments.pop((topic, partition), None)  # set again if this one loads
                 decoded = _decode(table, topic, partition, marker_secret)
                 if decoded is None:
                     out[(topic, partition)] = None
                     continue
-                head, aborted = decoded
+                head, aborted, stored = decoded
                 scanned_to = int(head["scanned_to"])
                 anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
                 if reader is None:
@@ -366,10 +430,8 @@ class SnapshotStore:
                     log.warning("snapshot of %s/%d ignored: %s", topic, partition, exc)
                     out[(topic, partition)] = None
                     continue
-                out[(topic, partition)] = (
-                    state,
-                    int(head["taken_at_ms"]),
-                )
+                out[(topic, partition)] = (state, int(head["taken_at_ms"]))
+                self._aborted_segments[(topic, partition)] = stored
         finally:
             if reader is not None:
                 reader.close()
@@ -436,7 +498,7 @@ def _segment_indexes(table: dict[bytes, StoredRecord], topic: str, partition: in
 
 
 class _SegmentWriter:
-    """Appends one snapshot's records: segments keyed ``<base>/seg/<i>`` in order, then the head."""
+    """Appends one snapshot's records: segments keyed ``<base>/seg/<i>``, then the head."""
 
     def __init__(self, app: Appender, topic: str, partition: int, state: TxnBufferState) -> None:
         self._app = app
@@ -445,17 +507,15 @@ class _SegmentWriter:
         self._base = f"{state.topic}/{state.partition}"
         self._secret = state.marker_secret
         self.snapshot_id = uuid.uuid4().hex
-        self.index = 0  # segments appended so far
         self._segments: list[Future[int]] = []
 
     def _append(self, key: bytes, value: bytes | None) -> Future[int]:
         headers = _signed(self._secret, key, value) if value is not None else None
         return self._app.append(self._topic, self._partition, value, key=key, headers=headers)
 
-    def append(self, kind: RecordKind, **sets: list[Any]) -> None:
-        value = kind.encode({"snapshot_id": self.snapshot_id, "index": self.index, **sets})
-        self._segments.append(self._append(f"{self._base}/seg/{self.index}".encode(), value))
-        self.index += 1
+    def append(self, kind: RecordKind, index: int, **sets: list[Any]) -> None:
+        value = kind.encode({"snapshot_id": self.snapshot_id, "index": index, **sets})
+        self._segments.append(self._append(f"{self._base}/seg/{index}".encode(), value))
 
     def wait_segments(self, timeout: float) -> None:
         """Until every segment is stored; raises the first failure (a head must never be written for
@@ -469,25 +529,54 @@ class _SegmentWriter:
                     f"snapshot segments of {self._base}", timeout
                 ) from None
 
-    def tombstone(self, index: int) -> None:
-        self._append(f"{self._base}/seg/{index}".encode(), None)
+    def tombstone(self, index: int) -> Future[int]:
+        return self._append(f"{self._base}/seg/{index}".encode(), None)
 
     def head(self, value: bytes) -> Future[int]:
         return self._append(self._base.encode(), value)
 
 
+def _after(head: Future[int], cleanup: list[Future[int]]) -> Future[int]:
+    """``head``'s outcome, given once ``cleanup`` (tombstones) has ended too; a failed tombstone is
+    only logged (the key stays until the next snapshot tombstones it)."""
+    if not cleanup:
+        return head
+    done: Future[int] = Future()
+    left = [len(cleanup) + 1]
+    lock = threading.Lock()
+
+    def one(_f: Future[int]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if not last:
+            return
+        failed = [f.exception() for f in cleanup if f.exception() is not None]
+        if failed:
+            log.warning("snapshot: %d stale segment tombstones failed: %s", len(failed), failed[0])
+        error = head.exception()
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(head.result())
+
+    for fut in (head, *cleanup):
+        fut.add_done_callback(one)
+    return done
+
+
 def _segments(
     table: dict[bytes, StoredRecord],
     base: str,
-    head: dict[str, Any],
+    refs: list[tuple[int, str]],
     marker_secret: bytes | None,
     kind: RecordKind,
-    indexes: range,
 ) -> list[dict[str, Any]] | None:
-    """The head's segments of ``kind`` at ``indexes``, decoded; None (logged) if one is missing, not
-    authentic, or of another snapshot. Decoding errors propagate (``_decode`` ignores the snapshot)."""
+    """The head's segments of ``kind`` at ``refs`` (key index, snapshot_id), decoded; None (logged) if
+    one is missing, not authentic, or of another snapshot. Decoding errors propagate (``_decode``
+    ignores the snapshot)."""
     out = []
-    for index in indexes:
+    for index, snapshot_id in refs:
         rec = table.get(f"{base}/seg/{index}".encode())
         if rec is None:
             log.warning("snapshot of %s misses segment %d; ignoring it", base, index)
@@ -496,19 +585,34 @@ def _segments(
             log.warning("snapshot of %s: segment %d failed authentication; ignoring it", base, index)
             return None
         seg = REGISTRY.decode_as(kind, rec.value)
-        if seg["snapshot_id"] != head["snapshot_id"] or int(seg["index"]) != index:
+        if seg["snapshot_id"] != snapshot_id or int(seg["index"]) != index:
             log.warning("snapshot of %s has a segment of another snapshot at %d; ignoring it", base, index)
             return None
         out.append(seg)
     return out
 
 
+def _segment_refs(head: dict[str, Any]) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """The (key index, snapshot_id) of the head's aborted segments and of its state segments."""
+    aborted, states = int(head["aborted_segments"]), int(head.get("state_segments", 0))
+    if aborted < 0 or states < 0:
+        raise ValueError(f"negative segment count ({aborted}, {states})")
+    listed = head.get("segment_refs")
+    if listed is None:  # versions 1-3: the head's own segments at 0, 1, 2, ...
+        own = [(i, str(head["snapshot_id"])) for i in range(aborted + states)]
+    else:
+        own = [(int(r["index"]), str(r["snapshot_id"])) for r in listed]
+        if len(own) != aborted + states:
+            raise ValueError(f"{len(own)} segment refs for {aborted} + {states} segments")
+    return own[:aborted], own[aborted:]
+
+
 def _decode(
     table: dict[bytes, StoredRecord], topic: str, partition: int, marker_secret: bytes | None = None
-) -> tuple[dict[str, Any], dict[TxnID, int]] | None:
-    """The snapshot head of ``topic[partition]`` and its whole aborted set (segments joined), or None
-    if there is none or it is incomplete, unreadable, of another partition or (with ``marker_secret``)
-    not authentic."""
+) -> tuple[dict[str, Any], dict[TxnID, int], list[StoredSegment]] | None:
+    """The snapshot head of ``topic[partition]``, its whole aborted set (segments joined) and its
+    aborted segments as stored, or None if there is none or it is incomplete, unreadable, of another
+    partition or (with ``marker_secret``) not authentic."""
     base = f"{topic}/{partition}"
     head_rec = table.get(base.encode())
     if head_rec is None:
@@ -524,14 +628,18 @@ def _decode(
             log.warning("snapshot under %s is of %s/%s; ignoring it", base, head["topic"], head["partition"])
             return None
         aborted = _from_txn_offsets(head["aborted"])
-        first = int(head["aborted_segments"])
-        segments = _segments(table, base, head, marker_secret, TB_ABORTED_SEGMENT, range(first))
+        aborted_refs, state_refs = _segment_refs(head)
+        segments = _segments(table, base, aborted_refs, marker_secret, TB_ABORTED_SEGMENT)
         if segments is None:
             return None
-        for seg in segments:
-            aborted.update(_from_txn_offsets(seg["aborted"]))
-        more = range(first, first + int(head.get("state_segments", 0)))
-        segments = _segments(table, base, head, marker_secret, TB_STATE_SEGMENT, more)
+        stored = []
+        for (index, snapshot_id), seg in zip(aborted_refs, segments, strict=True):
+            entries = _from_txn_offsets(seg["aborted"])
+            aborted.update(entries)
+            stored.append(StoredSegment(index, snapshot_id, entries))
+        if sum(len(s.entries) for s in stored) != len(aborted) - len(head["aborted"]):
+            stored = []  # a txn in two segments: the next write takes none of them over
+        segments = _segments(table, base, state_refs, marker_secret, TB_STATE_SEGMENT)
         if segments is None:
             return None
         for seg in segments:
@@ -540,7 +648,7 @@ def _decode(
     except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
         log.warning("unreadable snapshot of %s ignored: %s", base, exc)
         return None
-    return head, aborted
+    return head, aborted, stored
 
 
 def _state_of(
