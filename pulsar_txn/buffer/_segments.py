@@ -30,9 +30,8 @@ class StoredSegment:
 
 @dataclass(frozen=True)
 class NewSegment:
-    """A segment to write: at ``index`` (an existing key whose content changed) or, None, at a free one."""
+    """A segment to write (at a key no stored snapshot uses: the last head stays whole meanwhile)."""
 
-    index: int | None
     entries: Entries
 
 
@@ -43,8 +42,8 @@ def plan_segments(previous: Sequence[StoredSegment], aborted: dict[TxnID, int], 
     """The segments of ``aborted`` for the next snapshot, given those stored for the last one.
 
     Every previous segment keeps the entries of it that are still aborted (with their current offset:
-    a late message moves an entry's offset up); unchanged ones are reused, changed ones rewritten
-    under the same key, emptied ones dropped. What no previous segment holds tops up the last segment
+    a late message moves an entry's offset up); unchanged ones are reused, changed ones written
+    anew, emptied ones dropped. What no previous segment holds tops up the last segment
     and then fills new ones. When pruning has left many part-empty segments (more than twice what a
     packed set needs, plus one), everything is packed again (and rewritten). The checks run at C
     speed (dict views): a TB service snapshots every few seconds, and 200,000 entries walked in
@@ -59,20 +58,19 @@ def plan_segments(previous: Sequence[StoredSegment], aborted: dict[TxnID, int], 
         else:
             kept = {t: aborted[t] for t in seg.entries if t in aborted}
         if kept:
-            out.append(seg if kept is seg.entries else NewSegment(seg.index, kept))
+            out.append(seg if kept is seg.entries else NewSegment(kept))
             placed += len(kept)
     rest = _unplaced(aborted, [p.entries for p in out], len(aborted) - placed)
     if rest and out and len(out[-1].entries) < size:
         last = out[-1]
         room = size - len(last.entries)
         top_up = list(rest)[:room]
-        out[-1] = NewSegment(last.index, last.entries | {t: rest[t] for t in top_up})
+        out[-1] = NewSegment(last.entries | {t: rest[t] for t in top_up})
         rest = {t: rest[t] for t in list(rest)[room:]}
-    out += [NewSegment(None, chunk) for chunk in _chunks(rest, size)]
+    out += [NewSegment(chunk) for chunk in _chunks(rest, size)]
     if len(out) > 2 * math.ceil(len(aborted) / size) + 1:
         everything = {t: o for seg in out for t, o in seg.entries.items()}
-        indexes = [seg.index for seg in out]
-        out = [NewSegment(indexes[n], chunk) for n, chunk in enumerate(_chunks(everything, size))]
+        out = [NewSegment(chunk) for chunk in _chunks(everything, size)]
     return out
 
 
@@ -100,7 +98,8 @@ def _chunks(entries: Entries, size: int) -> list[Entries]:
 
 
 def free_indexes(used: set[int]) -> Iterator[int]:
-    """The key indexes not in ``used``, lowest first (keys stay few and small)."""
+    """The key indexes not in ``used``, lowest first (keys stay few and small: a snapshot's keys and
+    the last one's, at most)."""
     i = 0
     while True:
         if i not in used:

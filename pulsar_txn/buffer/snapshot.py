@@ -11,7 +11,6 @@ older snapshot-free scan), never half-trusted.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 import zlib
@@ -269,9 +268,11 @@ class SnapshotStore:
         return self._appender
 
     def write(self, state: TxnBufferState) -> Future[int]:
-        """Append a snapshot of ``state``; the future gives the head record's offset (done once the
-        keys this snapshot no longer uses are tombstoned too). Aborted segments whose content this
-        store wrote or loaded before are taken over, not written again (``_segments.py``)."""
+        """Append a snapshot of ``state`` and wait for it; the (done) future gives the head record's
+        offset. Aborted segments whose content this store wrote or loaded before are taken over, not
+        written again (``_segments.py``). New segments go to keys the last head does not use, and the
+        keys it used that this one does not are tombstoned once this head is stored: until then, the
+        last head loads whole."""
         self.ensure_topic()
         tp = (state.topic, state.partition)
         out = _SegmentWriter(self._app(), self.topic, self._partition_for(*tp), state)
@@ -286,11 +287,12 @@ class SnapshotStore:
             # former owner's late snapshot) would otherwise keep every later head unloadable.
             previous = self._aborted_segments.get(tp, ()) if writes % _FULL_REWRITE_EVERY else ()
             planned = plan_segments(previous, state.aborted, size)
-        free = free_indexes({p.index for p in planned if p.index is not None})
+        live_before = self._segments_written.get(tp, set())
+        free = free_indexes(live_before | {p.index for p in planned if isinstance(p, StoredSegment)})
         stored: list[StoredSegment] = []
         for seg in planned:
             if isinstance(seg, NewSegment):
-                index = seg.index if seg.index is not None else next(free)
+                index = next(free)
                 out.append(TB_ABORTED_SEGMENT, index, aborted=_txn_offsets(seg.entries))
                 seg = StoredSegment(index, out.snapshot_id, seg.entries)
             stored.append(seg)
@@ -312,16 +314,15 @@ class SnapshotStore:
                     out.append(TB_STATE_SEGMENT, index, **chunk)
                     state_refs.append((index, out.snapshot_id))
             sets = {name: [] for name in sets}
+        timeout = self._kafka.request_timeout_ms / 1000 + 30  # the appender's own deadline
         try:
-            out.wait_segments(self._kafka.request_timeout_ms / 1000 + 30)  # the appender's own deadline
+            out.wait_segments(timeout)
         except BaseException:
-            self._aborted_segments.pop(tp, None)  # some keys may hold new content: trust none of them
+            self._aborted_segments.pop(tp, None)  # some may be stored after all: trust none of them
+            self._segments_written[tp] = live_before | out.indexes  # tombstoned by the next write
             raise
-        self._aborted_segments[tp] = stored
         refs = [(seg.index, seg.snapshot_id) for seg in stored] + state_refs
         live = {index for index, _id in refs}
-        stale = sorted(self._segments_written.get(tp, set()) - live)
-        self._segments_written[tp] = live
         anchor_offset, anchor_fingerprint = state.anchor()
         head: dict[str, Any] = {
             "topic": state.topic,
@@ -345,8 +346,32 @@ class SnapshotStore:
             written = out.head(TB_SNAPSHOT.encode(head, version=4))
         else:
             written = out.head(TB_SNAPSHOT.encode(head, version=2))  # readable by builds without segments
-        # After the head: until it is stored, the last head (which may use these keys) stays whole.
-        return _after(written, [out.tombstone(index) for index in stale])
+        self._segments_written[tp] = live_before | live  # until the tombstones below are stored
+        try:
+            written.result(timeout)
+        except BaseException:
+            # The last head may still be the latest: keep every key it uses. The segments written
+            # for this one stay known as written (their keys hold them).
+            self._aborted_segments[tp] = stored
+            return written
+        self._aborted_segments[tp] = stored
+        self._tombstone(tp, out, sorted(live_before - live), timeout)
+        return written
+
+    def _tombstone(
+        self, tp: tuple[str, int], out: _SegmentWriter, indexes: list[int], timeout: float
+    ) -> None:
+        """Tombstone segment keys no head uses any more; those that fail stay listed as written, so
+        the next snapshot tombstones them."""
+        pending = [(index, out.tombstone(index)) for index in indexes]
+        done: set[int] = set()
+        for index, fut in pending:
+            try:
+                fut.result(timeout)
+                done.add(index)
+            except Exception as exc:  # only leaves a stale key behind, for the next write to remove
+                log.warning("snapshot of %s/%d: tombstone of segment %d failed: %s", *tp, index, exc)
+        self._segments_written[tp] -= done
 
     def forget(self, topic: str, partitions: Iterable[int]) -> int:
         """Tombstone every snapshot record (heads and segments) of these partitions of
@@ -508,6 +533,7 @@ class _SegmentWriter:
         self._secret = state.marker_secret
         self.snapshot_id = uuid.uuid4().hex
         self._segments: list[Future[int]] = []
+        self.indexes: set[int] = set()  # the keys segments were appended to
 
     def _append(self, key: bytes, value: bytes | None) -> Future[int]:
         headers = _signed(self._secret, key, value) if value is not None else None
@@ -515,6 +541,7 @@ class _SegmentWriter:
 
     def append(self, kind: RecordKind, index: int, **sets: list[Any]) -> None:
         value = kind.encode({"snapshot_id": self.snapshot_id, "index": index, **sets})
+        self.indexes.add(index)
         self._segments.append(self._append(f"{self._base}/seg/{index}".encode(), value))
 
     def wait_segments(self, timeout: float) -> None:
@@ -534,35 +561,6 @@ class _SegmentWriter:
 
     def head(self, value: bytes) -> Future[int]:
         return self._append(self._base.encode(), value)
-
-
-def _after(head: Future[int], cleanup: list[Future[int]]) -> Future[int]:
-    """``head``'s outcome, given once ``cleanup`` (tombstones) has ended too; a failed tombstone is
-    only logged (the key stays until the next snapshot tombstones it)."""
-    if not cleanup:
-        return head
-    done: Future[int] = Future()
-    left = [len(cleanup) + 1]
-    lock = threading.Lock()
-
-    def one(_f: Future[int]) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if not last:
-            return
-        failed = [f.exception() for f in cleanup if f.exception() is not None]
-        if failed:
-            log.warning("snapshot: %d stale segment tombstones failed: %s", len(failed), failed[0])
-        error = head.exception()
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(head.result())
-
-    for fut in (head, *cleanup):
-        fut.add_done_callback(one)
-    return done
 
 
 def _segments(

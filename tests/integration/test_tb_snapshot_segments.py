@@ -7,7 +7,7 @@ from contextlib import closing
 
 import pytest
 
-from kafka_store import KafkaConfig, RecordTooLargeError, TopicAdmin, end_offsets, replay_compacted
+from kafka_store import Appender, KafkaConfig, RecordTooLargeError, TopicAdmin, end_offsets, replay_compacted
 from pulsar_txn.buffer import snapshot as snapshot_module
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -147,10 +147,12 @@ def test_segments_of_a_snapshot_whose_head_never_came_are_tombstoned_by_the_next
             patch.setattr(snapshot_module._SegmentWriter, "head", killed)
             with pytest.raises(_Killed):
                 first.write(_big_state(topic, ended=1000))
-    # The next writer finds a head whose segments are of another snapshot: ignored. Its own, smaller
-    # snapshot must still tombstone all 10 segment keys (it counted only a loaded head's segments).
+    # The killed write put its segments at keys the last head does not use (since session 31): the
+    # next writer still loads that head whole. Its own, smaller snapshot must tombstone all 20
+    # segment keys, the orphans too (it counted only a loaded head's segments once).
     with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as second:
-        assert second.load(topic, 0, num_tcs=4) is None
+        loaded = second.load(topic, 0, num_tcs=4)
+        assert loaded is not None and len(loaded[0].ended) == 1000
         second.write(_big_state(topic, ended=5)).result(30)
         loaded = second.load(topic, 0, num_tcs=4)
         assert loaded is not None and len(loaded[0].ended) == 5
@@ -210,9 +212,9 @@ def test_a_snapshot_writes_only_the_aborted_segments_that_changed(
         cut = 3 * 1_000_000_000 + 150
         state.aborted = {t: o for t, o in state.aborted.items() if t.least_bits >= cut or t.most_bits == 3}
         store.write(state).result(30)
-        # segment 0 emptied (tombstoned), segment 1 cut in half (written again), the head
-        assert _snapshot_records(kafka, snap_topic) - before == 3
-        assert _live_segments(kafka, snap_topic, topic) == set(range(1, 11))
+        # segment 1 cut in half (written anew, at key 11), the head, then tombstones of keys 0 and 1
+        assert _snapshot_records(kafka, snap_topic) - before == 4
+        assert _live_segments(kafka, snap_topic, topic) == set(range(2, 12))
         loaded = store.load(topic, 0, num_tcs=4)
         assert loaded is not None and _same(loaded[0], state)
 
@@ -222,7 +224,7 @@ def test_a_snapshot_writes_only_the_aborted_segments_that_changed(
         before = _snapshot_records(kafka, snap_topic)
         state.aborted[TxnID(3, 999)] = 9999
         fresh.write(state).result(30)
-        assert _snapshot_records(kafka, snap_topic) - before == 2  # the last segment + the head
+        assert _snapshot_records(kafka, snap_topic) - before == 3  # last segment anew, head, tombstone
         loaded = fresh.load(topic, 0, num_tcs=4)
         assert loaded is not None and _same(loaded[0], state)
 
@@ -231,21 +233,57 @@ def test_a_segment_overwritten_by_another_writer_is_written_again_by_the_next_fu
     kafka: KafkaConfig, admin: TopicAdmin, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A former owner's late snapshot overwrites segment keys this store takes over: its heads then
-    # name segments that are not there any more, and load as nothing until a full rewrite.
-    monkeypatch.setattr(snapshot_module, "_FULL_REWRITE_EVERY", 3)
+    # name segments that are not there any more, and load as nothing until a full rewrite. (Loads go
+    # through another store: a load resets what this one remembers, as the TB service never does.)
+    monkeypatch.setattr(snapshot_module, "_FULL_REWRITE_EVERY", 4)
     topic = f"tbseg8-{uid}"
     snap_topic = f"__tbs8-{uid}"
     admin.ensure_topic(topic, 1)
+
+    def loads() -> bool:
+        with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as probe:
+            loaded = probe.load(topic, 0, num_tcs=4)
+            return loaded is not None and _same(loaded[0], state)
+
     with (
         closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as ours,
         closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as former,
     ):
         state = _big_state(topic, ended=5, aborted=300)
-        ours.write(state).result(30)  # write 1 (full)
-        former.write(_big_state(topic, ended=5, aborted=250)).result(30)
-        state.aborted[TxnID(3, 1)] = 1
-        ours.write(state).result(30)  # write 2: takes segments 0 and 1 over, now the former's
-        assert ours.load(topic, 0, num_tcs=4) is None
-        ours.write(state).result(30)  # write 3: all segments again
-        loaded = ours.load(topic, 0, num_tcs=4)
-        assert loaded is not None and _same(loaded[0], state)
+        ours.write(state).result(30)  # write 1: all three segments, keys 0-2
+        former.write(_big_state(topic, ended=5, aborted=250)).result(30)  # keys 0-2 again
+        for write in (2, 3):
+            state.aborted[TxnID(3, write)] = write
+            ours.write(state).result(30)  # takes keys 0-2 over: now the former owner's
+            assert not loads(), write
+        state.aborted[TxnID(3, 4)] = 4
+        ours.write(state).result(30)  # write 4: every segment again
+        assert loads()
+
+
+def test_a_head_that_fails_leaves_the_last_good_snapshot_whole(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    # The keys the new head no longer used were tombstoned whether or not it was stored (and changed
+    # segments were written over their old keys): a failed head left the last good one naming
+    # segments that were gone, and the partition had no snapshot until the next write succeeded.
+    topic = f"tbseg9-{uid}"
+    snap_topic = f"__tbs9-{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka, max_record_bytes=4000)
+    try:
+        with closing(
+            SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100, appender=appender)
+        ) as store:
+            good = _big_state(topic, ended=5, aborted=500)
+            store.write(good).result(30)
+            bad = _big_state(topic, ended=5, aborted=500)
+            bad.prune(150)  # segment 0 emptied, segment 1 cut
+            bad.lwm = {i: 10**12 for i in range(2000)}  # and a head over the record limit
+            with pytest.raises(RecordTooLargeError):
+                store.write(bad).result(30)
+        with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as probe:
+            loaded = probe.load(topic, 0, num_tcs=4)
+            assert loaded is not None and _same(loaded[0], good)
+    finally:
+        appender.close()
