@@ -60,7 +60,7 @@ from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
 from pulsar_txn.pendingack.log import PENDING_ACK_TOPIC_CONFIGS, PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.stale import StalePendingCheck
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
-from pulsar_txn.pendingack.stats import recover_partition
+from pulsar_txn.pendingack.stats import join_metadata, recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.subscription.unacked import Unacked
@@ -504,7 +504,7 @@ class Consumer(Generic[T]):
         except (PulsarTxnError, StoreError):
             return False  # recovering is safe
         # Another owner meanwhile may have trimmed the log past records our fold could still call for
-        # (its fold, recovered from the replay start, never knew the older committed transactions).
+        # (its trim point follows its own state, not ours).
         return start <= retained.fold.trim_point() and retained.fold.read_all_but_own(end)
 
     def _on_lost(self, partitions: list[TP]) -> None:
@@ -1410,8 +1410,9 @@ class Consumer(Generic[T]):
                     )
                 part.fold.forget_committed_below(part.cursor.mark_delete)
                 start = part.fold.replay_start(part.cursor.unpersisted_from(dropped))
-                offsets[part.tp] = (part.cursor.mark_delete, f"{start};{ranges}")
-                trims[part.tp] = part.fold.trim_point()  # of the state this cursor holds
+                # Of the state this cursor holds: recovery reads from here, the trim cuts below it.
+                trims[part.tp] = part.fold.trim_point()
+                offsets[part.tp] = (part.cursor.mark_delete, join_metadata(start, trims[part.tp], ranges))
                 part.dirty = False
         if not offsets:
             return None

@@ -7,7 +7,7 @@ committed offset and metadata, then the pending-ack log replayed from the record
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafka_store import TopicNotFoundError, describe_group, group_offsets, read_range, watermark_offsets
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS
@@ -24,15 +24,37 @@ log = logging.getLogger(__name__)
 _STALE_ATTEMPTS = 5  # reads of the cursors, each raced by the owner's trim (at most every 10 s)
 
 
-def split_metadata(metadata: str | None) -> tuple[int, str | None]:
-    """Commit metadata is ``<pending-ack replay start>;<acked ranges>``."""
+class CursorMetadata(NamedTuple):
+    """What a subscription's commit metadata holds besides the mark-delete (the committed offset)."""
+
+    replay_start: int
+    """Replaying the pending-ack log from here rebuilds every unfinished transaction's acks."""
+    ranges: str | None
+    """The individually acked ranges (``Cursor.encode_ranges``)."""
+    read_from: int
+    """Where recovery reads the log from (<= ``replay_start``): also the records of the committed
+    transactions whose acks lie above the mark-delete, so the recovered consumer knows them as the
+    committing one did (their ranges may later be pushed out of the metadata; see ``replay_start``)."""
+
+
+def join_metadata(replay_start: int, read_from: int, ranges: str) -> str:
+    """``<replay start>;<ranges>``, or ``<replay start>,<read from>;<ranges>`` when they differ."""
+    head = str(replay_start) if read_from >= replay_start else f"{replay_start},{read_from}"
+    return f"{head};{ranges}"
+
+
+def split_metadata(metadata: str | None) -> CursorMetadata:
+    """Read ``join_metadata``'s form (metadata without a read-from position reads from the replay
+    start, as every consumer before session 31 did)."""
     if not metadata:
-        return 0, None
+        return CursorMetadata(0, None, 0)
     head, _, ranges = metadata.partition(";")
+    start, _, read_from = head.partition(",")
     try:
-        return int(head), ranges or None
+        replay = int(start)
+        return CursorMetadata(replay, ranges or None, min(replay, int(read_from)) if read_from else replay)
     except ValueError:
-        return 0, metadata
+        return CursorMetadata(0, metadata, 0)
 
 
 class StaleCursor(Exception):
@@ -54,9 +76,9 @@ def recover_partition(
     ``committed`` was read by an observer while the subscription may be live (admin stats); a log
     trimmed past its replay start then raises ``StaleCursor`` instead of giving a state that never
     existed (the newer cursor's acks without the records of the transactions behind them)."""
-    pa_low = 0
+    pa_low = replay_start = 0
     if committed is not None:
-        pa_low, ranges = split_metadata(committed[1])
+        replay_start, ranges, pa_low = split_metadata(committed[1])
         try:
             cursor = Cursor.decode(committed[0], ranges)
         except ValueError:
@@ -81,16 +103,19 @@ def recover_partition(
         return fold
     if committed is not None and log_start > pa_low:
         if cursor_may_be_stale:
-            raise StaleCursor(f"{pa_topic}[{partition}] starts at {log_start}, past replay start {pa_low}")
+            raise StaleCursor(f"{pa_topic}[{partition}] starts at {log_start}, past read start {pa_low}")
         # The owner trims only below what its committed cursor needs: this is time-based retention
         # (a log created before trimming existed) having deleted records a replay needed.
         log.warning(
-            "%s[%d]: the pending-ack log starts at %d, past the cursor's replay start %d (deleted by "
-            "retention?): acks recorded only there are lost and their messages come back",
+            "%s[%d]: the pending-ack log starts at %d, past the cursor's read start %d (deleted by "
+            "retention?): %s",
             pa_topic,
             partition,
             log_start,
             pa_low,
+            "acks recorded only there are lost and their messages come back"
+            if log_start > replay_start
+            else "committed transactions there are known only by the cursor's acked ranges",
         )
     return fold
 

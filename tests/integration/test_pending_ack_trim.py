@@ -144,16 +144,17 @@ def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_tri
     restarted.close()
 
 
-def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_reused(
+def test_an_owner_in_between_keeps_the_records_of_committed_txns_a_partition_back_still_needs(
     cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A keeps a revoked partition's state when its final commit fails (noida-db refuses it with
     ILLEGAL_GENERATION) and reuses it if the partition comes back untouched. B, the owner meanwhile,
-    recovered from the replay start, so its fold never knew A's older committed transactions, and its
-    trim deleted their records. A's reused fold then sent its replay start back to them, below the
-    log's start, once their ranges no longer fitted the cursor's metadata. (Recovered instead, A
-    knows those transactions only by the cursor's ranges, and ranges pushed out of the metadata are
-    lost: a limit of recovery with or without trimming, see docs/subscriptions.md.)"""
+    used to recover from the replay start, so its fold never knew A's older committed transactions,
+    and its trim deleted their records; A's reused fold then sent its replay start back to them,
+    below the log's start, once their ranges no longer fitted the cursor's metadata (session 30
+    refused the reuse then). Since session 31 B reads the log from the committed ``read_from``
+    position: it knows those transactions, keeps their records, and after A gets the partition back
+    and their ranges overflow, a restart still does not redeliver their messages."""
     monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
     real = Cursor.encode_ranges
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
@@ -191,7 +192,9 @@ def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_
     b = c.client.subscribe(topic, sub, consumer_type=ConsumerType.Failover)
     wait_until(lambda: tp in b._parts, 20)
     assert tp in a._retained
-    wait_until(lambda: _pa_watermarks(c, topic, sub, 1)[0] > t_old_first, 15)  # B trimmed
+    assert t_old.txn_id in b._parts[tp].fold._committed  # B knows A's committed transaction
+    time.sleep(1.0)  # B's cursor commits and trims (no interval here) land
+    assert _pa_watermarks(c, topic, sub, 1)[0] <= t_old_first  # and keeps its records
     monkeypatch.setattr(a, "_flush_part", flush)
     b.close()
     wait_until(lambda: tp in a._parts, 20)
@@ -203,12 +206,14 @@ def test_a_partition_back_after_another_member_trimmed_its_log_is_recovered_not_
     a.acknowledge(
         [m for m in back[1:] if m.message_id.offset < high.message_id.offset and rng.random() < 0.5]
     )
+    assert a._parts[tp].cursor.encode_ranges()[1] > 0  # the case under test
     time.sleep(0.5)  # cursor commits land
-    # A recovered the partition instead (its fold called for records B deleted): the replay start it
-    # commits, which a restart follows, lies within the log.
-    assert a._parts[tp] is not part_a
     assert _committed_replay_start(c, topic, sub, 1) >= _pa_watermarks(c, topic, sub, 1)[0]
     a.close()
+    restarted = c.client.subscribe(topic, sub, consumer_type=ConsumerType.Failover)
+    again = [m for m in receive_all(restarted, 2000) if m.message_id.partition == 1]
+    assert high.message_id.offset not in {m.message_id.offset for m in again}
+    restarted.close()
 
 
 def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(

@@ -408,6 +408,43 @@ def test_committed_txn_acks_beyond_the_cursors_metadata_room_are_redone_after_a_
     restarted.close()
 
 
+def test_committed_txn_acks_pushed_out_of_the_cursor_after_a_restart_are_not_redelivered_after_the_next(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, across two restarts. A consumer that recovered the partition used to know the
+    committed transactions below the stored replay start only as the cursor's acked ranges; once
+    later plain acks pushed those ranges out of the metadata, nothing redid the commit, and its
+    messages came back after the next restart (invariant 3). Recovery now reads the log from where the
+    committing consumer's knowledge started (``read_from`` in the metadata), so it knows them too."""
+    real = Cursor.encode_ranges
+    monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 60))
+    c = cluster()
+    topic, sub = f"cursorcap2_{uid}", f"sub_{uid}"
+    _setup(c, topic, 300)
+    first = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((first.receive(5000) for _ in range(300)), key=lambda m: m.message_id.offset)
+    high = msgs[-20:][::2]  # above everything acked later; message 0 holds the mark-delete back
+    with c.client.transaction(60) as txn:
+        first.acknowledge(high, txn=txn)
+    assert first._parts[(topic, 0)].cursor.encode_ranges()[1] == 0  # all of them fit, for now
+    first.close()
+
+    second = c.client.subscribe(topic, sub)
+    back = sorted(receive_all(second), key=lambda m: m.message_id.offset)
+    assert not {m.message_id.offset for m in back} & {m.message_id.offset for m in high}
+    rng = random.Random(7)
+    plain = [m for m in back[1:] if m.message_id.offset < high[0].message_id.offset and rng.random() < 0.5]
+    second.acknowledge(plain)
+    ranges, dropped = second._parts[(topic, 0)].cursor.encode_ranges()
+    assert dropped > 0 and ranges  # the txn's ranges (the highest) no longer fit
+    second.close()
+
+    third = c.client.subscribe(topic, sub)
+    again = {m.message_id.offset for m in receive_all(third)}
+    assert not again & {m.message_id.offset for m in high}
+    third.close()
+
+
 def test_a_failover_consumer_cannot_join_an_exclusive_subscription(cluster: ClusterFactory, uid: str) -> None:
     """As in Pulsar ("Subscription is of different type"): ConsumerBusy, and the Exclusive consumer
     keeps every partition (a Failover consumer used to join and take half of them)."""
