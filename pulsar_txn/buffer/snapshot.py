@@ -33,7 +33,7 @@ from kafka_store import (
     replay_compacted,
 )
 from pulsar_txn._record_mac import has_valid_mac, record_mac
-from pulsar_txn.buffer._segments import NewSegment, Planned, StoredSegment, free_indexes, plan_segments
+from pulsar_txn.buffer._segments import NewSegment, StoredSegment, free_indexes, plan_segments
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
 from pulsar_txn.txnid import TxnID
 
@@ -184,6 +184,10 @@ TB_STATE_SEGMENT = REGISTRY.register(
 _STATE_SETS = ("ongoing", "ended", "discarded")
 
 
+def _ended(items: dict[TxnID, bool]) -> list[dict[str, Any]]:
+    return [{"most": t.most_bits, "least": t.least_bits, "committed": c} for t, c in items.items()]
+
+
 def _txn_offsets(items: dict[TxnID, int]) -> list[dict[str, int]]:
     return [{"most": t.most_bits, "least": t.least_bits, "offset": o} for t, o in items.items()]
 
@@ -233,8 +237,9 @@ class SnapshotStore:
         # Per partition, the segment indexes live in the topic (written here, or found by a load):
         # a snapshot with fewer segments tombstones the others.
         self._segments_written: dict[tuple[str, int], set[int]] = {}
-        # Per partition, the aborted segments of the last snapshot written or loaded (reused by the next).
-        self._aborted_segments: dict[tuple[str, int], list[StoredSegment]] = {}
+        # Per partition, the aborted and ended segments of the last snapshot written or loaded, by set
+        # name (the next one takes them over where they did not change).
+        self._taken: dict[tuple[str, int], dict[str, list[StoredSegment]]] = {}
         self._writes: dict[tuple[str, int], int] = {}  # segmented snapshots written, per partition
         self._ready = False
 
@@ -277,51 +282,60 @@ class SnapshotStore:
         tp = (state.topic, state.partition)
         out = _SegmentWriter(self._app(), self.topic, self._partition_for(*tp), state)
         size = self._segment_size
-        inline: dict[TxnID, int] = {}
-        planned: list[Planned] = []
-        if len(state.aborted) <= size:
-            inline = dict(state.aborted)
-        else:
+        ongoing = _txn_offsets(state.ongoing)
+        discarded = [list(r) for r in state.discarded]
+        split = len(ongoing) + len(state.ended) + len(discarded) > size  # state sets in segments
+        taken: dict[str, list[StoredSegment]] = {}
+        if len(state.aborted) > size or split:
             writes = self._writes[tp] = self._writes.get(tp, 0) + 1
             # Now and then all of them again: a segment key overwritten behind this store's back (a
             # former owner's late snapshot) would otherwise keep every later head unloadable.
-            previous = self._aborted_segments.get(tp, ()) if writes % _FULL_REWRITE_EVERY else ()
-            planned = plan_segments(previous, state.aborted, size)
-        live_before = self._segments_written.get(tp, set())
-        free = free_indexes(live_before | {p.index for p in planned if isinstance(p, StoredSegment)})
-        stored: list[StoredSegment] = []
-        for seg in planned:
-            if isinstance(seg, NewSegment):
-                index = next(free)
-                out.append(TB_ABORTED_SEGMENT, index, aborted=_txn_offsets(seg.entries))
-                seg = StoredSegment(index, out.snapshot_id, seg.entries)
-            stored.append(seg)
-        sets: dict[str, list[Any]] = {
-            "ongoing": _txn_offsets(state.ongoing),
-            "ended": [
-                {"most": t.most_bits, "least": t.least_bits, "committed": c} for t, c in state.ended.items()
-            ],
-            "discarded": [list(r) for r in state.discarded],
+            taken = self._taken.get(tp, {}) if writes % _FULL_REWRITE_EVERY else {}
+        plans = {
+            name: plan_segments(taken.get(name, ()), entries, size)
+            for name, entries, segmented in (("aborted", state.aborted, True), ("ended", state.ended, split))
+            if segmented and len(entries) > (size if name == "aborted" else 0)
         }
-        state_refs: list[tuple[int, str]] = []
-        if sum(len(items) for items in sets.values()) > size:
+        live_before = self._segments_written.get(tp, set())
+        reused = {p.index for plan in plans.values() for p in plan if isinstance(p, StoredSegment)}
+        free = free_indexes(live_before | reused)
+        stored: dict[str, list[StoredSegment]] = {}
+        for name, plan in plans.items():
+            stored[name] = []
+            for seg in plan:
+                if isinstance(seg, NewSegment):
+                    index = next(free)
+                    if name == "aborted":
+                        out.append(TB_ABORTED_SEGMENT, index, aborted=_txn_offsets(seg.entries))
+                    else:
+                        ended = _ended(seg.entries)
+                        out.append(TB_STATE_SEGMENT, index, ongoing=[], ended=ended, discarded=[])
+                    seg = StoredSegment(index, out.snapshot_id, seg.entries)
+                stored[name].append(seg)
+        state_refs = [(seg.index, seg.snapshot_id) for seg in stored.get("ended", ())]
+        sets: dict[str, list[Any]] = {name: [] for name in _STATE_SETS}
+        if split:
             # Each set in chunks of its own, after the aborted segments: one transaction left open
-            # for hours keeps every transaction ended meanwhile in ``ended`` (see state.py).
-            for name, items in sets.items():
+            # for hours keeps every transaction ended meanwhile in ``ended`` (see state.py); those
+            # chunks are taken over like the aborted ones.
+            for name, items in (("ongoing", ongoing), ("discarded", discarded)):  # discarded stays sorted
                 for start in range(0, len(items), size):
                     chunk = {n: items[start : start + size] if n == name else [] for n in sets}
                     index = next(free)
                     out.append(TB_STATE_SEGMENT, index, **chunk)
                     state_refs.append((index, out.snapshot_id))
-            sets = {name: [] for name in sets}
+        else:
+            sets = {"ongoing": ongoing, "ended": _ended(state.ended), "discarded": discarded}
+        aborted_stored = stored.get("aborted", [])
+        inline = {} if "aborted" in plans else dict(state.aborted)
         timeout = self._kafka.request_timeout_ms / 1000 + 30  # the appender's own deadline
         try:
             out.wait_segments(timeout)
         except BaseException:
-            self._aborted_segments.pop(tp, None)  # some may be stored after all: trust none of them
+            self._taken.pop(tp, None)  # some may be stored after all: trust none of them
             self._segments_written[tp] = live_before | out.indexes  # tombstoned by the next write
             raise
-        refs = [(seg.index, seg.snapshot_id) for seg in stored] + state_refs
+        refs = [(seg.index, seg.snapshot_id) for seg in aborted_stored] + state_refs
         live = {index for index, _id in refs}
         anchor_offset, anchor_fingerprint = state.anchor()
         head: dict[str, Any] = {
@@ -331,7 +345,7 @@ class SnapshotStore:
             "scanned_to": state.scanned_to,
             "taken_at_ms": int(time.time() * 1000),
             "aborted": _txn_offsets(inline),
-            "aborted_segments": len(stored),
+            "aborted_segments": len(aborted_stored),
             **sets,
             "lwm": {str(k): v for k, v in state.lwm.items()},
             "counters": state.counters.as_dict(),
@@ -352,9 +366,9 @@ class SnapshotStore:
         except BaseException:
             # The last head may still be the latest: keep every key it uses. The segments written
             # for this one stay known as written (their keys hold them).
-            self._aborted_segments[tp] = stored
+            self._taken[tp] = stored
             return written
-        self._aborted_segments[tp] = stored
+        self._taken[tp] = stored
         self._tombstone(tp, out, sorted(live_before - live), timeout)
         return written
 
@@ -396,7 +410,7 @@ class SnapshotStore:
                 raise BrokerUnavailableError.no_answer(f"tombstones in {self.topic}", timeout) from None
         for p in parts:
             self._segments_written.pop((topic, p), None)
-            self._aborted_segments.pop((topic, p), None)
+            self._taken.pop((topic, p), None)
         return len(written)
 
     def load(
@@ -434,12 +448,12 @@ class SnapshotStore:
                 # Whatever becomes of the head, the next write tombstones every segment key there is
                 # (those of an ignored snapshot, e.g. one whose writer died before its head, too).
                 self._segments_written[(topic, partition)] = _segment_indexes(table, topic, partition)
-                self._aborted_segments.pop((topic, partition), None)  # set again if this one loads
+                self._taken.pop((topic, partition), None)  # set again if this one loads
                 decoded = _decode(table, topic, partition, marker_secret)
                 if decoded is None:
                     out[(topic, partition)] = None
                     continue
-                head, aborted, stored = decoded
+                head, aborted, taken = decoded
                 scanned_to = int(head["scanned_to"])
                 anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
                 if reader is None:
@@ -456,7 +470,7 @@ class SnapshotStore:
                     out[(topic, partition)] = None
                     continue
                 out[(topic, partition)] = (state, int(head["taken_at_ms"]))
-                self._aborted_segments[(topic, partition)] = stored
+                self._taken[(topic, partition)] = taken
         finally:
             if reader is not None:
                 reader.close()
@@ -607,10 +621,10 @@ def _segment_refs(head: dict[str, Any]) -> tuple[list[tuple[int, str]], list[tup
 
 def _decode(
     table: dict[bytes, StoredRecord], topic: str, partition: int, marker_secret: bytes | None = None
-) -> tuple[dict[str, Any], dict[TxnID, int], list[StoredSegment]] | None:
+) -> tuple[dict[str, Any], dict[TxnID, int], dict[str, list[StoredSegment]]] | None:
     """The snapshot head of ``topic[partition]``, its whole aborted set (segments joined) and its
-    aborted segments as stored, or None if there is none or it is incomplete, unreadable, of another
-    partition or (with ``marker_secret``) not authentic."""
+    aborted and ended segments as stored (by set name), or None if there is none or it is
+    incomplete, unreadable, of another partition or (with ``marker_secret``) not authentic."""
     base = f"{topic}/{partition}"
     head_rec = table.get(base.encode())
     if head_rec is None:
@@ -630,23 +644,31 @@ def _decode(
         segments = _segments(table, base, aborted_refs, marker_secret, TB_ABORTED_SEGMENT)
         if segments is None:
             return None
-        stored = []
+        stored: list[StoredSegment] = []
         for (index, snapshot_id), seg in zip(aborted_refs, segments, strict=True):
             entries = _from_txn_offsets(seg["aborted"])
             aborted.update(entries)
             stored.append(StoredSegment(index, snapshot_id, entries))
-        if sum(len(s.entries) for s in stored) != len(aborted) - len(head["aborted"]):
-            stored = []  # a txn in two segments: the next write takes none of them over
         segments = _segments(table, base, state_refs, marker_secret, TB_STATE_SEGMENT)
         if segments is None:
             return None
-        for seg in segments:
+        ended: list[StoredSegment] = []  # the chunks of ``ended`` alone (the others are never taken over)
+        for (index, snapshot_id), seg in zip(state_refs, segments, strict=True):
             for name in _STATE_SETS:  # in order: the discarded ranges stay sorted
                 head[name].extend(seg[name])
+            if seg["ended"] and not seg["ongoing"] and not seg["discarded"]:
+                entries = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in seg["ended"]}
+                ended.append(StoredSegment(index, snapshot_id, entries))
+        taken = {"aborted": stored, "ended": ended}
+        for name, whole in (("aborted", len(aborted) - len(head["aborted"])), ("ended", None)):
+            if whole is None:
+                whole = len({(e["most"], e["least"]) for e in head["ended"]})
+            if sum(len(s.entries) for s in taken[name]) > whole:
+                taken[name] = []  # a txn in two segments: the next write takes none of them over
     except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
         log.warning("unreadable snapshot of %s ignored: %s", base, exc)
         return None
-    return head, aborted, stored
+    return head, aborted, taken
 
 
 def _state_of(

@@ -121,7 +121,7 @@ def test_a_segment_that_fails_stops_the_head_so_the_last_good_snapshot_stays(
         big.aborted = {TxnID(1, (1 << 62) + i): (1 << 40) + i for i in range(n + 1)}  # ~17 bytes each: 1.2 MB
         with pytest.raises(RecordTooLargeError):
             store.write(big).result(60)
-        assert (topic, 0) not in store._aborted_segments  # the next write trusts no segment key
+        assert (topic, 0) not in store._taken  # the next write trusts no segment key
         loaded = store.load(topic, 0, num_tcs=4)
         assert loaded is not None and _same(loaded[0], good)
 
@@ -227,6 +227,28 @@ def test_a_snapshot_writes_only_the_aborted_segments_that_changed(
         assert _snapshot_records(kafka, snap_topic) - before == 3  # last segment anew, head, tombstone
         loaded = fresh.load(topic, 0, num_tcs=4)
         assert loaded is not None and _same(loaded[0], state)
+
+
+def test_a_snapshot_writes_only_the_ended_chunks_that_changed(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    # One transaction open for hours pins its TC's low watermark: every transaction ended meanwhile
+    # stays in ``ended``, and each snapshot wrote all of it again (~2 MB at 300,000 entries).
+    topic = f"tbseg10-{uid}"
+    snap_topic = f"__tbs10-{uid}"
+    admin.ensure_topic(topic, 1)
+    with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as store:
+        state = _big_state(topic, ended=1000, ongoing=1)
+        store.write(state).result(30)  # 10 ended chunks + 1 ongoing chunk + the head
+        before = _snapshot_records(kafka, snap_topic)
+        state.ended |= {TxnID(1, 5_000_000_000 + i): True for i in range(20)}
+        store.write(state).result(30)
+        # the new ended chunk, the ongoing chunk (always written), the head, the old ongoing key's tombstone
+        assert _snapshot_records(kafka, snap_topic) - before == 4
+        with closing(SnapshotStore(kafka, topic=snap_topic, partitions=1, segment_size=100)) as probe:
+            loaded = probe.load(topic, 0, num_tcs=4)
+            assert loaded is not None and _same(loaded[0], state)
+            assert len(probe._taken[(topic, 0)]["ended"]) == 11  # a new owner takes them over too
 
 
 def test_a_segment_overwritten_by_another_writer_is_written_again_by_the_next_full_snapshot(

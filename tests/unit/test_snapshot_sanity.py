@@ -109,7 +109,7 @@ def test_a_version_4_head_takes_segments_of_earlier_snapshots_by_their_refs() ->
     )
     decoded = snap._decode(table, "t", 0)
     assert decoded is not None and sorted(decoded[1].values()) == [3, 5]
-    assert [(s.index, s.snapshot_id) for s in decoded[2]] == [(4, "s1"), (0, "s2")]
+    assert [(s.index, s.snapshot_id) for s in decoded[2]["aborted"]] == [(4, "s1"), (0, "s2")]
     # A ref naming another snapshot than the segment's own, or refs that do not add up: ignored.
     bad = {**v4, "segment_refs": [{"index": 4, "snapshot_id": "s9"}, refs[1]]}
     assert (
@@ -143,4 +143,4 @@ def test_loaded_segments_that_share_a_txn_are_not_taken_over_by_the_next_write()
     )
     decoded = snap._decode(table, "t", 0)
     assert decoded is not None and list(decoded[1].values()) == [3]  # the state itself is fine
-    assert decoded[2] == []
+    assert decoded[2]["aborted"] == []
