@@ -8,7 +8,8 @@ One fresh embedded broker for everything (every process stopped at the end):
      ``CommittedReader`` vs a plain confluent Consumer, alternating, best of two each;
   3. TB recovery of a 1M-record partition (300k with ``--quick``): full scan, snapshot, ~1000 more
      records, then ``load_state`` from the snapshot (fresh ``SnapshotStore`` each time); then snapshot
-     writes of a 200k-aborted state (50k with ``--quick``): only changed segments vs all of them;
+     writes of a 200k-aborted and of a 300k-ended state (50k each with ``--quick``): only changed
+     segments vs all of them;
   4. peak RSS of a fresh process reading that partition: ``CommittedReader`` vs a plain Consumer.
 """
 
@@ -83,7 +84,7 @@ RECOVERY_TOPIC = "bench_recovery"
 TAIL_RECORDS = 1000
 LOADS = 3
 SNAPSHOT_WRITES = 4  # per kind, alternating
-SNAPSHOT_NEW_ABORTS = 100
+SNAPSHOT_NEW_ENTRIES = 100
 # Alternating; each (plain, ours) pair back to back gives one ratio, the median of those decides.
 READ_ORDER = ("plain", "ours", "ours", "plain") * 3
 PAIRED = ("ours_plain", f"ours_txn_{TARGET_SIZE}_overlap", f"kafka_txn_{TARGET_SIZE}")
@@ -99,6 +100,7 @@ class Sizes:
     pair_rounds: int  # rounds of the #3 target's three points back to back (plain, overlapped, Kafka)
     pair_msgs: int  # messages per point in those rounds
     snapshot_aborted: int  # aborted txns in the snapshot-write point's state
+    snapshot_ended: int  # ended txns in the other snapshot-write point's state
 
 
 DEFAULT = Sizes(
@@ -110,6 +112,7 @@ DEFAULT = Sizes(
     pair_rounds=5,
     pair_msgs=60_000,
     snapshot_aborted=200_000,
+    snapshot_ended=300_000,
 )
 QUICK = Sizes(
     produce_msgs=10_000,
@@ -120,6 +123,7 @@ QUICK = Sizes(
     pair_rounds=3,
     pair_msgs=20_000,
     snapshot_aborted=50_000,
+    snapshot_ended=50_000,
 )
 
 
@@ -622,13 +626,28 @@ def _phase_recovery(
 
 
 def _phase_snapshot_writes(raw: dict[str, Any], sizes: Sizes, kafka: KafkaConfig) -> None:
-    """TB snapshot writes of a partition with a large aborted set, SNAPSHOT_NEW_ABORTS new aborts
-    between writes: a store that takes unchanged segments over (the TB service's) against a store
-    with nothing to take over, which writes every segment (every write before session 31)."""
-    topic = f"{SNAPSHOT_TOPIC}_writes"
-    n = sizes.snapshot_aborted
-    state = TxnBufferState("bench_snapshot_writes", 0, num_tcs=NUM_TCS)
-    state.aborted = {TxnID(1, i): 3 * i for i in range(n)}
+    """TB snapshot writes of a partition with a large set, SNAPSHOT_NEW_ENTRIES new entries between
+    writes: a store that takes unchanged segments over (the TB service's) against a store with
+    nothing to take over, which writes every segment (every write before session 31). Two sets: a
+    large aborted set, and a large ``ended`` set (a long-open transaction pins the low watermark)."""
+    raw["snapshot_writes"] = {
+        "aborted": _snapshot_writes(kafka, "aborted", sizes.snapshot_aborted),
+        "ended": _snapshot_writes(kafka, "ended", sizes.snapshot_ended),
+    }
+
+
+def _snapshot_writes(kafka: KafkaConfig, name: str, n: int) -> dict[str, Any]:
+    topic = f"{SNAPSHOT_TOPIC}_writes_{name}"
+    state = TxnBufferState(f"bench_snapshot_writes_{name}", 0, num_tcs=NUM_TCS)
+    target: dict[TxnID, Any] = state.aborted if name == "aborted" else state.ended  # type: ignore[assignment]
+    if name == "ended":
+        state.ongoing[TxnID(0, 1)] = 0  # the long-open transaction
+        state._oldest.append((0, TxnID(0, 1)))
+
+    def grow(lo: int, hi: int) -> None:
+        target.update({TxnID(1, i): (3 * i if name == "aborted" else True) for i in range(lo, hi)})
+
+    grow(0, n)
     ours = SnapshotStore(kafka, topic=topic, partitions=1)
     next_txn = n
     runs: dict[str, list[dict[str, float]]] = {"incremental": [], "full": []}
@@ -637,8 +656,8 @@ def _phase_snapshot_writes(raw: dict[str, Any], sizes: Sizes, kafka: KafkaConfig
 
         def one(kind: str) -> dict[str, float]:
             nonlocal next_txn
-            state.aborted |= {TxnID(1, i): 3 * i for i in range(next_txn, next_txn + SNAPSHOT_NEW_ABORTS)}
-            next_txn += SNAPSHOT_NEW_ABORTS
+            grow(next_txn, next_txn + SNAPSHOT_NEW_ENTRIES)
+            next_txn += SNAPSHOT_NEW_ENTRIES
             store = ours if kind == "incremental" else SnapshotStore(kafka, topic=topic, partitions=1)
             before = _end_offset(kafka, topic)
             try:
@@ -650,13 +669,13 @@ def _phase_snapshot_writes(raw: dict[str, Any], sizes: Sizes, kafka: KafkaConfig
 
         for i in range(SNAPSHOT_WRITES):
             for kind in ("incremental", "full") if i % 2 == 0 else ("full", "incremental"):
-                label = f"snapshot write, {n:,} aborted: {kind} ({i + 1})"
+                label = f"snapshot write, {n:,} {name}: {kind} ({i + 1})"
                 runs[kind].append(step(label, functools.partial(one, kind)))
     finally:
         ours.close()
-    raw["snapshot_writes"] = {
-        "aborted": n,
-        "new_aborts_per_write": SNAPSHOT_NEW_ABORTS,
+    return {
+        "entries": n,
+        "new_per_write": SNAPSHOT_NEW_ENTRIES,
         "runs": runs,
         "median_s": {k: percentile([r["seconds"] for r in v], 50) for k, v in runs.items()},
         "records": {k: [r["records"] for r in v] for k, v in runs.items()},
@@ -836,14 +855,14 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
         "same state as full scan",
         _met(rec["same_state"] and rec["snapshot_used"]),
     )
-    sw = raw["snapshot_writes"]
-    row(
-        f"TB snapshot write, {sw['aborted']:,} aborted txns, +{sw['new_aborts_per_write']} between writes",
-        f"{sw['median_s']['incremental'] * 1000:.0f} ms median, records {sw['records']['incremental']}",
-        f"every segment: {sw['median_s']['full'] * 1000:.0f} ms, records {sw['records']['full']}",
-        "(report)",
-        "-",
-    )
+    for name, sw in raw["snapshot_writes"].items():
+        row(
+            f"TB snapshot write, {sw['entries']:,} {name} txns, +{sw['new_per_write']} between writes",
+            f"{sw['median_s']['incremental'] * 1000:.0f} ms median, records {sw['records']['incremental']}",
+            f"every segment: {sw['median_s']['full'] * 1000:.0f} ms, records {sw['records']['full']}",
+            "(report)",
+            "-",
+        )
 
     mem = raw["memory"]
     mo, mp_ = mem.get("ours", {}), mem.get("plain", {})
