@@ -260,6 +260,19 @@ class PendingAckFold:
             out.append((txn, TxnAction.ABORT, self.apply_outcome(txn, TxnAction.ABORT)))
         return out
 
+    def settle_ended_before(self, replay_start: int) -> None:
+        """After a recovery that read from below the committed ``replay_start``: every transaction
+        with an ack record below it had ended when that cursor was committed (the replay start is at
+        or below the first record of every unfinished one). One still pending here ended without its
+        outcome in what was read: its marker is still on its way (the committing consumer learnt the
+        outcome from END_TXN's answer), or it lies before the read start (a late record). Its outcome
+        is in the cursor already, so it is released without one: else it would hold its messages
+        back, and a seek would carry it over and apply a commit made before the seek to the sought
+        cursor once its marker came."""
+        ended = [t for t, first in self.first_record.items() if first < replay_start]
+        for txn in ended:
+            self.apply_outcome(txn, TxnAction.ABORT)
+
     def note_written(self, txn: TxnID, offset: int) -> None:
         """The live consumer wrote an ack record of ``txn`` at ``offset``."""
         if offset >= self.next_offset:  # else the tail has passed (and folded) it already

@@ -38,23 +38,34 @@ class CursorMetadata(NamedTuple):
 
 
 def join_metadata(replay_start: int, read_from: int, ranges: str) -> str:
-    """``<replay start>;<ranges>``, or ``<replay start>,<read from>;<ranges>`` when they differ."""
-    head = str(replay_start) if read_from >= replay_start else f"{replay_start},{read_from}"
-    return f"{head};{ranges}"
+    """``<replay start>;<ranges>``, then ``;k<read from>`` when it lies below the replay start. The
+    suffix comes last so that a build before session 31 still reads the replay start: it cannot
+    read the ranges then (it recovers without them and redelivers their messages, never skips one)."""
+    tail = f";k{read_from}" if read_from < replay_start else ""
+    return f"{replay_start};{ranges}{tail}"
 
 
 def split_metadata(metadata: str | None) -> CursorMetadata:
     """Read ``join_metadata``'s form (metadata without a read-from position reads from the replay
-    start, as every consumer before session 31 did)."""
+    start, as every consumer before session 31 did; a read-from position outside 0..replay start is
+    taken as the replay start)."""
     if not metadata:
         return CursorMetadata(0, None, 0)
-    head, _, ranges = metadata.partition(";")
-    start, _, read_from = head.partition(",")
+    head, _, rest = metadata.partition(";")
+    ranges, _, tail = rest.partition(";")
     try:
-        replay = int(start)
-        return CursorMetadata(replay, ranges or None, min(replay, int(read_from)) if read_from else replay)
+        replay = int(head)
     except ValueError:
         return CursorMetadata(0, metadata, 0)
+    read_from = replay
+    if tail.startswith("k"):
+        try:
+            read_from = int(tail[1:])
+        except ValueError:
+            pass
+        if not 0 <= read_from <= replay:
+            read_from = replay
+    return CursorMetadata(replay, ranges or None, read_from)
 
 
 class StaleCursor(Exception):
@@ -101,21 +112,30 @@ def recover_partition(
         log_start = watermark_offsets(client.kafka, [(pa_topic, partition)])[(pa_topic, partition)][0]
     except TopicNotFoundError:
         return fold
-    if committed is not None and log_start > pa_low:
+    if committed is None:
+        return fold
+    fold.settle_ended_before(replay_start)
+    if log_start > replay_start:
         if cursor_may_be_stale:
-            raise StaleCursor(f"{pa_topic}[{partition}] starts at {log_start}, past read start {pa_low}")
+            raise StaleCursor(f"{pa_topic}[{partition}] starts at {log_start}, past {replay_start}")
         # The owner trims only below what its committed cursor needs: this is time-based retention
         # (a log created before trimming existed) having deleted records a replay needed.
         log.warning(
-            "%s[%d]: the pending-ack log starts at %d, past the cursor's read start %d (deleted by "
-            "retention?): %s",
+            "%s[%d]: the pending-ack log starts at %d, past the cursor's replay start %d (deleted by "
+            "retention?): acks recorded only there are lost and their messages come back",
+            pa_topic,
+            partition,
+            log_start,
+            replay_start,
+        )
+    elif log_start > pa_low:  # retention again, or a trim racing this read: nothing lost
+        log.info(
+            "%s[%d]: the pending-ack log starts at %d, past the cursor's read start %d: committed "
+            "transactions there are known only by the cursor's acked ranges",
             pa_topic,
             partition,
             log_start,
             pa_low,
-            "acks recorded only there are lost and their messages come back"
-            if log_start > replay_start
-            else "committed transactions there are known only by the cursor's acked ranges",
         )
     return fold
 

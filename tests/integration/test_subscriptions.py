@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -19,6 +20,7 @@ from confluent_kafka import Producer
 import pulsar_txn.consumer as consumer_module
 from kafka_store import end_offsets
 from pulsar_txn.consumer import Consumer, DeadLetterPolicy
+from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints
 from pulsar_txn.errors import (
     ConfigError,
     ConsumerBusy,
@@ -443,6 +445,52 @@ def test_committed_txn_acks_pushed_out_of_the_cursor_after_a_restart_are_not_red
     again = {m.message_id.offset for m in receive_all(third)}
     assert not again & {m.message_id.offset for m in high}
     third.close()
+
+
+def test_a_commit_answered_before_its_marker_is_not_applied_again_after_a_recovery_and_a_seek(
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """END_TXN answered after the decision: the consumer applies the commit and commits its cursor
+    while the COMMIT marker is still on its way to the pending-ack log. The next owner, recovering
+    from below the replay start, found the transaction's ack record without a marker and held it
+    pending; a seek back then carried it over, and the late marker acked message 50 on the sought
+    cursor, which the seek had made deliverable again (found by review, session 31)."""
+    gate = threading.Event()
+    gate.set()
+    real = KafkaTxnEndpoints.end_on_subscription
+
+    async def gated(self: KafkaTxnEndpoints, *args: Any, **kwargs: Any) -> None:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(KafkaTxnEndpoints, "end_on_subscription", gated)
+    c = cluster(end_txn_reply="after_decision")
+    topic, sub = f"seekad_{uid}", f"sub_{uid}"
+    _setup(c, topic, 100)
+    a = c.client.subscribe(topic, sub, initial_position="Earliest")
+    msgs = sorted((a.receive(5000) for _ in range(100)), key=lambda m: m.message_id.offset)
+    with c.client.transaction(60) as first:  # the pending-ack log exists and A's tail reads it
+        a.acknowledge(msgs[99], txn=first)
+    gate.clear()  # the next transaction's marker to the pending-ack log is held back
+    with c.client.transaction(60) as txn:
+        a.acknowledge(msgs[50], txn=txn)
+    part = a._parts[(topic, 0)]
+    pa = (part.pa_topic, 0)
+    end = end_offsets(c.client.kafka, [pa])[pa]
+    wait_until(lambda: part.fold.next_offset >= end, 20)  # A's replay start is past the ack record
+    a.close()
+
+    b = c.client.subscribe(topic, sub)
+    wait_until(lambda: (topic, 0) in b._parts, 20)
+    assert b._parts[(topic, 0)].pending.pending_txns() == {}
+    b.seek(msgs[10].message_id)
+    gate.set()  # the marker lands now
+    time.sleep(1.0)  # B's tail reads it
+    again = {m.message_id.offset for m in receive_all(b)}
+    b.close()
+    assert 50 in again
+    assert again == set(range(10, 100))  # a seek forgets every ack beyond its position
 
 
 def test_a_failover_consumer_cannot_join_an_exclusive_subscription(cluster: ClusterFactory, uid: str) -> None:

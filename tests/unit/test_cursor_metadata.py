@@ -1,0 +1,103 @@
+"""A subscription's commit metadata: ``<replay start>;<acked ranges>[;k<read from>]``, and what a
+recovery that reads the pending-ack log from ``read from`` makes of the transactions it finds below
+the replay start (docs/storage-format.md, "pending-ack logs")."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_store import StoredRecord
+from pulsar_txn.buffer.marker import TxnMarker, encode_marker
+from pulsar_txn.pendingack.log import PendingAckFold, encode_pending_ack
+from pulsar_txn.pendingack.state import AckKind, PendingAckState
+from pulsar_txn.pendingack.stats import CursorMetadata, join_metadata, split_metadata
+from pulsar_txn.subscription.cursor import Cursor
+from pulsar_txn.txnid import TxnAction, TxnID
+
+PA = "t-sub__transaction_pending_ack"
+
+
+def _ack(offset: int, txn: TxnID, offsets: list[int]) -> StoredRecord:
+    value, headers = encode_pending_ack(txn, AckKind.INDIVIDUAL, offsets)
+    return StoredRecord(PA, 0, offset, None, value, headers, 0)
+
+
+def _marker(offset: int, txn: TxnID, action: TxnAction) -> StoredRecord:
+    value, headers = encode_marker(TxnMarker(txn, action, -1, 0))
+    return StoredRecord(PA, 0, offset, None, value, headers, 0)
+
+
+def test_the_read_from_position_round_trips_and_is_left_out_when_it_is_the_replay_start() -> None:
+    assert join_metadata(9, 9, "r1:1-3") == "9;r1:1-3"
+    assert split_metadata("9;r1:1-3") == CursorMetadata(9, "r1:1-3", 9)
+    assert split_metadata(join_metadata(9, 4, "r1:1-3")) == CursorMetadata(9, "r1:1-3", 4)
+    assert split_metadata(join_metadata(9, 4, "")) == CursorMetadata(9, None, 4)
+
+
+@pytest.mark.parametrize("metadata", ["9;r1:1;k12", "9;r1:1;k-3", "9;r1:1;kx", "9;r1:1;k"])
+def test_a_read_from_position_that_cannot_be_one_reads_from_the_replay_start(metadata: str) -> None:
+    assert split_metadata(metadata).read_from == 9
+
+
+def test_a_build_before_the_read_from_position_still_reads_the_replay_start_and_never_skips() -> None:
+    # Those builds read ``int(head)`` before the first ';' and the rest as ranges. The ranges with the
+    # suffix do not parse: they recover the cursor without them (redelivery), from the replay start.
+    metadata = join_metadata(9, 4, "r1:1-3")
+    head, _, ranges = metadata.partition(";")
+    assert int(head) == 9
+    with pytest.raises(ValueError):
+        Cursor.decode(0, ranges)
+
+
+def _recover(log: list[StoredRecord], metadata: str, mark_delete: int = 0) -> PendingAckFold:
+    """What ``recover_partition`` does, over an in-memory log."""
+    replay_start, ranges, read_from = split_metadata(metadata)
+    fold = PendingAckFold(PendingAckState(Cursor.decode(mark_delete, ranges)), PA, 0)
+    fold.next_offset = read_from
+    for rec in log:
+        if rec.offset >= read_from:
+            fold.apply(rec)
+    fold.settle_ended_before(replay_start)
+    return fold
+
+
+def test_a_committed_txn_below_the_replay_start_is_known_again_after_recovery() -> None:
+    c = TxnID(0, 1)
+    log = [_ack(0, c, [50]), _marker(1, c, TxnAction.COMMIT)]
+    fold = _recover(log, join_metadata(2, 0, "r1:50"))
+    assert fold.state.cursor.is_acked(50)
+    assert fold.replay_start(unpersisted_from=40) == 0  # its ranges pushed out: replay redoes it
+
+
+def test_a_txn_below_the_replay_start_whose_marker_is_not_there_yet_is_not_pending() -> None:
+    """The committing consumer applied the outcome from END_TXN's answer (the marker was still on
+    its way) and committed the cursor past its records. Held pending, a seek carried it over, and its
+    marker then applied a commit made before the seek to the sought cursor: an acked-message loss."""
+    c = TxnID(0, 1)
+    fold = _recover([_ack(0, c, [50])], join_metadata(1, 0, "r1:50"))
+    assert fold.state.pending_txns() == {}
+    assert fold.replay_start() == 1
+    fold.apply(_marker(1, c, TxnAction.COMMIT))  # comes later: nothing to apply any more
+    assert fold.state.pending_txns() == {}
+
+
+def test_a_late_ack_record_below_the_replay_start_does_not_hold_its_message() -> None:
+    """An ack record written after its transaction's abort marker, the marker below the read start:
+    the committing consumer ignored the record; recovery must not hold message 60 pending for it."""
+    t, c = TxnID(1, 3), TxnID(0, 7)
+    log = [
+        _marker(0, t, TxnAction.ABORT),
+        _ack(1, c, [50]),
+        _ack(2, t, [60]),
+        _marker(3, c, TxnAction.COMMIT),
+    ]
+    fold = _recover(log, join_metadata(4, 1, "r1:50"))
+    assert not fold.state.is_pending(60) and not fold.state.cursor.is_acked(60)
+    assert fold.state.cursor.is_acked(50)
+
+
+def test_a_txn_still_open_at_the_commit_stays_pending_after_recovery() -> None:
+    c, o = TxnID(0, 1), TxnID(0, 2)
+    log = [_ack(0, c, [50]), _marker(1, c, TxnAction.COMMIT), _ack(2, o, [55])]
+    fold = _recover(log, join_metadata(2, 0, "r1:50"))
+    assert fold.state.pending_txns() == {o: 1}
