@@ -1604,6 +1604,7 @@ class Consumer(Generic[T]):
         # Outcomes written meanwhile (a commit by id elsewhere) apply now, before the cursor resets:
         # carried as pending, such a commit would apply after the seek and swallow its messages.
         self._read_pending_acks_to_end(part)
+        self._settle_ended_elsewhere(part)
         with self._lock:
             records = part.pending.pending_acks()
             if records:
@@ -1626,6 +1627,25 @@ class Consumer(Generic[T]):
                 part.fold.carry_end({})
             raise PersistenceError(f"seek of {part.tp}: cannot carry its pending acks over: {exc}") from None
         return carried
+
+    def _settle_ended_elsewhere(self, part: _Part) -> None:
+        """Before a seek: transactions pending here that are not this consumer's own and whose
+        outcome their TC has decided take it now. Their markers may not be in the log yet (END_TXN answered
+        after the decision, the marker on its way: the consumer that committed applied the outcome,
+        and the next owner found the ack records alone); carried over, such a commit would apply to
+        the sought cursor once its marker came, and swallow messages the seek made deliverable."""
+        with self._lock:
+            foreign = [t for t in part.pending.pending_txns() if t not in self._txn_parts]
+        if not foreign:
+            return
+        try:
+            outcomes = self._stale.outcomes(foreign, strict=True, decided=True)  # reads Kafka: no lock
+        except StoreError as exc:
+            raise PersistenceError(
+                f"seek of {part.tp}: cannot look up the transactions pending there: {exc}", retriable=True
+            ) from None
+        for txn_id, action in outcomes.items():
+            self._txn_ended(txn_id, action)
 
     def _read_pending_acks_to_end(self, part: _Part) -> None:
         """Before a seek with no transaction pending here: fold the partition's pending-ack log to

@@ -124,12 +124,15 @@ def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int) -> TcLogFold:
     return fold
 
 
-def ended_as(fold: TcLogFold, txn: TxnID) -> TxnAction | None:
+def ended_as(fold: TcLogFold, txn: TxnID, *, decided: bool = False) -> TxnAction | None:
     """How the TC ended ``txn``: COMMIT, ABORT (also for one it has forgotten since: it ended long
-    ago), or None while it is open or ending, or if the TC has not allocated its id yet."""
+    ago), or None while it is open or ending, or if the TC has not allocated its id yet. With
+    ``decided``, an ending one counts by its decision (COMMITTING leads only to COMMITTED)."""
     meta = fold.txns.get(txn.least_bits)
     if meta is None:
         return TxnAction.ABORT if txn.least_bits < fold.next_seq else None
+    if decided and meta.status.is_ending:
+        return TxnAction.COMMIT if meta.status.value == "COMMITTING" else TxnAction.ABORT
     if not meta.status.is_terminal:
         return None
     return TxnAction.COMMIT if meta.status.value == "COMMITTED" else TxnAction.ABORT

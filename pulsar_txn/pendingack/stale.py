@@ -74,18 +74,31 @@ class StalePendingCheck:
         """Those of ``txns`` their TC has aborted or forgotten (one log read per TC). A TC whose log
         cannot be read is skipped this round (logged), not the others: raises
         ``kafka_store.StoreError`` only if every TC's read failed."""
-        out: list[TxnID] = []
+        return [t for t, action in self.outcomes(txns).items() if action is TxnAction.ABORT]
+
+    def outcomes(
+        self, txns: Collection[TxnID], *, strict: bool = False, decided: bool = False
+    ) -> dict[TxnID, TxnAction]:
+        """How their TCs ended those of ``txns`` that have ended (forgotten ones as aborted), as
+        ``aborted``; with ``strict``, any TC log that cannot be read raises; with ``decided``, those
+        whose outcome is decided and still being carried out count too."""
+        out: dict[TxnID, TxnAction] = {}
         failure: StoreError | None = None
         read = 0
         for tc in sorted({t.most_bits for t in txns}):
             try:
                 fold = read_tc_log(self._kafka, self._log_topic, tc)
             except StoreError as exc:
+                if strict:
+                    raise
                 log.warning("pending transactions of TC %d not looked up: %s", tc, exc)
                 failure = exc
                 continue
             read += 1
-            out += [t for t in txns if t.most_bits == tc and ended_as(fold, t) is TxnAction.ABORT]
+            for t in txns:
+                action = ended_as(fold, t, decided=decided) if t.most_bits == tc else None
+                if action is not None:
+                    out[t] = action
         if failure is not None and not read:
             raise failure
         return out

@@ -31,6 +31,7 @@ from pulsar_txn.errors import (
     TransactionHasOperationFailed,
 )
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
+from pulsar_txn.pendingack.log import PendingAckFold
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.transaction import TransactionState
@@ -447,14 +448,20 @@ def test_committed_txn_acks_pushed_out_of_the_cursor_after_a_restart_are_not_red
     third.close()
 
 
+@pytest.mark.parametrize("recovered_pending", [False, True], ids=["released-at-recovery", "pending-at-seek"])
 def test_a_commit_answered_before_its_marker_is_not_applied_again_after_a_recovery_and_a_seek(
-    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch, recovered_pending: bool
 ) -> None:
     """END_TXN answered after the decision: the consumer applies the commit and commits its cursor
     while the COMMIT marker is still on its way to the pending-ack log. The next owner, recovering
     from below the replay start, found the transaction's ack record without a marker and held it
     pending; a seek back then carried it over, and the late marker acked message 50 on the sought
-    cursor, which the seek had made deliverable again (found by review, session 31)."""
+    cursor, which the seek had made deliverable again (found by review, session 31). Recovery now
+    releases it; and should it still be pending at the seek (its record at or past the replay
+    start: the committing consumer's tail had not read it yet), the seek looks it up in the TC's
+    log first (``recovered_pending`` makes recovery keep it pending, to test that)."""
+    if recovered_pending:
+        monkeypatch.setattr(PendingAckFold, "settle_ended_before", lambda self, replay_start: None)
     gate = threading.Event()
     gate.set()
     real = KafkaTxnEndpoints.end_on_subscription
@@ -483,7 +490,7 @@ def test_a_commit_answered_before_its_marker_is_not_applied_again_after_a_recove
 
     b = c.client.subscribe(topic, sub)
     wait_until(lambda: (topic, 0) in b._parts, 20)
-    assert b._parts[(topic, 0)].pending.pending_txns() == {}
+    assert b._parts[(topic, 0)].pending.pending_txns() == ({txn.txn_id: 1} if recovered_pending else {})
     b.seek(msgs[10].message_id)
     gate.set()  # the marker lands now
     time.sleep(1.0)  # B's tail reads it
