@@ -1585,7 +1585,7 @@ class Consumer(Generic[T]):
         carried = self._carry_pending_acks(part)
         with self._read_lock, self._lock:
             if self._parts.get(tp) is not part:
-                part.fold.carry_end({})
+                part.fold.carry_abandon()
                 raise NotAllowedError(f"cannot seek to {message_id}: the partition was revoked meanwhile")
             part.fold.carry_end(carried)
             part.cursor.reset(message_id.offset)
@@ -1624,26 +1624,27 @@ class Consumer(Generic[T]):
                 carried[txn] = min(offset, carried.get(txn, offset))
         except (StoreError, PulsarTxnError, TimeoutError) as exc:
             with self._lock:
-                part.fold.carry_end({})
+                part.fold.carry_abandon()  # the cursor stays: so does what its replay start needs
             raise PersistenceError(f"seek of {part.tp}: cannot carry its pending acks over: {exc}") from None
         return carried
 
     def _settle_ended_elsewhere(self, part: _Part) -> None:
         """Before a seek: transactions pending here that are not this consumer's own and whose
-        outcome their TC has decided take it now. Their markers may not be in the log yet (END_TXN answered
-        after the decision, the marker on its way: the consumer that committed applied the outcome,
-        and the next owner found the ack records alone); carried over, such a commit would apply to
-        the sought cursor once its marker came, and swallow messages the seek made deliverable."""
+        outcome their TC has decided take it now (a TC whose log cannot be read is skipped, logged:
+        its transactions are carried over as before). Their markers may not be in the log yet
+        (END_TXN answered after the decision, the marker on its way: the consumer that committed
+        applied the outcome, and the next owner found the ack records alone); carried over, such a
+        commit would apply to the sought cursor once its marker came, and swallow messages the seek
+        made deliverable."""
         with self._lock:
             foreign = [t for t in part.pending.pending_txns() if t not in self._txn_parts]
         if not foreign:
             return
         try:
-            outcomes = self._stale.outcomes(foreign, strict=True, decided=True)  # reads Kafka: no lock
-        except StoreError as exc:
-            raise PersistenceError(
-                f"seek of {part.tp}: cannot look up the transactions pending there: {exc}", retriable=True
-            ) from None
+            outcomes = self._stale.outcomes(foreign, decided=True)  # reads Kafka: outside the locks
+        except StoreError as exc:  # no TC log could be read: carried over as before (logged)
+            log.warning("%s: seek of %s: pending txns not looked up: %s", self.subscription, part.tp, exc)
+            return
         for txn_id, action in outcomes.items():
             self._txn_ended(txn_id, action)
 

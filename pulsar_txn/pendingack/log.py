@@ -300,6 +300,11 @@ class PendingAckFold:
                 continue  # ended meanwhile: nothing pending to replay
             self.first_record[txn] = min(offset, since.get(txn, offset))
 
+    def carry_abandon(self) -> None:
+        """The seek that began a carry failed: the cursor stays, and so does everything its replay
+        start may still need (``carry_end`` would forget the committed transactions)."""
+        self._carrying = None
+
     def read_all_but_own(self, end: int) -> bool:
         """Every record of the log below ``end`` was read here, or is an ack record this consumer
         wrote (nobody else wrote to the partition's log since)."""

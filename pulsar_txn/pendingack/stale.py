@@ -76,12 +76,10 @@ class StalePendingCheck:
         ``kafka_store.StoreError`` only if every TC's read failed."""
         return [t for t, action in self.outcomes(txns).items() if action is TxnAction.ABORT]
 
-    def outcomes(
-        self, txns: Collection[TxnID], *, strict: bool = False, decided: bool = False
-    ) -> dict[TxnID, TxnAction]:
-        """How their TCs ended those of ``txns`` that have ended (forgotten ones as aborted), as
-        ``aborted``; with ``strict``, any TC log that cannot be read raises; with ``decided``, those
-        whose outcome is decided and still being carried out count too."""
+    def outcomes(self, txns: Collection[TxnID], *, decided: bool = False) -> dict[TxnID, TxnAction]:
+        """How their TCs ended those of ``txns`` that have ended (forgotten ones as aborted), TC
+        logs that cannot be read skipped as in ``aborted``; with ``decided``, those whose outcome is
+        decided and still being carried out count too."""
         out: dict[TxnID, TxnAction] = {}
         failure: StoreError | None = None
         read = 0
@@ -89,8 +87,6 @@ class StalePendingCheck:
             try:
                 fold = read_tc_log(self._kafka, self._log_topic, tc)
             except StoreError as exc:
-                if strict:
-                    raise
                 log.warning("pending transactions of TC %d not looked up: %s", tc, exc)
                 failure = exc
                 continue

@@ -101,3 +101,17 @@ def test_a_txn_still_open_at_the_commit_stays_pending_after_recovery() -> None:
     log = [_ack(0, c, [50]), _marker(1, c, TxnAction.COMMIT), _ack(2, o, [55])]
     fold = _recover(log, join_metadata(2, 0, "r1:50"))
     assert fold.state.pending_txns() == {o: 1}
+
+
+def test_a_seek_whose_carry_fails_keeps_what_the_unchanged_cursor_may_need_replayed() -> None:
+    """The seek raises and the cursor stays: the committed transactions above its mark-delete must
+    still pull the replay start back if their ranges are pushed out (a failed carry used to forget
+    them, as a seek that went through does; the trim could then delete their records)."""
+    c, o = TxnID(0, 1), TxnID(0, 2)
+    fold = PendingAckFold(PendingAckState(Cursor(0)), PA, 0)
+    for rec in (_ack(0, c, [50]), _marker(1, c, TxnAction.COMMIT), _ack(2, o, [60])):
+        fold.apply(rec)
+    assert fold.replay_start(unpersisted_from=40) == 0 and fold.trim_point() == 0
+    fold.carry_begin()
+    fold.carry_abandon()
+    assert fold.replay_start(unpersisted_from=40) == 0 and fold.trim_point() == 0
