@@ -67,10 +67,10 @@ def plan_segments(previous: Sequence[StoredSegment], current: Entries, size: int
     rest = _unplaced(current, [p.entries for p in out], len(current) - placed)
     if rest and out and len(out[-1].entries) < size:
         last = out[-1]
+        keys = list(rest)
         room = size - len(last.entries)
-        top_up = list(rest)[:room]
-        out[-1] = NewSegment(last.entries | {t: rest[t] for t in top_up})
-        rest = {t: rest[t] for t in list(rest)[room:]}
+        out[-1] = NewSegment(last.entries | {t: rest[t] for t in keys[:room]})
+        rest = {t: rest[t] for t in keys[room:]}
     out += [NewSegment(chunk) for chunk in _chunks(rest, size)]
     if len(out) > 2 * math.ceil(len(current) / size) + 1:
         everything = {t: o for seg in out for t, o in seg.entries.items()}

@@ -33,7 +33,7 @@ from kafka_store import (
     replay_compacted,
 )
 from pulsar_txn._record_mac import has_valid_mac, record_mac
-from pulsar_txn.buffer._segments import NewSegment, StoredSegment, free_indexes, plan_segments
+from pulsar_txn.buffer._segments import NewSegment, Planned, StoredSegment, free_indexes, plan_segments
 from pulsar_txn.buffer.state import BufferCounters, TxnBufferState, record_fingerprint
 from pulsar_txn.txnid import TxnID
 
@@ -188,6 +188,10 @@ def _ended(items: dict[TxnID, bool]) -> list[dict[str, Any]]:
     return [{"most": t.most_bits, "least": t.least_bits, "committed": c} for t, c in items.items()]
 
 
+def _from_ended(items: list[dict[str, Any]]) -> dict[TxnID, bool]:
+    return {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in items}
+
+
 def _txn_offsets(items: dict[TxnID, int]) -> list[dict[str, int]]:
     return [{"most": t.most_bits, "least": t.least_bits, "offset": o} for t, o in items.items()]
 
@@ -291,11 +295,11 @@ class SnapshotStore:
             # Now and then all of them again: a segment key overwritten behind this store's back (a
             # former owner's late snapshot) would otherwise keep every later head unloadable.
             taken = self._taken.get(tp, {}) if writes % _FULL_REWRITE_EVERY else {}
-        plans = {
-            name: plan_segments(taken.get(name, ()), entries, size)
-            for name, entries, segmented in (("aborted", state.aborted, True), ("ended", state.ended, split))
-            if segmented and len(entries) > (size if name == "aborted" else 0)
-        }
+        plans: dict[str, list[Planned]] = {}
+        if len(state.aborted) > size:
+            plans["aborted"] = plan_segments(taken.get("aborted", ()), state.aborted, size)
+        if split and state.ended:
+            plans["ended"] = plan_segments(taken.get("ended", ()), state.ended, size)
         live_before = self._segments_written.get(tp, set())
         reused = {p.index for plan in plans.values() for p in plan if isinstance(p, StoredSegment)}
         free = free_indexes(live_before | reused)
@@ -657,14 +661,17 @@ def _decode(
             for name in _STATE_SETS:  # in order: the discarded ranges stay sorted
                 head[name].extend(seg[name])
             if seg["ended"] and not seg["ongoing"] and not seg["discarded"]:
-                entries = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in seg["ended"]}
-                ended.append(StoredSegment(index, snapshot_id, entries))
-        taken = {"aborted": stored, "ended": ended}
-        for name, whole in (("aborted", len(aborted) - len(head["aborted"])), ("ended", None)):
-            if whole is None:
-                whole = len({(e["most"], e["least"]) for e in head["ended"]})
-            if sum(len(s.entries) for s in taken[name]) > whole:
-                taken[name] = []  # a txn in two segments: the next write takes none of them over
+                ended.append(StoredSegment(index, snapshot_id, _from_ended(seg["ended"])))
+        # Each set's distinct entries held in segments: a txn in two segments makes the segments
+        # hold more, and the next write (which counts what they hold) takes none of them over.
+        distinct = {
+            "aborted": len(aborted) - len(head["aborted"]),
+            "ended": len({(e["most"], e["least"]) for e in head["ended"]}),
+        }
+        taken = {
+            name: segs if sum(len(s.entries) for s in segs) <= distinct[name] else []
+            for name, segs in (("aborted", stored), ("ended", ended))
+        }
     except (CodecError, ValueError, TypeError, KeyError) as exc:  # InvalidTxnID is a ValueError
         log.warning("unreadable snapshot of %s ignored: %s", base, exc)
         return None
@@ -689,7 +696,7 @@ def _state_of(
         state._oldest.append((o, t))
     state._oldest.sort()
     state.aborted = aborted
-    state.ended = {TxnID(int(e["most"]), int(e["least"])): bool(e["committed"]) for e in head["ended"]}
+    state.ended = _from_ended(head["ended"])
     state.lwm = {int(k): int(v) for k, v in head["lwm"].items()}
     state.discarded = [[int(a), int(b)] for a, b in head["discarded"]]
     counters = BufferCounters()

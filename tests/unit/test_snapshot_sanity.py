@@ -91,15 +91,20 @@ def test_a_version_3_head_of_an_older_build_still_loads_with_its_segments() -> N
     assert decoded is not None and list(decoded[1].values()) == [7]
 
 
-def test_a_version_4_head_takes_segments_of_earlier_snapshots_by_their_refs() -> None:
-    refs = [{"index": 4, "snapshot_id": "s1"}, {"index": 0, "snapshot_id": "s2"}]
-    v4 = {
+def _v4_head(snapshot_id: str, refs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A version-4 head whose segments are all aborted ones, at ``refs``."""
+    return {
         **_v2_fields(),
-        "snapshot_id": "s2",
-        "aborted_segments": 2,
+        "snapshot_id": snapshot_id,
+        "aborted_segments": len(refs),
         "state_segments": 0,
         "segment_refs": refs,
     }
+
+
+def test_a_version_4_head_takes_segments_of_earlier_snapshots_by_their_refs() -> None:
+    refs = [{"index": 4, "snapshot_id": "s1"}, {"index": 0, "snapshot_id": "s2"}]
+    v4 = _v4_head("s2", refs)
     table = dict(
         [
             _rec("t/0", snap.TB_SNAPSHOT.encode(v4, version=4)),
@@ -127,13 +132,7 @@ def test_loaded_segments_that_share_a_txn_are_not_taken_over_by_the_next_write()
     # The next write counts what the segments it takes over hold: with a txn in two of them it would
     # come up one short, and could leave a new abort out of the snapshot (readers would deliver it).
     refs = [{"index": 0, "snapshot_id": "s"}, {"index": 1, "snapshot_id": "s"}]
-    v4 = {
-        **_v2_fields(),
-        "snapshot_id": "s",
-        "aborted_segments": 2,
-        "state_segments": 0,
-        "segment_refs": refs,
-    }
+    v4 = _v4_head("s", refs)
     table = dict(
         [
             _rec("t/0", snap.TB_SNAPSHOT.encode(v4, version=4)),
