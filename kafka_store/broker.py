@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerStartError
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,10 @@ def _port_open(port: int) -> bool:
 class LocalBroker:
     """A Kafka-protocol broker in its own data dir on a free local port."""
 
+    # This broker answers an empty fetch at once (docs/broker-quirks.md): idle tailing readers would
+    # spin without the idle gate. Apache Kafka holds empty fetches itself and needs no gate.
+    IDLE_FETCH_BACKOFF_MS = 20
+
     def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
@@ -61,6 +67,12 @@ class LocalBroker:
         if self.port is None:
             raise BrokerStartError("broker not started")
         return f"127.0.0.1:{self.port}"
+
+    def kafka_config(self, **settings: Any) -> KafkaConfig:
+        """Client settings for this broker: its bootstrap servers and the idle gate it wants
+        (``settings`` override either)."""
+        settings.setdefault("idle_fetch_backoff_ms", self.IDLE_FETCH_BACKOFF_MS)
+        return KafkaConfig(bootstrap_servers=self.bootstrap_servers, **settings)
 
     def start(self, timeout: float = 30.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)

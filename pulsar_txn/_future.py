@@ -4,14 +4,18 @@ A standard Future allocates a Condition (an RLock, a deque and five bound method
 producer returns one Future per message, and applications keep thousands of them alive while
 sends are in flight; every one of those objects is then re-scanned by the cyclic GC, which cost
 more than the send itself. Most send futures finish before anyone waits on them, so the Condition
-(and the waiter and callback lists) are made on first need (``result`` on a pending future,
-``add_done_callback``, ``wait``, ...); everything else behaves exactly as the standard class.
+is made on first need (``result`` on a pending future, ``wait``, ``cancel``, ...) and the waiter and
+callback lists on first use. Done callbacks do not need the Condition: they are added and taken
+under a module-wide guard while there is none (a Condition costs about as much as the rest of a
+coordinator call's bookkeeping, and the transaction paths chain every call's future through a
+callback). Everything else behaves exactly as the standard class.
 
 ``relay`` hands one future's outcome on to another (the asynchronous API's chains).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
@@ -25,6 +29,7 @@ T = TypeVar("T")
 # one, never interleave, so a thread that waits always sees a completion or gets notified of it.
 _GUARD = threading.Lock()
 _ENDED = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+_LOGGER = logging.getLogger("concurrent.futures")  # where the standard class logs failed callbacks
 
 
 class LazyFuture(Future[T]):
@@ -67,6 +72,44 @@ class LazyFuture(Future[T]):
     def done(self) -> bool:
         return self._state in _ENDED
 
+    def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
+        with _GUARD:
+            if self._cond is None:
+                if self._state not in _ENDED:
+                    lists = self._lists
+                    if lists is None:
+                        lists = self._lists = ([], [])
+                    lists[1].append(fn)
+                    return
+                ended = True  # finished without a Condition: call now, outside the guard
+            else:
+                ended = False
+        if not ended:
+            super().add_done_callback(fn)  # the standard path, under the Condition
+            return
+        try:
+            fn(self)
+        except Exception:
+            _LOGGER.exception("exception calling callback for %r", self)
+
+    def _finish_unwatched(self, result: Any, exception: BaseException | None) -> bool:
+        """End the future without a Condition if it has none (nobody waits on it) and run its
+        callbacks; False if it has one (the caller takes the standard path)."""
+        with _GUARD:
+            if self._cond is not None or self._state in _ENDED:
+                return False
+            self._result = result
+            self._exception = exception
+            self._state = FINISHED
+            callbacks = None if self._lists is None else self._lists[1]
+        if callbacks:  # no callback can be added any more: the state is final
+            for callback in callbacks:
+                try:
+                    callback(self)
+                except Exception:
+                    _LOGGER.exception("exception calling callback for %r", self)
+        return True
+
     def result(self, timeout: float | None = None) -> T:
         if self._state == FINISHED:  # final: state and outcome never change again
             if self._exception is not None:
@@ -80,22 +123,14 @@ class LazyFuture(Future[T]):
         return super().exception(timeout)
 
     def set_result(self, result: T) -> None:
-        with _GUARD:
-            if self._cond is None and self._state not in _ENDED:
-                self._result = result
-                self._state = FINISHED
-                return  # no condition: nobody waits and no callback was added
-        # A condition exists, or the future has ended already (the base class raises
-        # InvalidStateError, outside _GUARD: its repr needs the condition).
-        super().set_result(result)
+        if not self._finish_unwatched(result, None):
+            # A condition exists, or the future has ended already (the base class raises
+            # InvalidStateError, outside _GUARD: its repr needs the condition).
+            super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        with _GUARD:
-            if self._cond is None and self._state not in _ENDED:
-                self._exception = exception
-                self._state = FINISHED
-                return
-        super().set_exception(exception)
+        if not self._finish_unwatched(None, exception):
+            super().set_exception(exception)
 
 
 class StartedFuture(LazyFuture[T]):

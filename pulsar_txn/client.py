@@ -180,6 +180,7 @@ class Client:
         from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
 
         owned: list[Any] = []
+        kafka: KafkaConfig | None = None
         if bootstrap_servers is None:
             made = None if data_dir else _TempDir(tempfile.mkdtemp(prefix="pulsar-txn-"))
             root = Path(made.path) if made is not None else Path(str(data_dir))
@@ -193,7 +194,9 @@ class Client:
             owned.append(broker)
             if made is not None:
                 owned.append(made)  # removed after the broker stopped (close stops them in order)
-        kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
+            kafka = broker.kafka_config()  # with the idle gate the embedded broker wants
+        if kafka is None:
+            kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
         config = coordinator or CoordinatorConfig(
             port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
         )

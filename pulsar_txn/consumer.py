@@ -145,6 +145,8 @@ class _Part:
 _ACK_BATCH_MAX = 5000  # offsets per PendingAck record
 _SESSION_TIMEOUT_MS = 6000  # the group session: how long a silent (or static, closed) member stays
 _PA_IDLE_BACKOFF_MS = 200  # the pending-ack log tail fetches at most ~5 times a second
+_POLL_RECORDS = 2000  # records taken from the committed reader per poll
+_IDLE_FILL_MIN_S = 0.05  # the upkeep thread polls for an application that has not for this long
 _SETTLE_S = 10.0  # at most this long, wait for a rebalancing group's assignments before ConsumerBusy
 _TRIM_INTERVAL_S = 10.0  # a partition's pending-ack log is trimmed at most this often
 _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is retried at least this often
@@ -280,6 +282,12 @@ class Consumer(Generic[T]):
         self._reader = CommittedReader(client.kafka, {}, store=client._snapshots(), options=options)
         self._pa_reader: PartitionReader | None = None
         self._incoming: deque[Message[T]] = deque()
+        # With the idle gate on (brokers that answer empty fetches at once), the gate closes only in a
+        # poll: a consumer the application stopped polling (busy acking, say) would fetch without
+        # pause. The upkeep thread polls for it after this long without a poll (see _fill_when_idle).
+        backoff_s = client.kafka.idle_fetch_backoff_ms / 1000
+        self._idle_fill_s = max(backoff_s, _IDLE_FILL_MIN_S) if backoff_s else 0.0
+        self._last_fill = time.monotonic()
         self._redeliveries: list[_Redelivery] = []
         self._seq = itertools.count()
         self._unacked: Unacked[tuple[Message[T], float]] = Unacked()
@@ -610,6 +618,7 @@ class Consumer(Generic[T]):
         return msg
 
     def _fill(self, timeout: float) -> None:
+        self._last_fill = time.monotonic()
         with self._read_lock:
             with self._lock:
                 self._check_open()
@@ -617,12 +626,32 @@ class Consumer(Generic[T]):
                 assigned = bool(self._parts)
             # Not under _lock: the poll may wait. Revocations and seeks wait for it (_read_lock), so
             # nothing read here is stale when it is queued.
-            records = self._reader.poll(wait, 2000) if assigned else []
+            records = self._reader.poll(wait, _POLL_RECORDS) if assigned else []
             decoded = [self._decode(r) for r in records]
             with self._lock:
                 self._incoming.extend(decoded)
         if not records:
             time.sleep(0.005 if self._parts else timeout)
+
+    def _fill_when_idle(self) -> None:
+        """The upkeep thread's poll for an application that has not polled for a while (idle gate
+        only): lets the gate close, so an unpolled consumer does not spin on a broker that answers
+        empty fetches at once. Takes what it reads into the queue of received messages only while
+        that holds less than one poll's worth, so it never holds more than two beyond librdkafka's
+        own queue (whose bound stops the fetching). Never waits for the application's poll."""
+        if not self._read_lock.acquire(blocking=False):
+            return  # the application is polling
+        try:
+            with self._lock:
+                if self._closed or len(self._incoming) >= _POLL_RECORDS or not self._parts:
+                    return
+            records = self._reader.poll(0, _POLL_RECORDS)
+            decoded = [self._decode(r) for r in records]
+            with self._lock:
+                self._incoming.extend(decoded)
+        finally:
+            self._last_fill = time.monotonic()
+            self._read_lock.release()
 
     def _next_ready(self) -> Message[T] | None:
         while True:
@@ -1088,6 +1117,8 @@ class Consumer(Generic[T]):
                 for tp, offsets in refetch:
                     self._refetch(tp, offsets)
                 now = time.monotonic()
+                if self._idle_fill_s and now - self._last_fill >= self._idle_fill_s:
+                    self._fill_when_idle()
                 if self._ack_timeout > 0:
                     self._expire_unacked(now)
                 self._release_stale()

@@ -30,9 +30,9 @@ def run_demo(data_dir: Path, *, transactions: int = 200, seed: int = 7) -> int:
     rng = random.Random(seed)
     print(f"starting embedded Kafka broker (data in {data_dir}) ...", flush=True)
     broker = LocalBroker(data_dir / "broker")
-    bootstrap = broker.start()
+    broker.start()
     try:
-        kafka = KafkaConfig(bootstrap_servers=bootstrap)
+        kafka = broker.kafka_config()
         TopicAdmin(kafka).ensure_topic(TOPIC, PARTITIONS)
         config = CoordinatorConfig(num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3), port=0)
         with EmbeddedCoordinator(kafka, config) as coordinator:

@@ -40,6 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "PULSAR_TXN_METRICS_TOKEN, else PULSAR_TXN_AUTH_TOKEN, if set",
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
+    p.add_argument(
+        "--idle-fetch-backoff-ms",
+        type=int,
+        default=0,
+        help="idle gate of the input's tailing readers (KafkaConfig.idle_fetch_backoff_ms): 20 on a broker "
+        "that answers empty fetches at once, such as the embedded one; 0 (off) for Apache Kafka",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
     client = Client(
         args.service_url,
-        bootstrap_servers=args.bootstrap_servers,
+        kafka={
+            "bootstrap_servers": args.bootstrap_servers,
+            "idle_fetch_backoff_ms": args.idle_fetch_backoff_ms,
+        },
         num_tcs=args.num_tcs,
         # Empty means unset, as for the coordinator (pulsar_txn/cli.py).
         authentication=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from kafka_store import KafkaConfig, LocalBroker, end_offsets
+from kafka_store import LocalBroker, end_offsets
 from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
@@ -31,7 +31,7 @@ def run_pipeline_demo(data_dir: Path, *, messages: int = 20_000, kills: int = 2)
     broker = LocalBroker(data_dir / "broker")
     bootstrap = broker.start()
     try:
-        kafka = KafkaConfig(bootstrap_servers=bootstrap)
+        kafka = broker.kafka_config()
         config = CoordinatorConfig(num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3), port=0)
         with EmbeddedCoordinator(kafka, config) as coordinator:
             assert coordinator.url is not None
@@ -69,6 +69,7 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
     feeder.start()
     args = [sys.executable, "-m", "pulsar_txn.cli", "pipeline", "--service-url", url]
     args += ["--bootstrap-servers", bootstrap, "--input", INPUT, "--output", OUTPUT, "--num-tcs", "4"]
+    args += ["--idle-fetch-backoff-ms", str(client.kafka.idle_fetch_backoff_ms)]  # the embedded broker's
     # The killed runs do a little work per message (0.5 ms), as a real transform would: the pipeline
     # is then busy with open transactions when the SIGKILL comes (without it, it outran the input
     # and each kill found it idle, with nothing left open for its successor to abort).

@@ -72,3 +72,63 @@ def test_a_waiter_racing_the_completion_always_wakes() -> None:
         t.start()
         assert f.result(5) == 7
         t.join()
+
+
+def test_done_callbacks_need_no_condition() -> None:
+    # The transaction paths chain every coordinator call through a callback: none may build the lock.
+    seen: list[object] = []
+    ok: LazyFuture[int] = LazyFuture()
+    ok.add_done_callback(lambda x: seen.append(x.result()))
+    ok.add_done_callback(lambda x: seen.append("second"))
+    ok.set_result(5)
+    failed: LazyFuture[int] = LazyFuture()
+    failed.add_done_callback(lambda x: seen.append(type(x.exception()).__name__))
+    failed.set_exception(KeyError("k"))
+    assert seen == [5, "second", "KeyError"]
+    assert ok._cond is None and failed._cond is None
+
+
+def test_callbacks_added_before_a_waiter_built_the_condition_still_run() -> None:
+    seen: list[int] = []
+    f: LazyFuture[int] = LazyFuture()
+    f.add_done_callback(lambda x: seen.append(1))
+    with pytest.raises(TimeoutError):
+        f.result(0.01)  # builds the condition
+    f.add_done_callback(lambda x: seen.append(2))
+    f.set_result(0)
+    assert seen == [1, 2]
+
+
+def test_a_callback_that_raises_is_logged_and_the_others_run(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[int] = []
+
+    def boom(_: cf.Future[int]) -> None:
+        raise RuntimeError("callback failed")
+
+    f: LazyFuture[int] = LazyFuture()
+    f.add_done_callback(boom)
+    f.add_done_callback(lambda x: seen.append(x.result()))
+    with caplog.at_level("ERROR", logger="concurrent.futures"):
+        f.set_result(9)
+        f.add_done_callback(boom)  # after completion: called at once, logged the same way
+    assert seen == [9]
+    assert [r.message.startswith("exception calling callback") for r in caplog.records] == [True, True]
+
+
+def test_a_callback_racing_the_completion_runs_exactly_once() -> None:
+    for _ in range(2000):
+        calls: list[int] = []
+        f: LazyFuture[int] = LazyFuture()
+        t = threading.Thread(target=f.set_result, args=(7,))
+        t.start()
+        f.add_done_callback(lambda x, calls=calls: calls.append(x.result()))
+        t.join()
+        assert calls == [7]
+
+
+def test_cancel_runs_callbacks_added_without_a_condition() -> None:
+    seen: list[bool] = []
+    f: LazyFuture[int] = LazyFuture()
+    f.add_done_callback(lambda x: seen.append(x.cancelled()))
+    assert f.cancel()
+    assert seen == [True]
