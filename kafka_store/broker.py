@@ -55,7 +55,7 @@ class LocalBroker:
 
     # This broker answers an empty fetch at once (docs/broker-quirks.md): idle tailing readers would
     # spin without the idle gate. Apache Kafka holds empty fetches itself and needs no gate.
-    IDLE_FETCH_BACKOFF_MS = 20
+    IDLE_FETCH_BACKOFF_MS = 5
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None) -> None:
         self.data_dir = Path(data_dir)

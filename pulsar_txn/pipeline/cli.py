@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--idle-fetch-backoff-ms",
         type=int,
         default=0,
-        help="idle gate of the input's tailing readers (KafkaConfig.idle_fetch_backoff_ms): 20 on a broker "
+        help="idle gate of the input's tailing readers (KafkaConfig.idle_fetch_backoff_ms): 5 on a broker "
         "that answers empty fetches at once, such as the embedded one; 0 (off) for Apache Kafka",
     )
 
