@@ -513,6 +513,9 @@ class Client:
         return self._ends
 
     def _appender(self) -> Appender:
+        appender = self._appender_
+        if appender is not None:  # every send asks: no lock once made (kept until close)
+            return appender
         with self._lock:
             if self._appender_ is None:
                 self._check_open()
