@@ -20,6 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="histories, logs and the report (default: a temp dir)")
     ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: an embedded broker)")
     ap.add_argument(
+        "--idle-fetch-backoff-ms",
+        type=int,
+        help="the clients' idle gate (default: the embedded broker's, LocalBroker.kafka_config; 0 with "
+        "--bootstrap-servers)",
+    )
+    ap.add_argument(
         "--end-txn-reply",
         choices=("after_markers", "after_decision"),
         default="after_markers",
@@ -29,14 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pulsar-txn-jepsen-"))
     workdir.mkdir(parents=True, exist_ok=True)
     broker = None
+    gate = {} if args.idle_fetch_backoff_ms is None else {"idle_fetch_backoff_ms": args.idle_fetch_backoff_ms}
     if args.bootstrap_servers is None:
         broker = LocalBroker(workdir / "broker")
-        bootstrap = broker.start()
+        broker.start()
+        kafka = broker.kafka_config(**gate)
     else:
-        bootstrap = args.bootstrap_servers
+        kafka = KafkaConfig(bootstrap_servers=args.bootstrap_servers, **gate)
     try:
         result = run(
-            KafkaConfig(bootstrap_servers=bootstrap),
+            kafka,
             workdir,
             seconds=args.seconds,
             seed=args.seed,

@@ -321,6 +321,7 @@ def run(
         base = {
             "service_url": coordinator.url,
             "bootstrap": kafka.bootstrap_servers,
+            "idle_fetch_backoff_ms": kafka.idle_fetch_backoff_ms,
             "num_tcs": NUM_TCS,
             "snapshot_topic": config.snapshot_topic,
             "seed": seed,

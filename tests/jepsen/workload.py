@@ -41,7 +41,10 @@ from tests.jepsen.history import Observations, Read, Recorder, Write
 def _client(s: dict[str, Any]) -> Client:
     return Client(
         s["service_url"],
-        bootstrap_servers=s["bootstrap"],
+        kafka={
+            "bootstrap_servers": s["bootstrap"],
+            "idle_fetch_backoff_ms": s.get("idle_fetch_backoff_ms", 0),
+        },
         num_tcs=s["num_tcs"],
         snapshot_topic=s["snapshot_topic"],
         operation_timeout_seconds=s.get("operation_timeout_s", 10.0),
