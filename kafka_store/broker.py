@@ -71,8 +71,9 @@ class LocalBroker:
     def kafka_config(self, **settings: Any) -> KafkaConfig:
         """Client settings for this broker: its bootstrap servers and the idle gate it wants
         (``settings`` override either)."""
+        settings.setdefault("bootstrap_servers", self.bootstrap_servers)
         settings.setdefault("idle_fetch_backoff_ms", self.IDLE_FETCH_BACKOFF_MS)
-        return KafkaConfig(bootstrap_servers=self.bootstrap_servers, **settings)
+        return KafkaConfig(**settings)
 
     def start(self, timeout: float = 30.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,17 +89,23 @@ class TxnBufferState:
     # whose watermark a long-open transaction pins can hold hundreds of thousands of them, and each
     # marker of another TC scanned them all).
     _ended_heaps: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
+    # Guards ``_oldest``: the state is folded on one thread, but ``max_read_position`` is also read
+    # on others (a consumer's acks check it while its reader polls), and that read pops stale tops.
+    # Unguarded, two readers seeing the same stale top popped it and the open transaction's entry
+    # below it, and the partition read on past that transaction's first offset.
+    _heap_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
     def max_read_position(self) -> int:
         """First offset of the oldest ongoing txn, else ``scanned_to``: nothing at or after it is read."""
-        heap = self._oldest
-        while heap:
-            first, txn = heap[0]
-            if self.ongoing.get(txn) == first:
-                return first
-            heapq.heappop(heap)
+        with self._heap_lock:
+            heap = self._oldest
+            while heap:
+                first, txn = heap[0]
+                if self.ongoing.get(txn) == first:
+                    return first
+                heapq.heappop(heap)
         return self.scanned_to
 
     def has_ended(self, txn: TxnID) -> bool:
@@ -202,15 +209,17 @@ class TxnBufferState:
             else:
                 self._discard(offset)
             return False
-        self.ongoing[txn] = offset
-        heap = self._oldest
-        heapq.heappush(heap, (offset, txn))
-        # Ended transactions leave the heap only once they reach its top: behind one long-open
-        # transaction it kept an entry for every later one. Rebuilt from ``ongoing`` once mostly
-        # stale (amortised O(1) per push): its size stays within twice the open transactions.
-        if len(heap) > 2 * len(self.ongoing) + 64:
-            self._oldest = [(o, t) for t, o in self.ongoing.items()]
-            heapq.heapify(self._oldest)
+        with self._heap_lock:
+            self.ongoing[txn] = offset
+            heap = self._oldest
+            heapq.heappush(heap, (offset, txn))
+            # Ended transactions leave the heap only once they reach its top: behind one long-open
+            # transaction it kept an entry for every later one. Rebuilt from ``ongoing`` once mostly
+            # stale (amortised O(1) per push): its size stays within twice the open transactions.
+            if len(heap) > 2 * len(self.ongoing) + 64:
+                rebuilt = [(o, t) for t, o in self.ongoing.items()]
+                heapq.heapify(rebuilt)
+                self._oldest = rebuilt
         self.changes += 1
         return txn
 
