@@ -27,11 +27,12 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from pulsar_txn import _args
 from pulsar_txn._boundary import call_translated
@@ -48,6 +49,7 @@ from pulsar_txn.txnid import TxnID
 
 T = TypeVar("T")
 R = TypeVar("R")
+H = TypeVar("H")
 P = ParamSpec("P")
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,26 @@ def _abort_unused(job: Future[Transaction]) -> None:
         job.result().abort_async().add_done_callback(_log_abort_failure)
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def _close_unused(job: Future[Any] | asyncio.Future[Any]) -> None:
+    """Close what a factory opened for a caller that was cancelled meanwhile, on a thread of its
+    own (closing blocks: leaving a group, flushing; the callback may run on the event loop)."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    handle: _Closable = job.result()
+
+    def close() -> None:
+        try:
+            handle.close()
+        except Exception as exc:  # nobody is left to tell but the log
+            log.info("closing %r, opened for a cancelled caller, failed: %s", handle, exc)
+
+    threading.Thread(target=close, name="pulsar-txn-aio-close", daemon=True).start()
+
+
 def _log_abort_failure(ended: Future[None]) -> None:
     exc = ended.exception()
     if exc is not None:
@@ -337,9 +359,10 @@ class AsyncConsumer(Generic[T]):
         """The underlying sync ``Consumer``."""
         self._pool = pool
         self._stash: deque[Message[T]] = deque()  # received by a slice whose receive was cancelled
-        # The poll of a receive that was cancelled while it ran: the next call collects it into the
-        # stash before polling again, so messages come out in the order the consumer handed them.
-        self._orphan: Future[Any] | None = None
+        # The polls of receives that were cancelled while they ran, oldest first (concurrent
+        # receives can each leave one): the next call collects them into the stash before polling
+        # again, so messages come out in the order the consumer handed them.
+        self._orphans: deque[Future[Any]] = deque()
 
     @property
     def subscription(self) -> str:
@@ -347,22 +370,21 @@ class AsyncConsumer(Generic[T]):
         return self.sync.subscription
 
     async def _settle_orphan(self) -> None:
-        orphan = self._orphan
-        if orphan is None:
-            return
-        with contextlib.suppress(Exception):  # its error, if any, is the next poll's too
-            await self._pool.wait(orphan, shield=True)  # cancelled here: it stays the orphan
-        if self._orphan is orphan:
-            self._orphan = None
-            if not orphan.cancelled() and orphan.exception() is None:
-                got = orphan.result()
-                self._stash.extend(got if isinstance(got, list) else [got] if got is not None else [])
+        while self._orphans:
+            orphan = self._orphans[0]
+            with contextlib.suppress(Exception):  # its error, if any, is the next poll's too
+                await self._pool.wait(orphan, shield=True)  # cancelled here: it stays an orphan
+            if self._orphans and self._orphans[0] is orphan:  # not collected by a concurrent call
+                self._orphans.popleft()
+                if not orphan.cancelled() and orphan.exception() is None:
+                    got = orphan.result()
+                    self._stash.extend(got if isinstance(got, list) else [got] if got is not None else [])
 
     async def _wait_poll(self, job: Future[R]) -> R:
         try:
             return await self._pool.wait(job, shield=True)
         except asyncio.CancelledError:
-            self._orphan = job  # what it receives after all is the next call's
+            self._orphans.append(job)  # what it receives after all is a later call's
             raise
 
     async def receive(self, timeout_millis: int | None = None) -> Message[T]:
@@ -590,9 +612,21 @@ class AsyncClient:
     async def embedded(cls, *, max_workers: int = 8, **kwargs: Any) -> AsyncClient:
         """``Client.embedded`` (coordinator in-process, and a broker if no ``bootstrap_servers``),
         started off the event loop."""
-        loop = asyncio.get_running_loop()
-        client = await loop.run_in_executor(None, functools.partial(Client.embedded, **kwargs))
-        wrapper = cls(client, max_workers=max_workers)
+        _args.integer(max_workers, "max_workers", minimum=1)  # before anything starts
+        started = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(Client.embedded, **kwargs)
+        )
+        try:
+            client = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            # The caller is gone: the broker and coordinator that start after all are stopped.
+            started.add_done_callback(_close_unused)
+            raise
+        try:
+            wrapper = cls(client, max_workers=max_workers)
+        except BaseException:
+            client.close()
+            raise
         wrapper._owns = True
         return wrapper
 
@@ -629,6 +663,17 @@ class AsyncClient:
             raise
         return AsyncTransaction(txn, self._pool)
 
+    async def _open(self, open_handle: Callable[[], H]) -> H:
+        """Run a blocking factory in the pool. A caller cancelled meanwhile owns nothing: what
+        opens after all is closed (off the event loop), not left holding an Exclusive
+        subscription or a producer nobody can reach."""
+        job = self._pool.submit(open_handle)
+        try:
+            return await self._pool.wait(job, shield=True)
+        except asyncio.CancelledError:
+            job.add_done_callback(_close_unused)
+            raise
+
     def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> AsyncTransaction:
         """A handle on a transaction begun elsewhere, by its id (no I/O until commit/abort)."""
         return AsyncTransaction(self.sync.resume_transaction(txn_id, timeout_ms), self._pool)
@@ -659,9 +704,8 @@ class AsyncClient:
     ) -> AsyncProducer[Any]:
         """See ``Client.create_producer``; ``max_pending_messages`` bounds sends in flight."""
         self._check_open()
-        if max_pending_messages < 1:
-            raise ConfigError("max_pending_messages must be at least 1")
-        producer: Producer[Any] = await self._pool.run(
+        _args.integer(max_pending_messages, "max_pending_messages", minimum=1)
+        producer: Producer[Any] = await self._open(
             functools.partial(self.sync.create_producer, topic, producer_name=producer_name, schema=schema)
         )
         return AsyncProducer(producer, self._pool, self.operation_timeout_seconds, max_pending_messages)
@@ -705,7 +749,7 @@ class AsyncClient:
     ) -> AsyncConsumer[Any]:
         """See ``Client.subscribe``."""
         self._check_open()
-        consumer: Consumer[Any] = await self._pool.run(
+        consumer: Consumer[Any] = await self._open(
             functools.partial(
                 self.sync.subscribe,
                 topic,
@@ -749,7 +793,7 @@ class AsyncClient:
     ) -> AsyncReader[Any]:
         """See ``Client.create_reader``."""
         self._check_open()
-        reader: Reader[Any] = await self._pool.run(
+        reader: Reader[Any] = await self._open(
             functools.partial(
                 self.sync.create_reader,
                 topic,
