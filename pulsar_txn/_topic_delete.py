@@ -24,8 +24,6 @@ from pulsar_txn.naming import PENDING_ACK_SUFFIX, TopicName
 
 log = logging.getLogger(__name__)
 
-_PENDING_ACK_SUFFIX = "__transaction_pending_ack"
-
 
 @dataclass(frozen=True)
 class TopicDeleted:
@@ -67,9 +65,9 @@ def pending_ack_logs(base: str, topics: Iterable[str], reads: Callable[[str, str
 def _sub_of(log_topic: str, topic: str) -> str | None:
     """The subscription if ``log_topic`` is named as a pending-ack log of ``topic``."""
     prefix = f"{topic}-"
-    if not (log_topic.startswith(prefix) and log_topic.endswith(_PENDING_ACK_SUFFIX)):
+    if not (log_topic.startswith(prefix) and log_topic.endswith(PENDING_ACK_SUFFIX)):
         return None
-    return log_topic[len(prefix) : -len(_PENDING_ACK_SUFFIX)] or None
+    return log_topic[len(prefix) : -len(PENDING_ACK_SUFFIX)] or None
 
 
 def reads_topic(group: GroupInfo, topic: str) -> bool:

@@ -153,6 +153,12 @@ DEFAULT_LOG_TOPIC = "__pulsar_txn_log"
 PENDING_ACK_SUFFIX = "__transaction_pending_ack"
 
 
+def is_data_topic(kafka_topic: str) -> bool:
+    """Whether a Kafka topic holds an application's messages: not internal (``__`` prefix: the
+    log, snapshots) and not a subscription's pending-ack log."""
+    return not kafka_topic.startswith("__") and not kafka_topic.endswith(PENDING_ACK_SUFFIX)
+
+
 def pending_ack_topic(topic: TopicName, subscription: str) -> str:
     """Kafka topic of a subscription's pending-ack log.
 

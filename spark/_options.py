@@ -66,6 +66,11 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"option {name}={raw!r}: expected true or false")
 
 
+MAX_PARTITION = 2**31 - 1  # Kafka's partition number is an int32
+_DAY_MS = 86_400_000
+_MAX_OFFSET = 2**63 - 1  # an int64
+
+
 def _positive_int(opts: Mapping[str, str], name: str, maximum: int | None = None) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
@@ -105,7 +110,15 @@ def parse_offsets(name: str, raw: str | None, default: str) -> OffsetSpec:
                 p = int(part)
             except ValueError:
                 raise ConfigError(f"option {name}: partition {part!r} of {topic!r} is not a number") from None
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+            if not 0 <= p <= MAX_PARTITION:
+                raise ConfigError(
+                    f"option {name}: partition {part!r} of {topic!r} is not a Kafka partition number"
+                )
+            if (
+                not isinstance(offset, int)
+                or isinstance(offset, bool)
+                or not EARLIEST <= offset <= _MAX_OFFSET
+            ):
                 raise ConfigError(
                     f"option {name}: offset {offset!r} of {topic}[{p}] must be >= 0, -1 (latest) "
                     "or -2 (earliest)"
@@ -145,7 +158,7 @@ def parse_assign(raw: str) -> list[TopicPartition]:
     for topic, parts in parsed.items():
         # Not bool: JSON true is an int in Python (it read partition 1, then failed in Arrow).
         if not isinstance(parts, list) or not all(
-            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PARTITION for p in parts
         ):
             raise ConfigError(f"option assign: {topic!r} must map to a list of partition numbers")
         out.extend((str(topic), p) for p in parts)
@@ -207,5 +220,6 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         log_topic=opts.get("logtopic", DEFAULT_LOG_TOPIC),
         # librdkafka's consume() takes at most 1M records per call
         fetch_batch=_positive_int(opts, "fetchBatch", maximum=1_000_000) or 10_000,
-        poll_timeout_s=float(_positive_int(opts, "pollTimeoutMs") or 30_000) / 1000,
+        # A day at most: librdkafka takes the wait as a C int of milliseconds.
+        poll_timeout_s=float(_positive_int(opts, "pollTimeoutMs", maximum=_DAY_MS) or 30_000) / 1000,
     )

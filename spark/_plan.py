@@ -27,6 +27,7 @@ from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_nu
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import ConfigError, DataLossError, PulsarTxnError, TopicNotFound, from_store_error
+from pulsar_txn.naming import is_data_topic
 from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
                 pattern = re.compile(value)
             except re.error as exc:
                 raise ConfigError(f"option subscribePattern={value!r}: {exc}") from None
-            topics = [t for t in admin.list_topics() if pattern.fullmatch(t) and not t.startswith("__")]
+            topics = [t for t in admin.list_topics() if pattern.fullmatch(t) and is_data_topic(t)]
         out: set[TopicPartition] = set()
         for topic in dict.fromkeys(topics):
             out.update((topic, p) for p in range(admin.partition_count(topic)))
@@ -148,19 +149,27 @@ class Planner:
         return resolve_partitions(self.opts, self.kafka)
 
     def state(
-        self, tp: TopicPartition, at_least: int | None = None, end: int | None = None
+        self,
+        tp: TopicPartition,
+        at_least: int | None = None,
+        end: int | None = None,
+        log_start: int | None = None,
     ) -> TxnBufferState:
         """The TB state of ``tp`` scanned to ``end`` (default: the end offset now); a cached state that
-        already covers ``at_least`` is reused as it is."""
+        already covers ``at_least`` is reused as it is. With ``log_start``, records retention deleted
+        before they were folded are skipped (a transaction whose deleted marker ended it must not
+        hold the stream back for ever)."""
         state = self.states.get(tp)
         try:
             if state is None:
-                state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer(), end=end)
+                state, _ = load_state(
+                    self.kafka, *tp, store=self._store, options=self._buffer(), end=end, log_start=log_start
+                )
                 self.states[tp] = state
             elif (at_least is None or state.scanned_to < at_least) and (
                 end is None or state.scanned_to < end
             ):
-                scan(state, self.kafka, end)
+                scan(state, self.kafka, end, log_start=log_start)
         except StoreError as exc:
             raise _typed(exc) from None
         return state
@@ -178,7 +187,7 @@ class Planner:
         self._learn_tc_count()
         out = {}
         for tp, (low, high) in marks.items():
-            state = self.state(tp, end=high)  # scans only what was appended since the last call
+            state = self.state(tp, end=high, log_start=low)  # scans what was appended since the last call
             if low > 0:
                 state.prune(low)
             out[tp] = Bounds(low, state.max_read_position)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -82,9 +82,15 @@ def is_control(headers: Sequence[tuple[str, bytes]]) -> bool:
     return any(name == CTL_HEADER for name, _raw in headers)
 
 
-def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
+def scan(
+    state: TxnBufferState, kafka: KafkaConfig, end: int | None = None, *, log_start: int | None = None
+) -> int:
     """Fold the partition's records from ``state.scanned_to`` to ``end`` (default: the end offset now).
-    Returns how many records were read."""
+    With ``log_start`` (the partition's log-start offset, known to the caller), what retention
+    deleted unfolded is skipped first (``TxnBufferState.skip_deleted``). Returns how many records
+    were read."""
+    if log_start is not None:
+        state.skip_deleted(log_start)
     if end is None:
         # Fixed before reading: records appended meanwhile are not claimed as scanned.
         end = end_offsets(kafka, [(state.topic, state.partition)])[(state.topic, state.partition)]
@@ -114,6 +120,7 @@ def load_states(
     store: SnapshotStore | None = None,
     options: BufferOptions | None = None,
     end: int | None = None,
+    log_starts: Mapping[int, int] | None = None,
 ) -> dict[int, LoadedState]:
     """The TB state of each partition at its end (or ``end``): latest snapshot + scan of what
     follows. The snapshots are loaded together (one replay per snapshot-topic partition)."""
@@ -134,7 +141,7 @@ def load_states(
         else:
             state = TxnBufferState(topic, p, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
             out[p] = LoadedState(state, None, None)
-        scan(state, kafka, end)
+        scan(state, kafka, end, log_start=(log_starts or {}).get(p))
     return out
 
 
@@ -146,11 +153,13 @@ def load_state(
     store: SnapshotStore | None = None,
     options: BufferOptions | None = None,
     end: int | None = None,
+    log_start: int | None = None,
 ) -> tuple[TxnBufferState, int | None]:
     """The TB state at the partition's end (or ``end``): latest snapshot + scan of what follows.
     Returns the state and the snapshot's ``scanned_to`` (None without a snapshot)."""
+    starts = {partition: log_start} if log_start is not None else None
     state, from_snapshot, _taken = load_states(
-        kafka, topic, [partition], store=store, options=options, end=end
+        kafka, topic, [partition], store=store, options=options, end=end, log_starts=starts
     )[partition]
     return state, from_snapshot
 
@@ -240,7 +249,7 @@ class CommittedReader:
         self.snapshot_offsets[tp] = state.scanned_to if loaded is not None else None
         low, _high = self._scanner.watermarks(*tp)
         position = max(start, low)
-        state.scanned_to = max(state.scanned_to, low)
+        state.skip_deleted(low)
         state.prune(low)
         # Behind a snapshot, the scanner starts at the position: what lies below the snapshot is
         # folded in already (apply passes it over) and waits in the window like any other record.

@@ -21,7 +21,7 @@ from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.fold import ended_as, read_tc_log
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import TopicName, is_data_topic
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,6 @@ def _same_partition(registered: str, topic: str, partition: int) -> bool:
     except ValueError:
         return False
     return name.kafka_topic == topic and name.kafka_partition == partition
-
-
-def is_data_topic(name: str) -> bool:
-    return not name.startswith("__") and not name.endswith("__transaction_pending_ack")
 
 
 @dataclass

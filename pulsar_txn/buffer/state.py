@@ -322,6 +322,19 @@ class TxnBufferState:
             return False
         return self._txn(txn_raw) not in self.aborted and not (self.discarded and self.is_discarded(offset))
 
+    def skip_deleted(self, log_start_offset: int) -> None:
+        """Retention deleted ``[scanned_to, log_start_offset)`` before it was folded, and with it
+        maybe the marker ending a transaction held open here. Forget the transactions whose first
+        message is below the log start (all their messages here are deleted; one still open pins
+        again with its next message, as for a reader starting at the log start) and go on from the
+        log start: a deleted marker must not hold reads back for ever."""
+        if log_start_offset <= self.scanned_to:
+            return
+        for txn in [t for t, first in self.ongoing.items() if first < log_start_offset]:
+            del self.ongoing[txn]  # its heap entry is stale now: max_read_position pops it
+        self.scanned_to = log_start_offset
+        self.prune(log_start_offset)
+
     def prune(self, log_start_offset: int) -> None:
         """Forget what only concerned records that retention has deleted (keeps the sets bounded)."""
         for txn in [t for t, off in self.aborted.items() if off < log_start_offset]:

@@ -189,3 +189,76 @@ def test_a_planner_learns_the_tc_count_once_the_transaction_log_exists(
         assert planner.bounds(tps)[(topic, 0)].limit == 2
     finally:
         planner.close()
+
+
+def test_subscribe_pattern_leaves_out_pending_ack_logs(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """A pattern matching a topic also matched its subscriptions' pending-ack logs
+    (``<topic>-<sub>__transaction_pending_ack``): a job read ack records as rows (review, session
+    32). As the client's pattern subscribe, they are never data."""
+    from spark._options import parse_options
+    from spark._plan import resolve_partitions
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"pat_{uid}"
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(topic)
+    consumer = c.client.subscribe(topic, "sub", initial_position="Earliest")
+    producer.send(b"x")
+    txn = c.client.transaction(30)
+    consumer.acknowledge(consumer.receive(10_000), txn=txn)  # creates the pending-ack log
+    txn.commit()
+    consumer.close()
+    assert any(
+        t.endswith("__transaction_pending_ack") and t.startswith(topic)
+        for t in TopicAdmin(kafka).list_topics()
+    )
+    opts = parse_options(_opts(c, kafka, subscribePattern=f"pat_{uid}.*"), streaming=False)
+    assert resolve_partitions(opts, c.client.kafka) == [(topic, 0), (topic, 1)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["false", "true"])
+def test_a_stream_goes_on_when_retention_deleted_an_unread_commit_marker(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str, fail_on_data_loss: str
+) -> None:
+    """The stream planned while T was open (maxReadPosition 0); T then committed and retention
+    deleted offsets 0..2, the marker among them, before the next plan. The planner's cached state
+    kept T open and the stream stalled at 0 for ever (review, session 32). Now the next plan reads
+    on from the log start (or, with failOnDataLoss=true, reports the deleted offsets)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pulsar_txn.errors import DataLossError
+    from spark._options import parse_options
+    from spark.source import PulsarTxnStreamReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"gone_marker_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(30)
+    producer.send(b"t0", txn=txn)  # offset 0
+    producer.send(b"p1")  # offset 1
+    opts = parse_options(
+        _opts(c, kafka, subscribe=topic, startingOffsets="earliest", failOnDataLoss=fail_on_data_loss),
+        streaming=True,
+    )
+    reader = PulsarTxnStreamReader(opts)
+    try:
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, ReadAllAvailable())
+        assert first == {topic: {"0": 0}}  # held at the open transaction
+        txn.commit()  # marker at 2
+        producer.send(b"p3")  # offset 3
+        admin.delete_records_before(topic, 0, 3).result(10)
+        if fail_on_data_loss == "true":
+            with pytest.raises(DataLossError):
+                later = reader.latestOffset(first, ReadAllAvailable())
+                reader.partitions(first, later)
+            return
+        later = reader.latestOffset(first, ReadAllAvailable())
+        assert later == {topic: {"0": 4}}
+        parts: list[Any] = list(reader.partitions(first, later))
+        assert [(p.start, p.end) for p in parts] == [(3, 4)]
+    finally:
+        reader.stop()

@@ -167,3 +167,21 @@ def test_ended_entries_leave_by_watermark_exactly_as_the_scanning_fold_did(
         assert new.apply(offset, headers, value) == old.apply(offset, headers, value)
     assert (new.ended, new.ongoing, new.aborted, new.lwm) == (old.ended, old.ongoing, old.aborted, old.lwm)
     assert new.counters.corrupt_markers == 0  # the markers were read (not skipped as unreadable)
+
+
+def test_a_marker_deleted_before_it_was_folded_does_not_pin_max_read_position_for_ever() -> None:
+    """A state folded to offset 2 holds T open from 0; retention then deletes 0..3, T's commit
+    marker (2) among them, before the state folds it. Reading on from the log start used to keep T
+    open, and maxReadPosition at 0 below the log start, for ever (review, session 32)."""
+    txn, later = TxnID(0, 7), TxnID(0, 8)
+    state, _ = _fold([(_msg(txn), b"t0"), (PLAIN, b"p1")])
+    assert state.max_read_position == 0
+    state.skip_deleted(1)  # nothing unfolded was deleted: T may still end later in the log
+    assert state.max_read_position == 0 and txn in state.ongoing
+    state.skip_deleted(4)  # T's commit marker was at 2
+    assert state.ongoing == {} and state.scanned_to == 4 and state.max_read_position == 4
+    assert state.apply(4, PLAIN, b"p4") is True and state.max_read_position == 5
+    # A transaction still open pins again with its next message, as for a reader starting at 4.
+    state.apply(5, _msg(later), b"t5")
+    state.skip_deleted(5)  # no gap: a no-op
+    assert state.max_read_position == 5

@@ -168,3 +168,31 @@ def test_subscribe_naming_no_topic_is_refused(value: str) -> None:
     """It read nothing, silently (Spark's Kafka source: "No topics to subscribe to")."""
     with pytest.raises(ConfigError, match="names no topic"):
         parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": value}, streaming=False)
+
+
+@pytest.mark.parametrize("value", ["86400001", "9" * 400])
+def test_a_poll_timeout_beyond_a_day_is_a_config_error_not_an_overflow(value: str) -> None:
+    """A huge pollTimeoutMs raised OverflowError out of float() (review, session 32)."""
+    opts = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert parse_options({**opts, "pollTimeoutMs": "86400000"}, streaming=False).poll_timeout_s == 86_400
+    with pytest.raises(ConfigError, match="pollTimeoutMs"):
+        parse_options({**opts, "pollTimeoutMs": value}, streaming=False)
+
+
+@pytest.mark.parametrize("partition", [2**31, 2**40])
+def test_partitions_beyond_kafkas_int32_are_config_errors(partition: int) -> None:
+    """They passed the options and failed later with OverflowError inside the Kafka client
+    (review, session 32)."""
+    assert parse_assign(f'{{"t":[{2**31 - 1}]}}') == [("t", 2**31 - 1)]
+    with pytest.raises(ConfigError, match="partition numbers"):
+        parse_assign(f'{{"t":[{partition}]}}')
+    with pytest.raises(ConfigError, match="not a Kafka partition number"):
+        parse_offsets("startingOffsets", f'{{"t":{{"{partition}":0}}}}', "earliest")
+
+
+def test_offsets_beyond_an_int64_are_config_errors() -> None:
+    assert parse_offsets("startingOffsets", f'{{"t":{{"0":{2**63 - 1}}}}}', "earliest") == {
+        ("t", 0): 2**63 - 1
+    }
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        parse_offsets("startingOffsets", f'{{"t":{{"0":{2**63}}}}}', "earliest")
