@@ -33,7 +33,6 @@ MAX_RESPONSE_BYTES = 2_147_483_647
 # backlog in 3 partitions, one partition's records came ~0.9 s after the others'. The check it repeats
 # is local (no request).
 FETCH_QUEUE_BACKOFF_MS = 10
-_CONVERT_CHUNK = 500  # client messages taken at once by poll_batch: fewer than a young collection's 700
 _POLL_SLICE_S = 0.01  # an idle-gated reader polls in slices this long, to notice when it is caught up
 _OPEN_WINDOW_S = 0.01  # at most this long, a call that opens the idle gate polls for it to close again
 
@@ -49,8 +48,8 @@ class StoredRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
-    """As the client built them (a list, not copied: every object built per record costs twice, once
-    to make and again in the garbage collector's young passes). Treat as read-only."""
+    """A tuple of (name, value) pairs: a record of tuples, str and bytes only can leave the garbage
+    collector's tracking after a few young passes (a list never does)."""
     timestamp_ms: int
 
     def header(self, name: str) -> bytes | None:
@@ -70,10 +69,9 @@ def _to_record(msg: Any) -> StoredRecord:
     # Called once per record read: kept to plain loops and C calls.
     headers = msg.headers()
     if headers:
-        # A tuple, not the client's list: a record of tuples, str and bytes only is untracked by the
-        # garbage collector at its first young pass, so records a reader holds (its window, a
-        # batch) are neither promoted nor re-scanned by full collections (those took ~20% of a
-        # read-committed read's CPU with lists).
+        # A tuple, not the client's list: a record of tuples, str and bytes only can be untracked by
+        # the garbage collector, so records a reader holds a while (its window) stop being re-scanned
+        # by every later collection.
         headers = tuple(headers)
         for _name, value in headers:
             if value is None:  # rare (foreign producers); readers treat b"" like a missing value
@@ -213,21 +211,13 @@ class PartitionReader:
 
     def poll_batch(self, max_records: int = 1000, timeout: float = 0.1) -> list[StoredRecord]:
         """Records in offset order per partition; empty on timeout. Records end-of-partition events."""
-        # Taken from the client in chunks, each client message let go once converted: a batch of
-        # thousands kept whole while its records were built outlived young collections and was
-        # promoted to the oldest generation, whose growth then set off full collections (~20% of a
-        # read-committed read's CPU).
-        out: list[StoredRecord] = []
-        msgs = self._poll_messages(min(max_records, _CONVERT_CHUNK), timeout)
-        while msgs:
-            msgs.reverse()
-            take = msgs.pop
-            out += [_to_record(take()) for _ in range(len(msgs))]
-            room = max_records - len(out)
-            if room <= 0:
-                break
-            msgs = self._poll_messages(min(room, _CONVERT_CHUNK), 0)
-        return out
+        msgs = self._poll_messages(max_records, timeout)
+        # Each client message is let go once converted: a batch of thousands kept whole while its
+        # records were built outlived young collections and was promoted to the oldest generation,
+        # whose growth then set off full collections (~20% of a read-committed read's CPU).
+        msgs.reverse()
+        take = msgs.pop
+        return [_to_record(take()) for _ in range(len(msgs))]
 
     def poll_raw(self, max_records: int = 1000, timeout: float = 0.1) -> list[RawRecord]:
         """Like ``poll_batch`` but only (topic, partition, offset, key, value): for hot paths that need
