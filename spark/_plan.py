@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
@@ -23,7 +24,14 @@ from kafka_store import (
     TopicAdmin,
     TopicNotFoundError,
 )
-from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state, scan
+from pulsar_txn.buffer.reader import (
+    UNKNOWN_NUM_TCS,
+    BufferOptions,
+    discover_num_tcs,
+    load_state,
+    scan,
+    tc_outcomes,
+)
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import ConfigError, DataLossError, PulsarTxnError, TopicNotFound, from_store_error
@@ -31,6 +39,9 @@ from pulsar_txn.naming import is_data_topic
 from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
 
 log = logging.getLogger(__name__)
+_LOOKUP_EVERY_S = (
+    5.0  # at most this often per partition: a TC log lookup for transactions held below the log start
+)
 
 
 class RangePartition(InputPartition):
@@ -124,6 +135,7 @@ class Planner:
         )
         self.states: dict[TopicPartition, TxnBufferState] = {}
         self._reader: PartitionReader | None = None
+        self._next_lookup: dict[TopicPartition, float] = {}  # held_below's TC lookups, rate-limited
 
     def _buffer(self) -> BufferOptions:
         """Fold options with the cluster's TC count: unknown (every TxnID taken as real) until the
@@ -190,8 +202,30 @@ class Planner:
             state = self.state(tp, end=high, log_start=low)  # scans what was appended since the last call
             if low > 0:
                 state.prune(low)
+                self._end_deleted(tp, state, low)
             out[tp] = Bounds(low, state.max_read_position)
         return out
+
+    def _end_deleted(self, tp: TopicPartition, state: TxnBufferState, low: int) -> None:
+        """A transaction open here whose first message retention deleted may have had its marker
+        deleted too, unread: it would hold the stream back for ever. Its TC knows (looked up at most
+        every ``_LOOKUP_EVERY_S`` per partition, while there is such a transaction)."""
+        held = state.held_below(low)
+        now = time.monotonic()
+        if not held or now < self._next_lookup.get(tp, 0.0):
+            return
+        self._next_lookup[tp] = now + _LOOKUP_EVERY_S
+        ended = tc_outcomes(self.kafka, self.opts.log_topic, held)
+        if not ended:
+            return
+        try:
+            # Every marker of an ended transaction was written before its TC logged the end, so
+            # before the lookup: folding to an end read now reads those that were not deleted.
+            end = self.watermarks([tp])[tp][1]
+            scan(state, self.kafka, end)
+        except StoreError as exc:
+            raise _typed(exc) from None
+        state.end_deleted(ended, low)
 
     def resolve(self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds]) -> dict[TopicPartition, int]:
         """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON, which must name

@@ -32,7 +32,9 @@ from kafka_store import (
 from pulsar_txn.buffer.marker import CTL_HEADER
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
+from pulsar_txn.coordinator.fold import ended_as, read_tc_log
 from pulsar_txn.errors import from_store_error
+from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,23 @@ def scan(
         count += 1
     state.scanned_to = max(state.scanned_to, end)
     return count
+
+
+def tc_outcomes(kafka: KafkaConfig, log_topic: str, txns: Sequence[TxnID]) -> dict[TxnID, TxnAction]:
+    """How their coordinators ended ``txns``, for those that have ended (COMMITTED/ABORTED, or
+    forgotten since: ended long ago); open, ending and unknown ones are left out, as are those of a
+    TC whose log cannot be read now (logged). One read of each TC's log partition: occasional use."""
+    out: dict[TxnID, TxnAction] = {}
+    for tc in sorted({t.most_bits for t in txns}):
+        try:
+            fold = read_tc_log(kafka, log_topic, tc)
+        except StoreError as exc:
+            log.warning("reading TC %d's log %s to end transactions failed: %s", tc, log_topic, exc)
+            continue
+        for txn in txns:
+            if txn.most_bits == tc and (action := ended_as(fold, txn)) is not None:
+                out[txn] = action
+    return out
 
 
 class LoadedState(NamedTuple):

@@ -21,7 +21,7 @@ import heapq
 import logging
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError
@@ -323,17 +323,43 @@ class TxnBufferState:
         return self._txn(txn_raw) not in self.aborted and not (self.discarded and self.is_discarded(offset))
 
     def skip_deleted(self, log_start_offset: int) -> None:
-        """Retention deleted ``[scanned_to, log_start_offset)`` before it was folded, and with it
-        maybe the marker ending a transaction held open here. Forget the transactions whose first
-        message is below the log start (all their messages here are deleted; one still open pins
-        again with its next message, as for a reader starting at the log start) and go on from the
-        log start: a deleted marker must not hold reads back for ever."""
-        if log_start_offset <= self.scanned_to:
-            return
-        for txn in [t for t, first in self.ongoing.items() if first < log_start_offset]:
-            del self.ongoing[txn]  # its heap entry is stale now: max_read_position pops it
-        self.scanned_to = log_start_offset
+        """Retention deleted ``[scanned_to, log_start_offset)`` before it was folded: go on from the
+        log start. Transactions held open here stay open (maybe still open at their TC): one whose
+        deleted marker ended it is found by ``held_below`` and ended by ``end_deleted``."""
+        if log_start_offset > self.scanned_to:
+            self.scanned_to = log_start_offset
         self.prune(log_start_offset)
+
+    def held_below(self, log_start_offset: int) -> list[TxnID]:
+        """Open transactions whose first message here retention has deleted: if their marker was
+        deleted too (before anyone folded it), only their TC can tell that they ended."""
+        return [t for t, first in self.ongoing.items() if first < log_start_offset]
+
+    def end_deleted(self, outcomes: Mapping[TxnID, TxnAction], log_start_offset: int) -> None:
+        """End transactions that their TC ended but whose marker is gone: ``outcomes`` was looked up
+        (TC status terminal, so every marker was written) before the state was folded to an end
+        offset read after the lookup, so a transaction still open here below the log start had its
+        marker deleted, and all its messages with it. An aborted one is remembered from the log
+        start on, so a late message of it stays hidden; a committed one has no message left."""
+        for txn, action in outcomes.items():
+            first = self.ongoing.get(txn)
+            if first is None or first >= log_start_offset:
+                continue
+            del self.ongoing[txn]  # its heap entry is stale now: max_read_position pops it
+            if action is TxnAction.ABORT:
+                self.aborted[txn] = log_start_offset
+                self.counters.aborted_txns += 1
+            else:
+                self.counters.committed_txns += 1
+            self._ended(txn, action is TxnAction.COMMIT)
+            self.changes += 1
+            log.info(
+                "%s[%d]: %s ended (%s) with its marker deleted by retention",
+                self.topic,
+                self.partition,
+                txn,
+                action.name,
+            )
 
     def prune(self, log_start_offset: int) -> None:
         """Forget what only concerned records that retention has deleted (keeps the sets bounded)."""

@@ -24,6 +24,7 @@ def _opts(c: Cluster, kafka: KafkaConfig, **extra: str) -> dict[str, str]:
         "kafka.bootstrap.servers": kafka.bootstrap_servers,
         "snapshotTopic": c.config.snapshot_topic,
         "numTcs": str(c.config.num_tcs),
+        "logTopic": c.config.log_topic,
         **extra,
     }
 
@@ -260,5 +261,44 @@ def test_a_stream_goes_on_when_retention_deleted_an_unread_commit_marker(
         assert later == {topic: {"0": 4}}
         parts: list[Any] = list(reader.partitions(first, later))
         assert [(p.start, p.end) for p in parts] == [(3, 4)]
+    finally:
+        reader.stop()
+
+
+def test_a_stream_stays_held_by_an_open_transaction_whose_first_message_retention_deleted(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """T is open with its first message at 0; plain 1..3 follow; retention deletes 0..1. T is still
+    open at its TC, so the stream must not pass it: plain 2 and 3 wait for T's end, as for a reader
+    that folded every record (review, session 33). Once T commits, the stream goes on."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark._options import parse_options
+    from spark.source import PulsarTxnStreamReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"open_below_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"t0", txn=txn)
+    for i in (1, 2, 3):
+        producer.send(f"p{i}".encode())
+    opts = parse_options(
+        _opts(c, kafka, subscribe=topic, startingOffsets="earliest", failOnDataLoss="false"), streaming=True
+    )
+    reader = PulsarTxnStreamReader(opts)
+    try:
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, ReadAllAvailable())
+        assert first == {topic: {"0": 0}}
+        admin.delete_records_before(topic, 0, 2).result(10)
+        assert reader.latestOffset(first, ReadAllAvailable()) == first  # the TC lookup: T is open
+        producer.send(b"t4", txn=txn)
+        txn.commit()  # marker at 5
+        later = reader.latestOffset(first, ReadAllAvailable())
+        assert later == {topic: {"0": 6}}
+        parts: list[Any] = list(reader.partitions(first, later))
+        assert [(p.start, p.end) for p in parts] == [(2, 6)]
     finally:
         reader.stop()

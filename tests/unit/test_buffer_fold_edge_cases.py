@@ -169,19 +169,42 @@ def test_ended_entries_leave_by_watermark_exactly_as_the_scanning_fold_did(
     assert new.counters.corrupt_markers == 0  # the markers were read (not skipped as unreadable)
 
 
-def test_a_marker_deleted_before_it_was_folded_does_not_pin_max_read_position_for_ever() -> None:
+def test_a_transaction_whose_marker_was_deleted_unread_ends_by_its_tcs_outcome() -> None:
     """A state folded to offset 2 holds T open from 0; retention then deletes 0..3, T's commit
-    marker (2) among them, before the state folds it. Reading on from the log start used to keep T
-    open, and maxReadPosition at 0 below the log start, for ever (review, session 32)."""
-    txn, later = TxnID(0, 7), TxnID(0, 8)
+    marker (2) among them, before the state folds it. Reading on from the log start kept T open,
+    and maxReadPosition at 0 below the log start, for ever (review, session 32). Skipping the gap
+    keeps T (it may still be open); its TC's outcome ends it."""
+    txn = TxnID(0, 7)
     state, _ = _fold([(_msg(txn), b"t0"), (PLAIN, b"p1")])
-    assert state.max_read_position == 0
-    state.skip_deleted(1)  # nothing unfolded was deleted: T may still end later in the log
-    assert state.max_read_position == 0 and txn in state.ongoing
-    state.skip_deleted(4)  # T's commit marker was at 2
-    assert state.ongoing == {} and state.scanned_to == 4 and state.max_read_position == 4
+    state.skip_deleted(4)
+    assert state.scanned_to == 4 and state.max_read_position == 0 and state.held_below(4) == [txn]
+    assert state.held_below(0) == []
+    state.end_deleted({txn: TxnAction.COMMIT}, 4)
+    assert state.ongoing == {} and state.max_read_position == 4 and state.has_ended(txn)
     assert state.apply(4, PLAIN, b"p4") is True and state.max_read_position == 5
-    # A transaction still open pins again with its next message, as for a reader starting at 4.
-    state.apply(5, _msg(later), b"t5")
-    state.skip_deleted(5)  # no gap: a no-op
-    assert state.max_read_position == 5
+
+
+def test_an_open_transaction_below_the_log_start_still_holds_reads_back() -> None:
+    """T is still open (its TC says nothing has ended): its first message was deleted, but plain
+    messages after it stay held back, as for a reader that folded every record (review, session 33:
+    dropping T let plain 3 and 4 through while T was open)."""
+    txn = TxnID(0, 7)
+    state, _ = _fold([(_msg(txn), b"t0"), (PLAIN, b"p1"), (PLAIN, b"p2")])
+    state.skip_deleted(3)
+    state.apply(3, PLAIN, b"p3")
+    state.apply(4, PLAIN, b"p4")
+    state.apply(5, _msg(txn), b"t5")
+    state.end_deleted({}, 3)
+    assert state.max_read_position == 0 and state.ongoing == {txn: 0}
+
+
+def test_an_aborted_transaction_ended_by_its_tc_keeps_its_late_messages_hidden() -> None:
+    txn = TxnID(0, 7)
+    state, _ = _fold([(_msg(txn), b"t0"), (PLAIN, b"p1")])
+    state.skip_deleted(3)  # T's abort marker was at 2
+    state.end_deleted({txn: TxnAction.ABORT}, 3)
+    assert state.ongoing == {} and txn in state.aborted
+    late = state.apply(3, _msg(txn), b"late")  # an in-flight send after the abort
+    assert state.deliverable(3, _msg(txn), late) is False and state.max_read_position == 4
+    state.prune(3)
+    assert txn in state.aborted  # kept while retention keeps the late message
