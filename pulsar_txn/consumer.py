@@ -48,6 +48,7 @@ from pulsar_txn.errors import (
     ConfigError,
     ConsumerBusy,
     InvalidTopicName,
+    InvalidTxnStatusError,
     NotAllowedError,
     PersistenceError,
     PulsarTxnError,
@@ -64,7 +65,7 @@ from pulsar_txn.pendingack.stats import join_metadata, recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.subscription.unacked import Unacked
-from pulsar_txn.transaction import Transaction
+from pulsar_txn.transaction import Transaction, TransactionState
 from pulsar_txn.txnid import TxnAction, TxnID
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ class Consumer(Generic[T]):
         # Taken before _lock, never while holding it.
         self._commit_lock = threading.Lock()
         self._txn_parts: dict[TxnID, dict[TP, _Part]] = {}  # open txns we acked in -> where
+        self._txn_handles: dict[TxnID, Transaction] = {}  # and their handles (same keys)
         self._parts: dict[TP, _Part] = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
@@ -923,11 +925,19 @@ class Consumer(Generic[T]):
             # Again: a rebalance may have revoked (or re-opened) the partition meanwhile. The batch is
             # made under the same lock, so a revocation either writes it or refuses this ack.
             part = self._part_for(first)
+            if part.fold.has_ended(txn.txn_id):
+                # Its outcome is in the log already (ended elsewhere: another client, a timeout): an
+                # ack written now belongs to no outcome and would hold the message pending for good.
+                raise InvalidTxnStatusError(
+                    f"transaction {txn.txn_id} has ended: its outcome reached subscription "
+                    f"{self.subscription!r} on {part.tp[0]}[{part.tp[1]}] before this ack"
+                )
             part.pending.check(txn.txn_id, kind, offsets)
             part.pending.apply_ack(txn.txn_id, kind, offsets)
             if kind is AckKind.CUMULATIVE:
                 self._cum_txns.add((txn.txn_id, part.tp))
             self._txn_parts.setdefault(txn.txn_id, {})[part.tp] = part
+            self._txn_handles[txn.txn_id] = txn
             held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
             topic, partition = first.topic, first.partition
             take, in_txn = self._unacked.pop, self._in_txn
@@ -1232,8 +1242,13 @@ class Consumer(Generic[T]):
         if not self._stale.observing():  # the upkeep loop runs every 20 ms; this need not
             return
         with self._lock:
+            # Our own transactions too once their end failed for good (ERROR: e.g. ended elsewhere
+            # before an ack written after its outcome): no end listener releases those acks.
             pending = {
-                t for p in self._parts.values() for t in p.pending.pending_txns() if t not in self._txn_parts
+                t
+                for p in self._parts.values()
+                for t in p.pending.pending_txns()
+                if t not in self._txn_parts or self._txn_handles[t].state is TransactionState.ERROR
             }
         due = self._stale.due(pending)
         if not due:
@@ -1302,6 +1317,7 @@ class Consumer(Generic[T]):
         Kafka read does not belong under ``_lock``, nor on the thread that got END_TXN's answer."""
         held = self._take_held(txn_id, part.tp)
         self._txn_parts.pop(txn_id, None)
+        self._txn_handles.pop(txn_id, None)
         # Acks of the ended txn still batched here are never written: after its marker they would
         # hold the messages pending (and pin the replay start) for good. Whoever waits is done, once
         # the caller has released ``_lock`` (a waiting end goes on from that callback).

@@ -125,6 +125,10 @@ class PendingAckFold:
         self._committed: dict[TxnID, tuple[int, int]] = {}
         self._committed_by_last: list[tuple[int, TxnID]] = []  # a heap: which to forget first
 
+    def has_ended(self, txn: TxnID) -> bool:
+        """Whether this fold saw ``txn`` end (among the last ``_ENDED_MAX`` that did)."""
+        return txn in self._ended
+
     def replay_start(self, unpersisted_from: int | None = None) -> int:
         """Replaying from here rebuilds every unfinished transaction's acks. ``unpersisted_from``:
         the cursor's metadata lacks the acks from that offset on (too many ranges to persist, see
