@@ -79,6 +79,7 @@ CONSUMER_CLIENT_ID_PREFIX = "ptxn-"
 
 TP = tuple[str, int]
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ConsumerType(StrEnum):
@@ -154,6 +155,19 @@ _REOPEN_MAX_BACKOFF_S = 5.0  # an assigned partition whose opening failed is ret
 # How soon partitions added to a subscribed topic are assigned: Pulsar's autoUpdatePartitionsInterval
 # (librdkafka would look every 5 minutes).
 PARTITIONS_REFRESH_MS = 60_000
+
+
+class _NotReadableYet(NotAllowedError):
+    """An ack of an offset at or past the readable end this consumer knows (maybe only not scanned
+    up to yet: ``Consumer._caught_up``)."""
+
+    def __init__(self, mid: MessageId, tp: TP, end: int) -> None:
+        super().__init__(
+            f"cannot acknowledge {mid}: no readable message there ({tp[0]}[{tp[1]}] is readable below "
+            f"offset {end})"
+        )
+        self.mid = mid
+        self.tp = tp
 
 
 @dataclass
@@ -763,11 +777,38 @@ class Consumer(Generic[T]):
         part = self._part_for(mid)
         end = self._reader.readable_end(*part.tp)
         if mid.offset >= end:
-            raise NotAllowedError(
-                f"cannot acknowledge {mid}: no readable message there ({part.tp[0]}[{part.tp[1]}] is "
-                f"readable below offset {end})"
-            )
+            raise _NotReadableYet(mid, part.tp, end)
         return part
+
+    def _caught_up(self, ack: Callable[[], R]) -> R:
+        """Run ``ack``; if it refused an id past the readable end this consumer knows, bring that
+        partition's read state up to date (outside ``_lock``) and run it once more. The end is only
+        as far as this consumer has scanned: an id of a message received before a restart (or
+        elsewhere) is at or above it until the next receive, yet readable."""
+        try:
+            return ack()
+        except _NotReadableYet as exc:
+            if not self._catch_up(exc.tp, exc.mid.offset):
+                raise
+        return ack()
+
+    def _catch_up(self, tp: TP, offset: int) -> bool:
+        deadline = time.monotonic() + self._client.operation_timeout_seconds
+        while time.monotonic() < deadline:
+            # A receive in another thread may hold the reader: it scans too; look again after it.
+            if self._read_lock.acquire(timeout=0.05):
+                try:
+                    if tp not in self._parts:
+                        return False  # revoked meanwhile: the retry refuses it as such
+                    return self._reader.catch_up(tp[0], tp[1], offset, deadline)
+                except StoreError as exc:
+                    log.warning("%s: reading %s[%d] up to %d failed: %s", self.subscription, *tp, offset, exc)
+                    return False
+                finally:
+                    self._read_lock.release()
+            if self._reader.readable_end(*tp) > offset:
+                return True
+        return False
 
     def acknowledge(
         self,
@@ -806,6 +847,9 @@ class Consumer(Generic[T]):
         return _all_of([])
 
     def _ack_plain(self, mids: list[MessageId]) -> None:
+        self._caught_up(lambda: self._ack_plain_now(mids))
+
+    def _ack_plain_now(self, mids: list[MessageId]) -> None:
         with self._lock:
             parts = [self._readable_part_for(mid) for mid in mids]  # all checked before any applies
             for part, mid in zip(parts, mids, strict=True):
@@ -837,6 +881,9 @@ class Consumer(Generic[T]):
         if len(mids) != 1:
             raise NotAllowedError("a cumulative ack takes exactly one message id")
         mid = mids[0]
+        self._caught_up(lambda: self._ack_cumulative_now(mid))
+
+    def _ack_cumulative_now(self, mid: MessageId) -> None:
         with self._lock:
             part = self._readable_part_for(mid)
             part.cursor.ack_cumulative(mid.offset)
@@ -911,8 +958,13 @@ class Consumer(Generic[T]):
     ) -> Future[None]:
         first = mids[0]
         offsets = [m.offset for m in mids]
-        with self._lock:
-            part = self._readable_part_for(max(mids, key=lambda m: m.offset))
+        last = max(mids, key=lambda m: m.offset)
+
+        def readable() -> _Part:
+            with self._lock:
+                return self._readable_part_for(last)
+
+        part = self._caught_up(readable)
         # The log must exist before the transaction ends: the TC writes its outcome marker only to an
         # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
         try:

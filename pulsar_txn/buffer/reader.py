@@ -318,6 +318,25 @@ class CommittedReader:
         self._ensure_started()
         return self._limit(self._parts[(topic, partition)])
 
+    def catch_up(self, topic: str, partition: int, until: int, deadline: float) -> bool:
+        """Scan on until the partition's readable end passes ``until`` (True), or the scan has
+        reached the partition's end as of now, or ``deadline`` (``time.monotonic()``) passed (False
+        unless readable by then). What it scans waits in the window for the next poll, as for any
+        scan ahead: for a caller asking about an offset it has not read up to (an ack of a message
+        received before a restart)."""
+        self._ensure_started()
+        assert self._scanner is not None
+        part = self._parts[(topic, partition)]
+        if self._limit(part) > until:
+            return True
+        end = self._scanner.watermarks(topic, partition)[1]
+        while self._limit(part) <= until:
+            now = time.monotonic()
+            if part.read_to >= end or now >= deadline:
+                return False
+            self._scan_some(min(0.1, deadline - now))
+        return True
+
     def visible(self, topic: str, partition: int, offset: int, headers: Sequence[tuple[str, bytes]]) -> bool:
         """Would this reader deliver the record (below its partition's limit)?"""
         self._ensure_started()
