@@ -789,8 +789,11 @@ class Consumer(Generic[T]):
             return ack()
         except _NotReadableYet as exc:
             if not self._catch_up(exc.tp, exc.mid.offset):
-                raise
-        return ack()
+                raise NotAllowedError(str(exc)) from None  # the public error, not our marker class
+        try:
+            return ack()
+        except _NotReadableYet as exc:
+            raise NotAllowedError(str(exc)) from None
 
     def _catch_up(self, tp: TP, offset: int) -> bool:
         deadline = time.monotonic() + self._client.operation_timeout_seconds

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kafka_store import REGISTRY, CodecError, KafkaConfig, read_range
 from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
+from pulsar_txn.coordinator.status import reachable
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,15 @@ class TcLogFold:
             # second transaction under a TxnID a deposed owner may have written data for.
             self.next_seq = max(self.next_seq, next_seq)
             return None
+        if meta is not None:
+            known = self.txns.get(meta.txn_id.least_bits)
+            if known is not None and not reachable(known.status, meta.status):
+                # A decided outcome never changes, nor does an ended transaction open again: a
+                # record that says so (forged, or a bug's) must not flip what readers were told.
+                self._skip(
+                    offset, f"{meta.txn_id} cannot go from {known.status.value} to {meta.status.value}"
+                )
+                return None
         self.epoch = epoch  # a record newer than any claim seen: its claim was lost, trust its epoch
         if meta is not None:
             seq = meta.txn_id.least_bits

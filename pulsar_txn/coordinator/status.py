@@ -32,6 +32,18 @@ ALLOWED_PREVIOUS: dict[TxnStatus, frozenset[TxnStatus]] = {
 }
 
 
+def reachable(current: TxnStatus, target: TxnStatus) -> bool:
+    """Whether a log may hold ``target`` after ``current`` for one transaction: the same status
+    again (an ADD_* rewrites OPEN; a new owner rewrites what it recovers) or a later one on the same
+    path. Not only the next one: compaction keeps one record per key (the log holds a key per owner
+    epoch), so OPEN may be followed by COMMITTED."""
+    if target is current:
+        return True
+    if current is TxnStatus.OPEN:
+        return True
+    return current in ALLOWED_PREVIOUS[target]
+
+
 def check_transition(txn: object, current: TxnStatus, target: TxnStatus) -> None:
     """Raise ``InvalidTxnStatusError`` naming the txn, the expected and the actual status."""
     allowed = ALLOWED_PREVIOUS[target]

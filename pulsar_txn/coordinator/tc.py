@@ -590,33 +590,49 @@ class TransactionCoordinator:
         """Log the decision, then carry it out, in a task of the TC: a request handler may be
         cancelled (its connection closed) while the record is in flight, and the record may land."""
         seq = meta.txn_id.least_bits
-        previous = (meta.status, meta.timed_out, meta.updated_at_ms)
-        # Set at once: ADD_* and the other outcome are refused, the same outcome waits for this one.
+        # Set at once, and for good: ADD_* and the other outcome are refused, the same outcome
+        # waits for this one.
         meta.status = target
         meta.timed_out = timed_out
         meta.updated_at_ms = _now_ms()
         loop = asyncio.get_running_loop()
         self._deciding[seq] = loop.create_future()
         self._end_done[seq] = loop.create_future()
-        self._spawn(self._log_decision(meta, previous), f"decide-{meta.txn_id}")
+        self._spawn(self._log_decision(meta), f"decide-{meta.txn_id}")
 
-    async def _log_decision(self, meta: TxnMeta, previous: tuple[TxnStatus, bool, int]) -> None:
+    async def _log_decision(self, meta: TxnMeta) -> None:
         seq = meta.txn_id.least_bits
-        try:
-            await self._write_state(meta)
-        except Exception as exc:
-            # Not logged: back to the previous state, so that a retry writes the decision again.
-            log.warning("TC %d: logging the end of %s failed: %s", self.tc_id, meta.txn_id, exc)
-            meta.status, meta.timed_out, meta.updated_at_ms = previous
-            for futures in (self._deciding, self._end_done):
-                fut = futures.pop(seq, None)
-                if fut is not None:
-                    _fail(fut, exc)
-            # The deadline may have fired meanwhile: re-arm it (a timeout abort retries after a back-off).
-            self._schedule_deadline(
-                meta, max(meta.deadline_ms, _now_ms() + self._config.end_retry_max_backoff_ms)
-            )
-            return
+        backoff = self._config.end_retry_initial_backoff_ms / 1000
+        while True:
+            try:
+                await self._write_state(meta)
+                break
+            except asyncio.CancelledError:
+                raise
+            except (CoordinatorFencedError, TransactionCoordinatorNotFoundError) as exc:
+                # Not the owner any more: the next owner decides from the log (the decision is
+                # there or not); nothing here acts on it. Callers learn to ask the new owner.
+                for futures in (self._deciding, self._end_done):
+                    fut = futures.pop(seq, None)
+                    if fut is not None:
+                        _fail(fut, exc)
+                return
+            except Exception as exc:
+                # Never undone: a write reported failed may have landed ("possibly persisted" after
+                # a timeout), and the log then holds the decision already. Undoing it in memory let
+                # a timeout or the client's abort write the other outcome after it, and a failover
+                # then flipped the outcome back. So the decision stands and is written again until
+                # confirmed; the same end asked again waits for it, the other one is refused.
+                self.counters.end_retries += 1
+                log.warning(
+                    "TC %d: logging the end of %s failed (%s); writing it again in %.2fs",
+                    self.tc_id,
+                    meta.txn_id,
+                    exc,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._config.end_retry_max_backoff_ms / 1000)
         if meta.timed_out:
             self.counters.timed_out += 1
         decided = self._deciding.pop(seq)

@@ -52,3 +52,41 @@ def test_txnmeta_whose_epoch_is_beyond_its_own_offset_is_impossible_and_skipped(
     f.apply(1, txn_key(TxnID(0, 1), 10**9), _meta(1).encode(10**9))  # epoch = a claim offset not yet written
     f.apply(2, txn_key(TxnID(0, 2), 0), _meta(2).encode(0))
     assert 2 in f.txns
+
+
+def _with_status(seq: int, status: TxnStatus) -> TxnMeta:
+    meta = _meta(seq)
+    meta.status = status
+    return meta
+
+
+def test_a_record_that_would_change_a_decided_outcome_is_skipped() -> None:
+    """COMMITTING then ABORTING, or ABORTED then COMMITTING: a decided outcome never changes (review,
+    session 33: the fold took any record of the current epoch, so one forged or buggy record made a
+    recovered TC commit a transaction whose partitions held ABORT markers)."""
+    f = TcLogFold(0)
+    f.apply(0, claim_key(0, "a"), encode_claim(0, "a", "u", 0))
+    key = txn_key(TxnID(0, 1), 0)
+    f.apply(1, key, _with_status(1, TxnStatus.OPEN).encode(0))
+    f.apply(2, key, _with_status(1, TxnStatus.COMMITTING).encode(0))
+    f.apply(3, key, _with_status(1, TxnStatus.ABORTING).encode(0))
+    assert f.txns[1].status is TxnStatus.COMMITTING and f.skipped_records == 1
+    f.apply(4, key, _with_status(1, TxnStatus.COMMITTED).encode(0))
+    f.apply(5, key, _with_status(1, TxnStatus.OPEN).encode(0))
+    assert f.txns[1].status is TxnStatus.COMMITTED and f.skipped_records == 2
+    other = txn_key(TxnID(0, 2), 0)
+    f.apply(6, other, _with_status(2, TxnStatus.ABORTED).encode(0))
+    f.apply(7, other, _with_status(2, TxnStatus.COMMITTING).encode(0))
+    assert f.txns[2].status is TxnStatus.ABORTED and f.skipped_records == 3
+
+
+def test_compaction_may_leave_open_followed_by_an_end_and_that_is_taken() -> None:
+    """One record per key survives compaction, and a key is per owner epoch: OPEN (epoch 0) then
+    COMMITTED (epoch 3, its COMMITTING compacted away) is a real log."""
+    f = TcLogFold(0)
+    f.apply(0, claim_key(0, "a"), encode_claim(0, "a", "u", 0))
+    f.apply(1, txn_key(TxnID(0, 1), 0), _with_status(1, TxnStatus.OPEN).encode(0))
+    f.apply(3, claim_key(0, "b"), encode_claim(0, "b", "u", 0))
+    f.apply(5, txn_key(TxnID(0, 1), 3), _with_status(1, TxnStatus.COMMITTED).encode(3))
+    f.apply(6, txn_key(TxnID(0, 1), 3), _with_status(1, TxnStatus.COMMITTED).encode(3))
+    assert f.txns[1].status is TxnStatus.COMMITTED and f.skipped_records == 0
