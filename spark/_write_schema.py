@@ -18,6 +18,7 @@ from pyspark.sql.types import (
 )
 
 from pulsar_txn.errors import IncompatibleSchema
+from pulsar_txn.message import PROPERTY_PREFIX
 from pulsar_txn.naming import TopicName
 
 COLUMNS = ("value", "key", "topic", "partition", "headers")
@@ -68,11 +69,38 @@ class RowLayout:
         properties: dict[str, str] = {}
         if self.headers is not None:
             for header in row[self.headers] or ():
-                name, raw = header[0], _as_bytes(header[1], "header value")
-                if name is None:
-                    raise IncompatibleSchema("a row has a header with a null key")
-                properties[name] = "" if raw is None else _utf8(raw, f"header {name!r}")
+                name, raw = _header(header)
+                if name in properties:
+                    # Pulsar properties are a map: a second value would replace the first, silently.
+                    raise IncompatibleSchema(
+                        f"a row has header {name!r} twice (message properties are a map)"
+                    )
+                properties[name] = _utf8(raw, f"header {name!r}")
         return OutMessage(topic, partition, value, key, properties)
+
+
+def _header(header: Any) -> tuple[str, bytes]:
+    """One element of the headers column as a message property (name, value). The source's headers
+    (``includeHeaders``) carry a message's properties as ``pulsar.prop.<name>``: taken back as
+    ``<name>``, so a topic copies with its properties. Its other ``pulsar.*`` / ``ptxn.*`` headers
+    describe the source message (producer, sequence, transaction, schema) and are refused, not
+    written as properties: filter them out to copy a topic."""
+    if header is None:
+        raise IncompatibleSchema("a row has a null element in its headers")
+    name, raw = header[0], _as_bytes(header[1], "header value")
+    if name is None:
+        raise IncompatibleSchema("a row has a header with a null key")
+    if raw is None:
+        raise IncompatibleSchema(f"header {name!r} has a null value (Pulsar properties are strings)")
+    if name.startswith(PROPERTY_PREFIX):
+        return name[len(PROPERTY_PREFIX) :], raw
+    if name.startswith(("pulsar.", "ptxn")):
+        raise IncompatibleSchema(
+            f"header {name!r} is message metadata of the source, not a property: leave it out "
+            "(e.g. filter(headers, h -> NOT (h.key LIKE 'pulsar.%' OR h.key LIKE 'ptxn%')) keeping "
+            "'pulsar.prop.%')"
+        )
+    return name, raw
 
 
 def _as_bytes(v: Any, what: str) -> bytes | None:
@@ -102,6 +130,9 @@ def _is(dtype: DataType, kinds: tuple[type[DataType], ...]) -> bool:
 def layout_for(schema: StructType, topic: str | None) -> RowLayout:
     """Check the schema; raise ``IncompatibleSchema`` naming the offending column."""
     fields = {f.name: (i, f.dataType) for i, f in enumerate(schema.fields)}
+    if len(fields) != len(schema.fields):
+        twice = sorted({f.name for f in schema.fields if schema.fieldNames().count(f.name) > 1})
+        raise IncompatibleSchema(f"column(s) {twice} appear more than once: select one of each")
     if "value" not in fields:
         raise IncompatibleSchema(
             f"the DataFrame needs a 'value' column (string or binary); it has {list(fields)}"

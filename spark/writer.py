@@ -108,7 +108,10 @@ class TransactionalWriter:
             TopicName.parse(topic)  # InvalidTopicName at once
         TopicName.parse(progress_topic)
         self.topic = topic
-        self.sink = _args.text(sink_id, "sink_id") if sink_id is not None else (topic or "")
+        # By the topic's full name, so a restart that spells the topic otherwise finds its batches;
+        # the name as given too, as writers before session 33 recorded it.
+        self.sink = _args.text(sink_id, "sink_id") if sink_id is not None else _sink_of(topic)
+        self._sinks = list(dict.fromkeys([self.sink, topic or ""] if sink_id is None else [self.sink]))
         self.txn_timeout_seconds = txn_timeout_seconds
         self.progress_topic = progress_topic
         self.progress_partitions = progress_partitions
@@ -152,8 +155,9 @@ class TransactionalWriter:
             try:  # the progress log is read with the storage layer: its errors become typed ones
                 part, index = self._progress(client, query_id)
                 timeout = self.settings.operation_timeout_seconds
-                settle_open_attempts(client, part, query_id, timeout, self.sink)
-                committed = part.committed_batch(query_id, self.sink)
+                for sink in self._sinks:
+                    settle_open_attempts(client, part, query_id, timeout, sink)
+                committed = max(part.committed_batch(query_id, sink) for sink in self._sinks)
             except StoreError as exc:
                 raise from_store_error(exc, f"reading the progress of query {query_id}") from exc
             if batch_id <= committed:
@@ -247,6 +251,11 @@ _progress_parts: dict[tuple[str, str, int], ProgressPartition] = {}
 _progress_counts: dict[tuple[str, str], int] = {}
 _query_locks: dict[str, threading.Lock] = {}
 _registry_lock = threading.Lock()
+
+
+def _sink_of(topic: str | None) -> str:
+    """The default sink of a writer: its topic's full name ("" for a writer taking a topic column)."""
+    return str(TopicName.parse(topic)) if topic is not None else ""
 
 
 def _query_lock(query_id: str) -> threading.Lock:

@@ -139,6 +139,26 @@ def test_a_replayed_batch_of_a_query_is_skipped_and_later_batches_are_written(
     assert counts == {first.txn_id: 50, other_query.txn_id: 1, nxt.txn_id: 10}
 
 
+def test_a_replay_that_spells_the_topic_otherwise_is_still_skipped(
+    c: Cluster, spark_session: Any, uid: str
+) -> None:
+    """The sink was the topic as typed: a job restarted with ``persistent://public/default/<t>`` for
+    ``<t>`` wrote its replayed batch again (review, session 33). A batch recorded under the name as
+    typed (writers before then) is found too."""
+    topic = f"sw_spell_{uid}"
+    c.client.create_topic(topic, 1)
+    s = settings(c, uid)
+    first = write_transactional(rows_df(spark_session, 5), topic=topic, query_id="q", batch_id=0, **s)
+    full = f"persistent://public/default/{topic}"
+    again = write_transactional(rows_df(spark_session, 5), topic=full, query_id="q", batch_id=0, **s)
+    legacy = write_transactional(
+        rows_df(spark_session, 5), topic=topic, query_id="q", batch_id=1, sink_id=topic, **s
+    )  # recorded as a writer before session 33 did
+    replayed = write_transactional(rows_df(spark_session, 5), topic=topic, query_id="q", batch_id=1, **s)
+    assert not first.skipped and again.skipped and not legacy.skipped and replayed.skipped
+    assert len(committed(c, topic)) == 10
+
+
 def test_writers_of_one_micro_batch_to_two_topics_each_write_it_once(
     c: Cluster, spark_session: Any, uid: str
 ) -> None:

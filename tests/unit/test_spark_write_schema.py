@@ -30,7 +30,7 @@ def test_all_kafka_sink_columns_map_to_one_message() -> None:
         ),
         None,
     )
-    msg = layout.message(("k", bytearray(b"v"), "t", 2, [("h", bytearray(b"x")), ("e", None)]))
+    msg = layout.message(("k", bytearray(b"v"), "t", 2, [("h", bytearray(b"x")), ("e", b"")]))
     assert msg == OutMessage("t", 2, b"v", "k", {"h": "x", "e": ""})
 
 
@@ -77,3 +77,34 @@ def test_bad_rows_are_typed_errors() -> None:
 def test_invalid_topic_option_fails_on_the_driver() -> None:
     with pytest.raises(InvalidTopicName):
         layout_for(schema(value=StringType()), "a/b")
+
+
+def test_headers_that_would_be_lost_or_changed_are_refused() -> None:
+    """A header named twice kept only its last value, a null value became "" and a null element was
+    an untyped TypeError (review, session 33): properties are a map of strings."""
+    layout = layout_for(schema(value=StringType(), headers=HEADERS), "t")
+    with pytest.raises(IncompatibleSchema, match="twice"):
+        layout.message(("v", [("h", b"a"), ("h", b"b")]))
+    with pytest.raises(IncompatibleSchema, match="null value"):
+        layout.message(("v", [("h", None)]))
+    with pytest.raises(IncompatibleSchema, match="null element"):
+        layout.message(("v", [None]))
+
+
+def test_the_sources_headers_give_back_the_properties_and_refuse_its_metadata() -> None:
+    """Our source's headers (includeHeaders) carry properties as pulsar.prop.<name>: a copied topic
+    keeps them under their names. Its metadata headers were stored as properties (review)."""
+    layout = layout_for(schema(value=StringType(), headers=HEADERS), "t")
+    msg = layout.message(("v", [("pulsar.prop.n", b"1"), ("plain", b"2")]))
+    assert msg.properties == {"n": "1", "plain": "2"}
+    for internal in ("pulsar.meta", "ptxn.txn", "pulsar.seq"):
+        with pytest.raises(IncompatibleSchema, match="metadata of the source"):
+            layout.message(("v", [(internal, b"\x00")]))
+    with pytest.raises(IncompatibleSchema, match="twice"):
+        layout.message(("v", [("pulsar.prop.n", b"1"), ("n", b"2")]))
+
+
+def test_a_column_named_twice_is_refused_not_half_written() -> None:
+    twice = StructType([StructField("value", StringType()), StructField("value", StringType())])
+    with pytest.raises(IncompatibleSchema, match="more than once"):
+        layout_for(twice, "t")
