@@ -780,16 +780,13 @@ class Consumer(Generic[T]):
             raise _NotReadableYet(mid, part.tp, end)
         return part
 
-    def _caught_up(self, ack: Callable[[], R]) -> R:
-        """Run ``ack``; if it refused an id past the readable end this consumer knows, bring that
-        partition's read state up to date (outside ``_lock``) and run it once more. The end is only
-        as far as this consumer has scanned: an id of a message received before a restart (or
-        elsewhere) is at or above it until the next receive, yet readable."""
-        try:
-            return ack()
-        except _NotReadableYet as exc:
-            if not self._catch_up(exc.tp, exc.mid.offset):
-                raise NotAllowedError(str(exc)) from None  # the public error, not our marker class
+    def _caught_up(self, refused: _NotReadableYet, ack: Callable[[], R]) -> R:
+        """``ack`` refused an id past the readable end this consumer knows: bring that partition's
+        read state up to date (outside ``_lock``) and run it once more. The end is only as far as
+        this consumer has scanned: an id of a message received before a restart (or elsewhere) is
+        at or above it until the next receive, yet readable."""
+        if not self._catch_up(refused.tp, refused.mid.offset):
+            raise NotAllowedError(str(refused)) from None  # the public error, not our marker class
         try:
             return ack()
         except _NotReadableYet as exc:
@@ -850,7 +847,10 @@ class Consumer(Generic[T]):
         return _all_of([])
 
     def _ack_plain(self, mids: list[MessageId]) -> None:
-        self._caught_up(lambda: self._ack_plain_now(mids))
+        try:  # the hot path: no closure unless refused
+            self._ack_plain_now(mids)
+        except _NotReadableYet as exc:
+            self._caught_up(exc, lambda: self._ack_plain_now(mids))
 
     def _ack_plain_now(self, mids: list[MessageId]) -> None:
         with self._lock:
@@ -884,7 +884,10 @@ class Consumer(Generic[T]):
         if len(mids) != 1:
             raise NotAllowedError("a cumulative ack takes exactly one message id")
         mid = mids[0]
-        self._caught_up(lambda: self._ack_cumulative_now(mid))
+        try:
+            self._ack_cumulative_now(mid)
+        except _NotReadableYet as exc:
+            self._caught_up(exc, lambda: self._ack_cumulative_now(mid))
 
     def _ack_cumulative_now(self, mid: MessageId) -> None:
         with self._lock:
@@ -967,7 +970,10 @@ class Consumer(Generic[T]):
             with self._lock:
                 return self._readable_part_for(last)
 
-        part = self._caught_up(readable)
+        try:
+            part = readable()
+        except _NotReadableYet as exc:
+            part = self._caught_up(exc, readable)
         # The log must exist before the transaction ends: the TC writes its outcome marker only to an
         # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
         try:
