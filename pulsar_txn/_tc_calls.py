@@ -105,7 +105,7 @@ def add_subscriptions_call(txn_id: TxnID, subscriptions: Sequence[tuple[str, str
     )
 
 
-def end_txn_call(txn_id: TxnID, action: TxnAction) -> TcCall[None]:
+def end_txn_call(txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> TcCall[None]:
     return _on_txn(
         f"END_TXN({action.name})",
         txn_id,
@@ -113,6 +113,7 @@ def end_txn_call(txn_id: TxnID, action: TxnAction) -> TcCall[None]:
         CommandType.END_TXN_RESPONSE,
         "end_txn_response",
         txn_action=action,
+        end_token=token,
     )
 
 

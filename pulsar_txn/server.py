@@ -500,13 +500,13 @@ class _Connection:
                     message=f"END_TXN needs txn_action COMMIT or ABORT, got {cmd.txn_action}",
                 )
             )
-        action = cmd.txn_action
+        action, token = cmd.txn_action, cmd.end_token
         return await self._txn_op(
             "END_TXN",
             CommandEndTxnResponse,
             cmd.request_id,
             txn_id,
-            lambda: self._api.end_txn(txn_id, action),
+            lambda: self._api.end_txn(txn_id, action, token),
         )
 
     async def _txn_op(

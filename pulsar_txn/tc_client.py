@@ -145,8 +145,8 @@ class TcClient:
         """``subscriptions`` are (topic, subscription name) pairs."""
         await self.run_call(add_subscriptions_call(txn_id, subscriptions))
 
-    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
-        await self.run_call(end_txn_call(txn_id, action))
+    async def end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
+        await self.run_call(end_txn_call(txn_id, action, token))
 
     async def run_call(self, call: TcCall[T], budget: float | None = None) -> T:
         """One coordinator call: connect, look the owner up, send, retry until the deadline (the
@@ -432,11 +432,14 @@ class SyncTcClient:
     ) -> concurrent.futures.Future[None]:
         return self._call_async(add_subscriptions_call(txn_id, subscriptions))
 
-    def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
-        self._call(end_txn_call(txn_id, action))
+    def end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
+        self._call(end_txn_call(txn_id, action, token))
 
-    def end_txn_async(self, txn_id: TxnID, action: TxnAction) -> concurrent.futures.Future[None]:
-        return self._call_async(end_txn_call(txn_id, action))
+    def end_txn_async(
+        self, txn_id: TxnID, action: TxnAction, token: bytes | None = None
+    ) -> concurrent.futures.Future[None]:
+        """``token``: the ending handle's (see ``CommandEndTxn.end_token``)."""
+        return self._call_async(end_txn_call(txn_id, action, token))
 
     def close(self) -> None:
         if self._closed:

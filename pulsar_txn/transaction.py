@@ -8,6 +8,7 @@ commits on success and aborts on an exception.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -68,6 +69,9 @@ class Transaction:
         self._partitions: dict[str, Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], Future[None]] = {}
         self._end_listeners: list[Callable[[TxnID, TxnAction], None]] = []
+        # Sent with this handle's END_TXN: its retries are answered as the same end, while a commit
+        # that another handle already made (resume_transaction) is refused, not taken for ours.
+        self._end_token = os.urandom(8)
         self.txn_id_bytes = txn_id.to_bytes()
         """The id as stored in each message's header (made once, used per send)."""
         self._inflight = 0  # sends and acks counted by begin_send / begin_ack, not finished
@@ -436,7 +440,7 @@ class Transaction:
                 result.set_result(None)
 
         try:
-            sent = self._client._tc().end_txn_async(self.txn_id, action)
+            sent = self._client._tc().end_txn_async(self.txn_id, action, self._end_token)
         except Exception as exc:  # the TC client is closed or cannot connect: the future says so
             sent = LazyFuture()
             sent.set_exception(exc)

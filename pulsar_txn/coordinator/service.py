@@ -546,8 +546,8 @@ class CoordinatorService:
     async def add_subscriptions(self, txn_id: TxnID, subscriptions: list[tuple[str, str]]) -> None:
         await self._tc(txn_id.most_bits).add_subscriptions(txn_id, subscriptions)
 
-    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
-        await self._tc(txn_id.most_bits).end_txn(txn_id, action)
+    async def end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
+        await self._tc(txn_id.most_bits).end_txn(txn_id, action, token)
 
     def stats(self) -> dict[str, Any]:
         return {

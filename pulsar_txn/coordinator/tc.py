@@ -124,6 +124,7 @@ class TransactionCoordinator:
         self._deciding: dict[int, asyncio.Future[None]] = {}  # COMMITTING/ABORTING write in flight
         self._unlogged: dict[int, dict[_Item, _Unlogged]] = {}
         self._retire_queue: deque[tuple[int, int]] = deque()
+        self._commit_tokens: dict[int, bytes] = {}  # seq -> the token of the END_TXN that committed it
         self._tasks: set[asyncio.Task[Any]] = set()
         self.counters = TcCounters()
         self.recover_started_ms = 0
@@ -541,10 +542,10 @@ class TransactionCoordinator:
         for fut in pending:
             await asyncio.shield(fut)
 
-    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+    async def end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
         started = time.perf_counter()
         try:
-            await self._end_txn(txn_id, action)
+            await self._end_txn(txn_id, action, token)
         except (TransactionNotFound, InvalidTxnStatusError):
             # A refusal comes from memory, which a deposed owner (its tail not past the newer claim
             # yet) has stale: "not found" for a transaction the new owner created and committed
@@ -566,17 +567,29 @@ class TransactionCoordinator:
             encode_seq_high_water(self.tc_id, self.epoch, self._next_seq),
         )
 
-    async def _end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+    async def _end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
         meta = self._get(txn_id)
+        seq = txn_id.least_bits
         want = TxnStatus.COMMITTING if action is TxnAction.COMMIT else TxnStatus.ABORTING
         done = TxnStatus.COMMITTED if action is TxnAction.COMMIT else TxnStatus.ABORTED
         if meta.status in (want, done):
-            await self._wait_end(meta)  # idempotent end: same outcome asked again
+            first = self._commit_tokens.get(seq) if action is TxnAction.COMMIT else None
+            if token is not None and first is not None and token != first:
+                # Not a retry of the commit: another handle committed it (``resume_transaction``).
+                # This handle may have sent since, and those sends are not part of it: say so, as
+                # Pulsar refuses an end of an ended transaction.
+                raise InvalidTxnStatusError(
+                    f"transaction {txn_id} was committed by another client's END_TXN: messages sent "
+                    "through this handle after that commit are not part of it"
+                )
+            await self._wait_end(meta)  # idempotent end: same outcome asked again (a retry)
             return
         if meta.status is TxnStatus.OPEN and action is TxnAction.COMMIT and _now_ms() >= meta.deadline_ms:
             self._require_open(meta, "commit")
         if meta.status is not TxnStatus.OPEN:
             self._require_open(meta, f"become {want.value}")  # raises: names expected and actual status
+        if action is TxnAction.COMMIT and token is not None:
+            self._commit_tokens[seq] = token  # in memory only: after a failover any commit repeats
         await self._end(meta, action, timed_out=False)
 
     async def _end(self, meta: TxnMeta, action: TxnAction, *, timed_out: bool) -> None:
@@ -782,6 +795,7 @@ class TransactionCoordinator:
             records.extend((key, None) for key in sorted(self._keys_by_seq.pop(seq, ())))
             del self._txns[seq]
             self._end_done.pop(seq, None)
+            self._commit_tokens.pop(seq, None)
         if len(records) > 1:
             await self._persist(records, confirm=False)
 

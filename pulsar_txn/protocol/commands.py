@@ -271,6 +271,9 @@ class CommandEndTxn(Message):
     txnid_least_bits: int = pb(2, Kind.UINT64, default=0)
     txnid_most_bits: int = pb(3, Kind.UINT64, default=0)
     txn_action: int | None = pb(4, Kind.ENUM, default=None, enum_type=TxnAction)
+    # Ours, not Pulsar's (a field number Pulsar does not use; its clients never send it): the
+    # committing handle's token, so a COMMIT repeated by another handle is not taken as its retry.
+    end_token: bytes | None = pb(1001, Kind.BYTES, default=None)
 
 
 @message

@@ -405,7 +405,7 @@ def test_a_commit_that_became_an_abort_raises_the_operations_failure_even_if_the
     txn.track(failed)
     tc = c.client._tc()
 
-    def end_fails(_txn_id: Any, _action: Any) -> Future[None]:
+    def end_fails(_txn_id: Any, _action: Any, _token: Any = None) -> Future[None]:
         answer: Future[None] = Future()
         answer.set_exception(Timeout("injected: END_TXN not answered"))
         return answer

@@ -141,9 +141,9 @@ def test_e8_client_states_observed(
     tc_client = c.client._tc()
     real_end = tc_client.end_txn_async
 
-    def observing_end(txn_id: object, action: TxnAction) -> Future[None]:
+    def observing_end(txn_id: object, action: TxnAction, token: bytes | None = None) -> Future[None]:
         seen.append(current.state)  # the state while END_TXN is in flight
-        return real_end(txn_id, action)  # type: ignore[arg-type]
+        return real_end(txn_id, action, token)  # type: ignore[arg-type]
 
     monkeypatch.setattr(tc_client, "end_txn_async", observing_end)
     current: Transaction = c.client.transaction(60)
@@ -186,9 +186,9 @@ def _answer_lost_once(c: Cluster, monkeypatch: pytest.MonkeyPatch) -> list[TxnAc
     real = tc.end_txn_async
     calls: list[TxnAction] = []
 
-    def end_txn(txn_id: Any, action: TxnAction) -> Future[None]:
+    def end_txn(txn_id: Any, action: TxnAction, token: bytes | None = None) -> Future[None]:
         calls.append(action)
-        sent = real(txn_id, action)
+        sent = real(txn_id, action, token)
         if len(calls) > 1:
             return sent
         lost: Future[None] = Future()

@@ -116,7 +116,7 @@ class FakeApi:
         self._open(txn_id)
         self.subscriptions.setdefault(txn_id, []).extend(subscriptions)
 
-    async def end_txn(self, txn_id: TxnID, action: TxnAction) -> None:
+    async def end_txn(self, txn_id: TxnID, action: TxnAction, token: bytes | None = None) -> None:
         self._maybe_fail()
         if self.end_gate is not None:
             await self.end_gate.wait()
