@@ -515,8 +515,17 @@ class SnapshotStore:
         except StoreError as exc:
             log.warning("snapshot of %s not checked against the partition (%s)", base, exc)
             return None
-        # No record: compaction removed the anchor, there is nothing to compare.
-        if rec is not None and record_fingerprint(rec.headers, rec.value) != fingerprint:
+        if rec is None:
+            # Retention is handled above, and data topics are not compacted: no record at the
+            # anchor (e.g. a Kafka transaction's control record of a topic created again under the
+            # name) cannot be told from another partition, so the snapshot is not trusted.
+            log.warning(
+                "snapshot of %s: no record at its anchor offset %d (deleted and created again?); ignoring it",
+                base,
+                offset,
+            )
+            return False
+        if record_fingerprint(rec.headers, rec.value) != fingerprint:
             log.warning(
                 "snapshot of %s: another record at its anchor offset %d (deleted and created again?);"
                 " ignoring it",

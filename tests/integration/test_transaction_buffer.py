@@ -726,6 +726,49 @@ def test_snapshot_of_a_deleted_topic_is_not_trusted_for_a_topic_recreated_under_
     assert _values(read_all(reader)) == [f"open{i}" for i in range(5)] + ["plain-after"]
 
 
+def test_a_snapshot_whose_anchor_offset_holds_no_record_is_not_trusted(
+    kafka: KafkaConfig, uid: str, request: pytest.FixtureRequest
+) -> None:
+    """The re-created topic holds a Kafka transaction's control record (never delivered to
+    consumers) at the old snapshot's anchor offset: "no record there" was taken for compaction and
+    the snapshot trusted, so an open transaction at offset 0 of the new topic was delivered (review,
+    session 33). Data topics are not compacted: no record at the anchor means another partition."""
+    from confluent_kafka import Producer
+
+    topic, snapshots = f"anchorless_{uid}", f"__snap_anchorless_{uid}"
+    admin = TopicAdmin(kafka)
+    admin.ensure_topic(topic, 1)
+    old_writer = Appender(kafka)
+    for i in range(5):
+        old_writer.append(topic, 0, f"old{i}".encode())
+    old_writer.flush()
+    old_writer.close()
+    store = SnapshotStore(kafka, topic=snapshots, partitions=1)
+    request.addfinalizer(store.close)
+    old, _ = load_state(kafka, topic, 0)
+    store.write(old).result(15)  # anchored at offset 4
+    admin.delete_topics([topic])
+    wait_until(lambda: topic not in admin.list_topics(), 15, what="deleted")
+    time.sleep(1)
+    admin.ensure_topic(topic, 1)
+    writer = Appender(kafka)
+    writer.append(topic, 0, b"UNCOMMITTED", headers=[(TXN_HEADER, TxnID(0, 7).to_bytes())]).result(15)
+    writer.close()
+    kafka_txn = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uid}"})
+    kafka_txn.init_transactions(20)
+    kafka_txn.begin_transaction()
+    for i in range(3):  # offsets 1-3; the commit's control record is offset 4
+        kafka_txn.produce(topic, f"k{i}".encode(), partition=0)
+    kafka_txn.commit_transaction(20)
+    kafka_txn.begin_transaction()
+    kafka_txn.produce(topic, b"k3", partition=0)
+    kafka_txn.commit_transaction(20)
+    kafka_txn.flush(10)
+    del kafka_txn  # destroyed now, not left connecting to a broker that the session stops
+    state, from_snapshot = load_state(kafka, topic, 0, store=store, options=BufferOptions(num_tcs=4))
+    assert from_snapshot is None and state.max_read_position == 0
+
+
 def test_commit_completes_when_a_partition_of_the_transaction_was_deleted_meanwhile(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
