@@ -54,6 +54,9 @@ class BufferOptions:
     num_tcs: int = UNKNOWN_NUM_TCS
     marker_secret: bytes | None = field(default=None, repr=False)
     window_max_records: int = 50_000
+    # And at most this many value bytes: behind a transaction that stays open, a window of large
+    # records would otherwise hold up to window_max_records of them (50 GB of 1 MB records).
+    window_max_bytes: int = 64 * 1024 * 1024
     fetch_batch: int = 5_000
     # With several partitions, delivery takes at most this many records from one before the next has
     # its turn (Pulsar's multi-partition consumer interleaves partitions as their messages arrive).
@@ -190,6 +193,7 @@ class _Partition:
     window: deque[StoredRecord] = field(default_factory=deque)
     verdicts: deque[Verdict] = field(default_factory=deque)  # the fold's verdict on each window record
     window_start: int = 0  # the window holds every scanned record in [window_start, read_to)
+    window_bytes: int = 0  # value bytes held in the window (an upper bound: seeks drop without counting)
     read_to: int = 0  # where the scanner reads this partition next (behind state.scanned_to after a snapshot)
     gap_idle_since: float | None = None  # since when the gap reader has read nothing
 
@@ -197,6 +201,7 @@ class _Partition:
         self.window.clear()
         self.verdicts.clear()
         self.window_start = start
+        self.window_bytes = 0
 
 
 class CommittedReader:
@@ -372,7 +377,7 @@ class CommittedReader:
     def _scan_some(self, timeout: float) -> int:
         assert self._scanner is not None
         records = self._scanner.poll_batch(self._opts.fetch_batch, timeout)
-        limit = self._opts.window_max_records
+        limit, byte_limit = self._opts.window_max_records, self._opts.window_max_bytes
         for rec in records:
             part = self._parts.get((rec.topic, rec.partition))
             if part is None:
@@ -381,10 +386,12 @@ class CommittedReader:
             verdict = part.state.apply(offset, rec.headers, rec.value)
             part.read_to = offset + 1
             if offset >= part.window_start and offset >= part.position:
-                if len(part.window) >= limit:
+                size = len(rec.value) if rec.value is not None else 0
+                if len(part.window) >= limit or part.window_bytes + size > byte_limit:
                     # Bound memory: forget the window; these records are fetched again when readable.
                     part.clear_window(offset + 1)
                 else:
+                    part.window_bytes += size
                     part.window.append(rec)
                     part.verdicts.append(verdict)
             elif offset >= part.window_start:
@@ -442,6 +449,8 @@ class CommittedReader:
                 break
             window.popleft()
             verdict = verdicts.popleft()
+            if rec.value is not None:
+                part.window_bytes -= len(rec.value)
             if offset >= position and (
                 verdict is True
                 or (not is_control(rec.headers) if uncommitted else deliverable(offset, rec.headers, verdict))
@@ -450,6 +459,8 @@ class CommittedReader:
                 room -= 1
             position = offset + 1
         part.position = position
+        if not window:
+            part.window_bytes = 0  # exact again (a seek may have dropped records uncounted)
         scanned_limit = min(limit, part.read_to)
         if not window and part.window_start <= position < scanned_limit:
             part.position = scanned_limit  # nothing else scanned below it (compaction gaps, markers)

@@ -889,3 +889,38 @@ def test_reading_never_creates_the_snapshot_topic(
     state, from_snapshot = load_state(kafka, topic, 0, store=store)
     assert from_snapshot is None and state.max_read_position == 1
     assert not TopicAdmin(kafka).topic_exists(f"__typo_snapshots_{uid}")
+
+
+def test_the_window_behind_an_open_transaction_is_bounded_in_bytes_too(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """Records scanned while an open transaction pins max_read_position wait in the window, which
+    was bounded by count only: 50,000 records of any size (review, session 33: 600 x 500 KB held
+    300 MB). Past window_max_bytes the window is dropped and read again once readable."""
+    c = cluster()
+    topic = f"window_bytes_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"open", txn=txn)
+    big = b"x" * 100_000
+    for i in range(40):
+        producer.send(big + str(i).encode())
+    options = BufferOptions(num_tcs=c.config.num_tcs, window_max_bytes=1_000_000, fetch_batch=8)
+    reader = CommittedReader(kafka, {(topic, 0): 0}, options=options)
+    try:
+        deadline = time.monotonic() + 10
+        while reader.state(topic, 0).scanned_to < 41 and time.monotonic() < deadline:
+            assert reader.poll(0.2) == []
+            part = reader._parts[(topic, 0)]
+            assert part.window_bytes <= 1_000_000
+            assert sum(len(r.value or b"") for r in part.window) <= 1_000_000
+        assert reader.state(topic, 0).scanned_to >= 41
+        txn.commit()
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 41 and time.monotonic() < deadline:
+            got += [r.value or b"" for r in reader.poll(0.5)]
+        assert got == [b"open"] + [big + str(i).encode() for i in range(40)]
+    finally:
+        reader.close()
