@@ -532,7 +532,7 @@ class Client:
             return self._snapshot_store
 
     def _buffer_options(self) -> BufferOptions:
-        return BufferOptions(num_tcs=self._tc_count(), marker_secret=self._secret)
+        return BufferOptions(num_tcs=self._tc_count(), marker_secret=self._secret, log_topic=self._log_topic)
 
     def _tc_count(self) -> int:
         """``num_tcs`` as given, else the transaction log's partition count (learnt once), so this

@@ -34,6 +34,7 @@ from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
 from pulsar_txn.coordinator.fold import ended_as, read_tc_log
 from pulsar_txn.errors import from_store_error
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ _MAX_GAP_READERS = 4
 # A gap reader that has read nothing for this long asks the broker whether retention deleted the rest
 # of the gap (the only reason, besides a compaction gap at the partition's end, to skip records).
 _GAP_STALL_S = 10.0
+# How often a reader looks for transactions held open below the log start (see _end_deleted).
+_DELETED_CHECK_S = 5.0
 
 
 UNKNOWN_NUM_TCS = 1 << 16
@@ -64,6 +67,9 @@ class BufferOptions:
     # A partition with nothing scanned is scanned for (without waiting) while the windows hold fewer
     # records than this: a broker may hand over one partition's whole backlog before the next one's.
     scan_ahead_records: int = 20_000
+    # The coordinators' log: a transaction held open below the log start (its first message, and
+    # maybe its marker, deleted by retention before anyone folded them) is looked up there.
+    log_topic: str = DEFAULT_LOG_TOPIC
     # Pulsar's READ_UNCOMMITTED subscriptions (PIP-298): every data record up to the partition's end,
     # those of open and aborted transactions too; control records (markers) still never.
     read_uncommitted: bool = False
@@ -232,6 +238,7 @@ class CommittedReader:
         self._turn = 0  # the partition delivery starts with, rotated each poll
         self.refetched = 0  # records read a second time (by gap readers), after a window overflow or seek
         self.snapshot_offsets: dict[TopicPartition, int | None] = {}
+        self._next_deleted_check = time.monotonic() + _DELETED_CHECK_S
 
     # ------------------------------------------------------------------ setup
     def _ensure_started(self) -> None:
@@ -361,6 +368,8 @@ class CommittedReader:
         """Up to ``max_records`` deliverable records (empty after ``timeout`` if none)."""
         self._ensure_started()
         deadline = time.monotonic() + timeout
+        if deadline >= self._next_deleted_check:
+            self._end_deleted()
         scanned = False  # a poll with no time left still takes what the scanner has fetched
         while True:
             if self._scan_ahead_wanted():
@@ -405,6 +414,33 @@ class CommittedReader:
                 if end > part.state.scanned_to:
                     part.state.scanned_to = end
         return len(records)
+
+    def _end_deleted(self) -> None:
+        """Every ``_DELETED_CHECK_S``: a partition held by a transaction whose first message
+        retention has deleted (a snapshot older than the log start, or a reader that fell behind
+        it) may be held for good, its marker deleted unread. Its TC's log says whether it ended;
+        markers that survived are folded first (to an end read after the lookup), so only those
+        whose marker is gone are ended here (``TxnBufferState.end_deleted``)."""
+        assert self._scanner is not None
+        self._next_deleted_check = time.monotonic() + _DELETED_CHECK_S
+        for tp, part in list(self._parts.items()):
+            if not part.state.ongoing:
+                continue
+            try:
+                low = self._scanner.watermarks(*tp)[0]
+                held = part.state.held_below(low)
+                ended = tc_outcomes(self._kafka, self._opts.log_topic, held) if held else {}
+                if not ended:
+                    continue
+                end = self._scanner.watermarks(*tp)[1]
+                give_up = time.monotonic() + self._kafka.request_timeout_ms / 1000
+                while part.read_to < end and time.monotonic() < give_up:
+                    self._scan_some(0.1)
+            except StoreError as exc:  # looked at again at the next check
+                log.warning("%s[%d]: checking transactions held below the log start failed: %s", *tp, exc)
+                continue
+            if part.read_to >= end:
+                part.state.end_deleted(ended, low)
 
     def _scan_ahead_wanted(self) -> bool:
         parts = self._parts.values()

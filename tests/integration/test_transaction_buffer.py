@@ -924,3 +924,42 @@ def test_the_window_behind_an_open_transaction_is_bounded_in_bytes_too(
         assert got == [b"open"] + [big + str(i).encode() for i in range(40)]
     finally:
         reader.close()
+
+
+def test_a_reader_behind_a_snapshot_older_than_the_log_start_is_not_held_by_a_deleted_marker(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot holds T open at offset 0; T then committed (marker at 2) and retention deleted
+    offsets 0-2 before any reader folded the marker. A reader opening from that snapshot kept T open
+    below the log start and delivered nothing, for good, while a full scan read on (review, session
+    33). It now asks T's coordinator and ends T (at most every _DELETED_CHECK_S)."""
+    monkeypatch.setattr(buffer_reader, "_DELETED_CHECK_S", 0.5)
+    c = cluster(tb_service_enabled=False)
+    topic = f"stale_snapshot_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"t0", txn=txn)
+    producer.send(b"p1")
+    options = BufferOptions(num_tcs=c.config.num_tcs, log_topic=c.config.log_topic)
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    try:
+        held, _ = load_state(kafka, topic, 0, options=options)
+        assert held.ongoing == {txn.txn_id: 0}
+        store.write(held).result(15)
+        txn.commit()  # its marker at 2
+        producer.send(b"p3")
+        producer.send(b"p4")
+        admin.delete_records_before(topic, 0, 3).result(15)
+        reader = CommittedReader(kafka, {(topic, 0): 0}, store=store, options=options)
+        try:
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 2 and time.monotonic() < deadline:
+                got += [r.value or b"" for r in reader.poll(0.3)]
+            assert got == [b"p3", b"p4"]
+            assert reader.snapshot_offsets[(topic, 0)] == 2  # it did start from the snapshot
+        finally:
+            reader.close()
+    finally:
+        store.close()
