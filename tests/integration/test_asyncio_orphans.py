@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from pulsar_txn.asyncio import AsyncClient
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -59,13 +59,17 @@ def test_a_subscribe_cancelled_while_it_runs_leaves_no_consumer_holding_the_subs
     c.client.create_topic(topic, 1)
     sub = f"s_{uid}"
 
+    opened: list[object] = []
+
     async def main() -> None:
         async with AsyncClient(c.client, max_workers=2) as client:
             real_subscribe = client.sync.subscribe
 
             def slow_subscribe(*args: object, **kwargs: object) -> object:
                 time.sleep(0.3)  # the caller is cancelled meanwhile
-                return real_subscribe(*args, **kwargs)  # type: ignore[arg-type]
+                consumer = real_subscribe(*args, **kwargs)  # type: ignore[arg-type]
+                opened.append(consumer)
+                return consumer
 
             client.sync.subscribe = slow_subscribe  # type: ignore[assignment]
             task = asyncio.create_task(client.subscribe(topic, sub, initial_position="Earliest"))
@@ -76,7 +80,8 @@ def test_a_subscribe_cancelled_while_it_runs_leaves_no_consumer_holding_the_subs
             client.sync.subscribe = real_subscribe  # type: ignore[method-assign]
 
     asyncio.run(main())
-    time.sleep(1.0)  # the orphan opens ~0.2 s after the cancel; closing it takes a moment more
+    # The orphan opens after the cancel (a group join: slow on a loaded machine), then is closed.
+    wait_until(lambda: bool(opened) and opened[0]._closed, 30, what="the orphaned consumer closed")  # type: ignore[attr-defined]
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")  # not ConsumerBusy
     consumer.close()
 
@@ -109,9 +114,8 @@ def test_a_reader_and_producer_opened_for_cancelled_callers_are_closed(
                 with pytest.raises(asyncio.CancelledError):
                     await task
                 setattr(client.sync, name, real)
-            await asyncio.sleep(1.5)
 
     asyncio.run(main())
+    wait_until(lambda: len(opened) == 2, 30, what="both opened after all")
     reader, producer = opened
-    assert reader._closed  # type: ignore[attr-defined]
-    assert producer._closed  # type: ignore[attr-defined]
+    wait_until(lambda: reader._closed and producer._closed, 30, what="both closed")  # type: ignore[attr-defined]
