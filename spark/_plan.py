@@ -28,9 +28,9 @@ from pulsar_txn.buffer.reader import (
     UNKNOWN_NUM_TCS,
     BufferOptions,
     discover_num_tcs,
+    end_held,
     load_state,
     scan,
-    tc_outcomes,
 )
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
@@ -161,27 +161,19 @@ class Planner:
         return resolve_partitions(self.opts, self.kafka)
 
     def state(
-        self,
-        tp: TopicPartition,
-        at_least: int | None = None,
-        end: int | None = None,
-        log_start: int | None = None,
+        self, tp: TopicPartition, at_least: int | None = None, end: int | None = None
     ) -> TxnBufferState:
         """The TB state of ``tp`` scanned to ``end`` (default: the end offset now); a cached state that
-        already covers ``at_least`` is reused as it is. With ``log_start``, records retention deleted
-        before they were folded are skipped (a transaction whose deleted marker ended it must not
-        hold the stream back for ever)."""
+        already covers ``at_least`` is reused as it is."""
         state = self.states.get(tp)
         try:
             if state is None:
-                state, _ = load_state(
-                    self.kafka, *tp, store=self._store, options=self._buffer(), end=end, log_start=log_start
-                )
+                state, _ = load_state(self.kafka, *tp, store=self._store, options=self._buffer(), end=end)
                 self.states[tp] = state
             elif (at_least is None or state.scanned_to < at_least) and (
                 end is None or state.scanned_to < end
             ):
-                scan(state, self.kafka, end, log_start=log_start)
+                scan(state, self.kafka, end)
         except StoreError as exc:
             raise _typed(exc) from None
         return state
@@ -199,7 +191,7 @@ class Planner:
         self._learn_tc_count()
         out = {}
         for tp, (low, high) in marks.items():
-            state = self.state(tp, end=high, log_start=low)  # scans what was appended since the last call
+            state = self.state(tp, end=high)  # scans only what was appended since the last call
             if low > 0:
                 state.prune(low)
                 self._end_deleted(tp, state, low)
@@ -215,17 +207,15 @@ class Planner:
         if not held or now < self._next_lookup.get(tp, 0.0):
             return
         self._next_lookup[tp] = now + _LOOKUP_EVERY_S
-        ended = tc_outcomes(self.kafka, self.opts.log_topic, held)
-        if not ended:
-            return
-        try:
-            # Every marker of an ended transaction was written before its TC logged the end, so
-            # before the lookup: folding to an end read now reads those that were not deleted.
-            end = self.watermarks([tp])[tp][1]
-            scan(state, self.kafka, end)
-        except StoreError as exc:
-            raise _typed(exc) from None
-        state.end_deleted(ended, low)
+
+        def fold_to_end() -> bool:
+            try:
+                scan(state, self.kafka, self.watermarks([tp])[tp][1])
+            except StoreError as exc:
+                raise _typed(exc) from None
+            return True
+
+        end_held(self.kafka, self.opts.log_topic, state, held, low, fold_to_end)
 
     def resolve(self, spec: OffsetSpec, bounds: dict[TopicPartition, Bounds]) -> dict[TopicPartition, int]:
         """Offsets per partition from ``earliest`` / ``latest`` / per-partition JSON, which must name

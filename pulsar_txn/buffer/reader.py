@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -93,15 +93,9 @@ def is_control(headers: Sequence[tuple[str, bytes]]) -> bool:
     return any(name == CTL_HEADER for name, _raw in headers)
 
 
-def scan(
-    state: TxnBufferState, kafka: KafkaConfig, end: int | None = None, *, log_start: int | None = None
-) -> int:
+def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> int:
     """Fold the partition's records from ``state.scanned_to`` to ``end`` (default: the end offset now).
-    With ``log_start`` (the partition's log-start offset, known to the caller), what retention
-    deleted unfolded is skipped first (``TxnBufferState.skip_deleted``). Returns how many records
-    were read."""
-    if log_start is not None:
-        state.skip_deleted(log_start)
+    Returns how many records were read."""
     if end is None:
         # Fixed before reading: records appended meanwhile are not claimed as scanned.
         end = end_offsets(kafka, [(state.topic, state.partition)])[(state.topic, state.partition)]
@@ -130,6 +124,24 @@ def tc_outcomes(kafka: KafkaConfig, log_topic: str, txns: Sequence[TxnID]) -> di
     return out
 
 
+def end_held(
+    kafka: KafkaConfig,
+    log_topic: str,
+    state: TxnBufferState,
+    held: Sequence[TxnID],
+    log_start: int,
+    fold_to_end: Callable[[], bool],
+) -> None:
+    """End the transactions ``held`` below ``log_start`` whose TC ended them and whose marker
+    retention deleted unread (``TxnBufferState.end_deleted``). Their TCs are asked first; then
+    ``fold_to_end`` folds the partition to an end offset it reads now (False if it could not get
+    there): every marker of an ended transaction was written before its TC logged the end, so before
+    the lookup, and those that survived are folded there, not taken for deleted."""
+    ended = tc_outcomes(kafka, log_topic, held)
+    if ended and fold_to_end():
+        state.end_deleted(ended, log_start)
+
+
 class LoadedState(NamedTuple):
     """A partition's TB state at its end, and where it came from."""
 
@@ -148,7 +160,6 @@ def load_states(
     store: SnapshotStore | None = None,
     options: BufferOptions | None = None,
     end: int | None = None,
-    log_starts: Mapping[int, int] | None = None,
 ) -> dict[int, LoadedState]:
     """The TB state of each partition at its end (or ``end``): latest snapshot + scan of what
     follows. The snapshots are loaded together (one replay per snapshot-topic partition)."""
@@ -169,7 +180,7 @@ def load_states(
         else:
             state = TxnBufferState(topic, p, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
             out[p] = LoadedState(state, None, None)
-        scan(state, kafka, end, log_start=(log_starts or {}).get(p))
+        scan(state, kafka, end)
     return out
 
 
@@ -181,13 +192,11 @@ def load_state(
     store: SnapshotStore | None = None,
     options: BufferOptions | None = None,
     end: int | None = None,
-    log_start: int | None = None,
 ) -> tuple[TxnBufferState, int | None]:
     """The TB state at the partition's end (or ``end``): latest snapshot + scan of what follows.
     Returns the state and the snapshot's ``scanned_to`` (None without a snapshot)."""
-    starts = {partition: log_start} if log_start is not None else None
     state, from_snapshot, _taken = load_states(
-        kafka, topic, [partition], store=store, options=options, end=end, log_starts=starts
+        kafka, topic, [partition], store=store, options=options, end=end
     )[partition]
     return state, from_snapshot
 
@@ -281,7 +290,6 @@ class CommittedReader:
         low, _high = self._scanner.watermarks(*tp)
         position = max(start, low)
         state.skip_deleted(low)
-        state.prune(low)
         # Behind a snapshot, the scanner starts at the position: what lies below the snapshot is
         # folded in already (apply passes it over) and waits in the window like any other record.
         read_to = min(position, state.scanned_to)
@@ -423,24 +431,25 @@ class CommittedReader:
         whose marker is gone are ended here (``TxnBufferState.end_deleted``)."""
         assert self._scanner is not None
         self._next_deleted_check = time.monotonic() + _DELETED_CHECK_S
+        scanner = self._scanner
         for tp, part in list(self._parts.items()):
             if not part.state.ongoing:
                 continue
-            try:
-                low = self._scanner.watermarks(*tp)[0]
-                held = part.state.held_below(low)
-                ended = tc_outcomes(self._kafka, self._opts.log_topic, held) if held else {}
-                if not ended:
-                    continue
-                end = self._scanner.watermarks(*tp)[1]
+
+            def fold_to_end(tp: TopicPartition = tp, part: _Partition = part) -> bool:
+                end = scanner.watermarks(*tp)[1]
                 give_up = time.monotonic() + self._kafka.request_timeout_ms / 1000
                 while part.read_to < end and time.monotonic() < give_up:
                     self._scan_some(0.1)
+                return part.read_to >= end
+
+            try:
+                low = scanner.watermarks(*tp)[0]
+                held = part.state.held_below(low)
+                if held:
+                    end_held(self._kafka, self._opts.log_topic, part.state, held, low, fold_to_end)
             except StoreError as exc:  # looked at again at the next check
                 log.warning("%s[%d]: checking transactions held below the log start failed: %s", *tp, exc)
-                continue
-            if part.read_to >= end:
-                part.state.end_deleted(ended, low)
 
     def _scan_ahead_wanted(self) -> bool:
         parts = self._parts.values()
