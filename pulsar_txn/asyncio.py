@@ -653,25 +653,22 @@ class AsyncClient:
 
     async def _begin(self, timeout: float) -> AsyncTransaction:
         self._check_open()
-        job = self._pool.submit(self.sync.transaction, timeout)
-        try:
-            txn = await self._pool.wait(job, shield=True)
-        except asyncio.CancelledError:
-            # The caller is gone: a transaction begun after all is aborted now, not left open (and
-            # holding nothing) until the coordinator times it out.
-            job.add_done_callback(_abort_unused)
-            raise
+        # A transaction begun for a caller that is gone is aborted now, not left open (and holding
+        # nothing) until the coordinator times it out.
+        txn = await self._open(functools.partial(self.sync.transaction, timeout), _abort_unused)
         return AsyncTransaction(txn, self._pool)
 
-    async def _open(self, open_handle: Callable[[], H]) -> H:
+    async def _open(
+        self, open_handle: Callable[[], H], unused: Callable[[Future[H]], None] = _close_unused
+    ) -> H:
         """Run a blocking factory in the pool. A caller cancelled meanwhile owns nothing: what
-        opens after all is closed (off the event loop), not left holding an Exclusive
-        subscription or a producer nobody can reach."""
+        opens after all is handed to ``unused`` (by default closed, off the event loop), not left
+        holding an Exclusive subscription or a producer nobody can reach."""
         job = self._pool.submit(open_handle)
         try:
             return await self._pool.wait(job, shield=True)
         except asyncio.CancelledError:
-            job.add_done_callback(_close_unused)
+            job.add_done_callback(unused)
             raise
 
     def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> AsyncTransaction:
