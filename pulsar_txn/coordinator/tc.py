@@ -51,6 +51,8 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
+# Errors of a TC this instance no longer serves: retrying its writes here is pointless.
+_NOT_OWNER: tuple[type[Exception], ...] = (CoordinatorFencedError, TransactionCoordinatorNotFoundError)
 _CLAIM_PREFIX = b"claim/"
 
 LogRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
@@ -352,7 +354,7 @@ class TransactionCoordinator:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            if not isinstance(exc, (CoordinatorFencedError, TransactionCoordinatorNotFoundError)):
+            if not isinstance(exc, _NOT_OWNER):
                 log.error("TC %d task %s failed: %r", self.tc_id, task.get_name(), exc)
 
     def check_serving(self) -> None:
@@ -615,37 +617,23 @@ class TransactionCoordinator:
 
     async def _log_decision(self, meta: TxnMeta) -> None:
         seq = meta.txn_id.least_bits
-        backoff = self._config.end_retry_initial_backoff_ms / 1000
-        while True:
-            try:
-                await self._write_state(meta)
-                break
-            except asyncio.CancelledError:
-                raise
-            except (CoordinatorFencedError, TransactionCoordinatorNotFoundError) as exc:
-                # Not the owner any more: the next owner decides from the log (the decision is
-                # there or not); nothing here acts on it. Callers learn to ask the new owner.
-                for futures in (self._deciding, self._end_done):
-                    fut = futures.pop(seq, None)
-                    if fut is not None:
-                        _fail(fut, exc)
-                return
-            except Exception as exc:
-                # Never undone: a write reported failed may have landed ("possibly persisted" after
-                # a timeout), and the log then holds the decision already. Undoing it in memory let
-                # a timeout or the client's abort write the other outcome after it, and a failover
-                # then flipped the outcome back. So the decision stands and is written again until
-                # confirmed; the same end asked again waits for it, the other one is refused.
-                self.counters.end_retries += 1
-                log.warning(
-                    "TC %d: logging the end of %s failed (%s); writing it again in %.2fs",
-                    self.tc_id,
-                    meta.txn_id,
-                    exc,
-                    backoff,
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._config.end_retry_max_backoff_ms / 1000)
+        try:
+            # Never undone: a write reported failed may have landed ("possibly persisted" after a
+            # timeout), and the log then holds the decision already. Undoing it in memory let a
+            # timeout or the client's abort write the other outcome after it, and a failover then
+            # flipped the outcome back. So the decision stands and is written again until
+            # confirmed; the same end asked again waits for it, the other one is refused.
+            await self._retry(
+                lambda: self._write_state(meta), meta.txn_id, "logging its decision", give_up=_NOT_OWNER
+            )
+        except _NOT_OWNER as exc:
+            # Not the owner any more: the next owner decides from the log (the decision is there
+            # or not); nothing here acts on it. Callers learn to ask the new owner.
+            for futures in (self._deciding, self._end_done):
+                fut = futures.pop(seq, None)
+                if fut is not None:
+                    _fail(fut, exc)
+            return
         if meta.timed_out:
             self.counters.timed_out += 1
         decided = self._deciding.pop(seq)
@@ -710,7 +698,16 @@ class TransactionCoordinator:
         )
         await self._write_meta(final, confirm=False)
 
-    async def _retry(self, call: Callable[[], Awaitable[None]], txn_id: TxnID) -> None:
+    async def _retry(
+        self,
+        call: Callable[[], Awaitable[None]],
+        txn_id: TxnID,
+        what: str = "participant failed",
+        *,
+        give_up: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """``call`` until it succeeds, with back-off (``end_retry_*``); ``give_up`` errors are
+        raised instead of retried."""
         backoff = self._config.end_retry_initial_backoff_ms / 1000
         while True:
             try:
@@ -718,12 +715,15 @@ class TransactionCoordinator:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any failure of a participant is retried until it succeeds
+            except give_up:
+                raise
+            except Exception as exc:  # any other failure is retried until it succeeds
                 self.counters.end_retries += 1
                 log.warning(
-                    "TC %d: ending %s: participant failed (%s); retrying in %.2fs",
+                    "TC %d: ending %s: %s (%s); retrying in %.2fs",
                     self.tc_id,
                     txn_id,
+                    what,
                     exc,
                     backoff,
                 )
