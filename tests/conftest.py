@@ -206,15 +206,22 @@ class Cluster:
     """An embedded coordinator (protocol server + TB service) and a Client wired to it."""
 
     def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig) -> None:
-        from pulsar_txn.client import Client
-
         self.config = config
+        self.kafka = kafka
         self.coordinator = EmbeddedCoordinator(kafka, config).start()
         assert self.coordinator.url is not None
+        self.client = self.other_client()
+
+    def other_client(self) -> Any:
+        """A new Client of this cluster, set up as ``client`` (the caller closes it): e.g. another
+        process's client, that commits or aborts a transaction by its id."""
+        from pulsar_txn.client import Client
+
+        config = self.config
         secret = config.marker_secret.get_secret_value() if config.marker_secret else None
-        self.client = Client(
-            self.coordinator.url,
-            kafka=kafka,
+        return Client(
+            self.coordinator.url or "",
+            kafka=self.kafka,
             num_tcs=config.num_tcs,
             marker_secret=secret,
             snapshot_topic=config.snapshot_topic,

@@ -143,12 +143,7 @@ def test_a_transaction_is_committed_by_its_id_from_another_client(cluster: Clust
     txn = c.client.transaction(timeout=60)
     c.client.create_producer(topic).send(b"m", txn=txn)
     assert read_all(c.client.create_reader(topic), 500) == []
-    with Client(
-        c.client.service_url,
-        kafka=c.client.kafka,
-        num_tcs=c.config.num_tcs,
-        snapshot_topic=c.config.snapshot_topic,
-    ) as other:
+    with c.other_client() as other:
         handle = other.resume_transaction(str(txn.txn_id))
         handle.commit()
         assert handle.state is TransactionState.COMMITTED

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn import Client, InvalidTxnStatusError, TransactionState
+from pulsar_txn import InvalidTxnStatusError, TransactionState
 from tests.conftest import Cluster, read_all
 
 pytestmark = pytest.mark.integration
@@ -27,13 +27,7 @@ def test_a_commit_made_by_another_handle_is_not_reported_as_this_handles(
     producer = c.client.create_producer(topic)
     txn = c.client.transaction(60)
     producer.send(b"m1", txn=txn)
-    with Client(
-        c.coordinator.url,
-        kafka=c.client.kafka,
-        num_tcs=c.config.num_tcs,
-        snapshot_topic=c.config.snapshot_topic,
-        log_topic=c.config.log_topic,
-    ) as other:
+    with c.other_client() as other:
         theirs = other.resume_transaction(str(txn.txn_id))
         theirs.commit()
         theirs_again = other.resume_transaction(str(txn.txn_id))

@@ -71,7 +71,6 @@ def test_first_txn_ack_creates_the_pending_ack_log_partitioned_like_the_topic_so
 def test_abort_seen_in_the_pending_ack_log_does_not_duplicate_delivered_unacked_messages(
     cluster: Callable[..., Cluster], uid: str
 ) -> None:
-    from pulsar_txn.client import Client
 
     c = cluster()
     topic, sub = f"dup_{uid}", f"sub_{uid}"
@@ -84,7 +83,7 @@ def test_abort_seen_in_the_pending_ack_log_does_not_duplicate_delivered_unacked_
     txn = c.client.transaction(60)
     consumer.acknowledge_cumulative(msgs[3], txn=txn)
     # Aborted by another client: this consumer learns the outcome only from the pending-ack log.
-    other = Client(c.coordinator.url or "", kafka=c.client.kafka, num_tcs=c.config.num_tcs)
+    other = c.other_client()
     try:
         other.resume_transaction(txn.txn_id).abort()
     finally:

@@ -5,11 +5,11 @@ review of session 33; both tests failed before the fix)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from kafka_store import KafkaConfig
-from pulsar_txn import Client, InvalidTxnStatusError, TransactionState
+from pulsar_txn import Consumer, InvalidTxnStatusError, Message, Transaction, TransactionState
 from pulsar_txn.errors import PulsarTxnError
 from tests.conftest import Cluster, receive_all
 from tests.integration.test_subscriptions import _pending_total, _setup
@@ -19,32 +19,29 @@ pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
 
 
-def _other_client(c: Cluster, kafka: KafkaConfig) -> Client:
-    return Client(
-        c.coordinator.url,
-        kafka=kafka,
-        num_tcs=c.config.num_tcs,
-        snapshot_topic=c.config.snapshot_topic,
-        log_topic=c.config.log_topic,
-    )
-
-
-def test_an_ack_in_a_transaction_whose_abort_reached_the_subscription_is_refused(
-    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
-) -> None:
-    c = cluster()
-    topic, sub = f"ended_ack_{uid}", f"sub_{uid}"
-    _setup(c, topic, 3)
-    consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
-    msgs = [consumer.receive(5000) for _ in range(3)]
+def _acked_then_aborted_elsewhere(
+    c: Cluster, topic: str, n: int, **options: Any
+) -> tuple[Consumer[bytes], list[Message[bytes]], Transaction]:
+    """``n`` messages received; the first acked in a transaction that another client then aborts,
+    and its redelivery received (so the abort has reached this consumer)."""
+    _setup(c, topic, n)
+    consumer = c.client.subscribe(topic, f"sub_{topic}", initial_position="Earliest", **options)
+    msgs = [consumer.receive(5000) for _ in range(n)]
     txn = c.client.transaction(60)
     consumer.acknowledge(msgs[0], txn=txn)
-    other = _other_client(c, kafka)
+    other = c.other_client()
     try:
         other.resume_transaction(txn.txn_id).abort()
     finally:
         other.close()
-    assert consumer.receive(15_000).message_id == msgs[0].message_id  # the abort reached us
+    assert consumer.receive(15_000).message_id == msgs[0].message_id
+    return consumer, msgs, txn
+
+
+def test_an_ack_in_a_transaction_whose_abort_reached_the_subscription_is_refused(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    consumer, msgs, txn = _acked_then_aborted_elsewhere(cluster(), f"ended_ack_{uid}", 3)
     with pytest.raises(InvalidTxnStatusError, match="has ended"):
         consumer.acknowledge(msgs[1], txn=txn)
     assert _pending_total(consumer) == 0
@@ -56,25 +53,15 @@ def test_an_ack_in_a_transaction_whose_abort_reached_the_subscription_is_refused
 
 
 def test_acks_of_a_transaction_whose_end_failed_for_good_are_released_by_the_stale_check(
-    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+    cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race the refusal cannot close: the ack is made before this consumer's tail has read the
     abort written elsewhere (simulated: the fold is told it has not seen it). The commit then fails
     for good (ERROR), no end listener runs, and the stale-pending check, which skipped the
     consumer's own transactions, left the message pending until a restart."""
-    c = cluster()
-    topic, sub = f"ended_err_{uid}", f"sub_{uid}"
-    _setup(c, topic, 2)
-    consumer = c.client.subscribe(topic, sub, initial_position="Earliest", pending_ack_check_after_ms=500)
-    msgs = [consumer.receive(5000) for _ in range(2)]
-    txn = c.client.transaction(60)
-    consumer.acknowledge(msgs[0], txn=txn)
-    other = _other_client(c, kafka)
-    try:
-        other.resume_transaction(txn.txn_id).abort()
-    finally:
-        other.close()
-    assert consumer.receive(15_000).message_id == msgs[0].message_id
+    consumer, msgs, txn = _acked_then_aborted_elsewhere(
+        cluster(), f"ended_err_{uid}", 2, pending_ack_check_after_ms=500
+    )
     part = next(iter(consumer._parts.values()))
     monkeypatch.setattr(part.fold, "has_ended", lambda _txn: False)
     consumer.acknowledge(msgs[1], txn=txn)  # written after the abort marker
