@@ -29,12 +29,20 @@ def main() -> int:
     request = urllib.request.Request(url)
     token = os.environ.get("PULSAR_TXN_AUTH_TOKEN")
     if token:
-        request.add_header("Authorization", f"Bearer {token}")
+        if any(ord(c) < 32 or ord(c) == 127 for c in token) or token != token.strip(" \t"):
+            # Checked here, not left to http.client: its error would quote the token, and Docker
+            # keeps a health check's output (docker inspect).
+            print("unhealthy: PULSAR_TXN_AUTH_TOKEN holds a control character or edge space", file=sys.stderr)
+            return 1
+        # UTF-8 bytes, as the server compares them (a str header would go out as latin-1).
+        request.add_header("Authorization", f"Bearer {token}".encode())  # type: ignore[arg-type]
     try:
         with urllib.request.build_opener(_NoRedirect).open(request, timeout=5) as response:
             body = json.loads(response.read())
     except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
-        print(f"unhealthy: {url}: {exc}", file=sys.stderr)
+        # Only the kind of failure (and an HTTP status): an exception's text can quote the headers.
+        what = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else type(exc).__name__
+        print(f"unhealthy: {url}: {what}", file=sys.stderr)
         return 1
     print(json.dumps(body, sort_keys=True))
     return 0

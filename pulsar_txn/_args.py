@@ -101,3 +101,25 @@ __all__ = [
     "seconds",
     "text",
 ]
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be a bearer token, or None. HTTP refuses control characters in a header
+    value (a trailing line break, as a secret file often ends, is the usual one) and servers strip
+    spaces at its ends, so such a token could never match. The token itself is never in the answer."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in token):
+        return "holds a control character (a line break?), which an HTTP header cannot carry"
+    if token != token.strip(" \t"):
+        return "starts or ends with a space or tab, which HTTP strips from a header value"
+    return None
+
+
+def bearer_token(value: object, what: str) -> str:
+    """A bearer token for an HTTP ``Authorization`` header: non-empty text :func:`token_problem`
+    finds nothing wrong with (a ``ConfigError`` naming ``what``, never showing the token)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} is text, not {type(value).__name__}")
+    problem = "is empty" if not value else token_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{what} {problem}")
+    return value

@@ -71,6 +71,7 @@ def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) ->
     except ValueError as exc:  # e.g. "unknown url type": not an http(s) URL
         raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
     if token:
+        _args.bearer_token(token, "the auth token")  # a ConfigError, not http.client's (with the token)
         # As UTF-8 bytes, as the server compares it: a str header would go out as latin-1.
         request.add_header("Authorization", f"Bearer {token}".encode())  # type: ignore[arg-type]
     try:
@@ -107,11 +108,7 @@ class TransactionsAdmin:
     ) -> None:
         self._client = client
         self.admin_url = _args.text(admin_url, "admin_url").rstrip("/") if admin_url is not None else None
-        if auth_token is not None and (
-            any(ord(c) < 32 or ord(c) == 127 for c in _args.text(auth_token, "auth_token"))
-        ):
-            raise ConfigError("auth_token holds a control character (a line break?): not valid in a header")
-        self._token = auth_token
+        self._token = _args.bearer_token(auth_token, "auth_token") if auth_token is not None else None
         self.log_topic = _args.text(log_topic, "log_topic")
         self._timeout = _args.seconds(timeout_seconds, "timeout_seconds")
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from kafka_store import KafkaConfig
+from pulsar_txn._args import token_problem
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port
 
@@ -129,6 +130,11 @@ class CoordinatorConfig(BaseModel):
             secret = getattr(self, name)
             if secret is not None and not secret.get_secret_value():
                 raise ValueError(f"{name} must not be empty (leave it unset to turn it off)")
+        for name in ("auth_token", "metrics_token"):  # sent as HTTP bearer tokens too
+            secret = getattr(self, name)
+            problem = None if secret is None else token_problem(secret.get_secret_value())
+            if problem is not None:
+                raise ValueError(f"{name} {problem}")
         if self.default_txn_timeout_ms > self.max_txn_timeout_ms:
             raise ValueError("default_txn_timeout_ms exceeds max_txn_timeout_ms")
         if self.ownership == "static":

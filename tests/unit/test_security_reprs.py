@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from pulsar_txn.admin import fetch_admin
+from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread
 from pulsar_txn.buffer.reader import BufferOptions
 from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.errors import ConfigError
 from spark._options import parse_options
 from spark._write_task import ClientSettings
 from tests.unit.test_security_admin_http import TOKEN, redirect_to_elsewhere
@@ -74,3 +79,53 @@ def test_container_healthcheck_does_not_follow_a_redirect_with_the_token(
     assert not seen_elsewhere
     assert "302" in capsys.readouterr().err
     assert issubclass(urllib.error.HTTPError, urllib.error.URLError)  # what main() catches
+
+
+LEAKY = "s3cr3tTOKEN"
+
+
+@pytest.mark.parametrize("token", [LEAKY + "\n", "s3\x00cr3tTOKEN", " " + LEAKY])
+def test_coordinator_config_refuses_a_token_no_http_client_can_send(token: str) -> None:
+    """A trailing line break (a token read from a secret file), a NUL or an edge space: no HTTP
+    client can send it (or the server strips it), so the admin endpoint would lock everyone out.
+    Refused at start, without quoting the token."""
+    for name in ("auth_token", "metrics_token"):
+        with pytest.raises(ValidationError) as info:
+            CoordinatorConfig(**{name: token})
+        assert LEAKY not in str(info.value)
+
+
+def test_fetch_admin_refuses_a_token_with_a_line_break_without_printing_it() -> None:
+    """It used to reach http.client, whose ValueError (a traceback in the CLI) quoted the token."""
+    with pytest.raises(ConfigError) as info:
+        fetch_admin("http://127.0.0.1:9", "/admin/v2/health", LEAKY + "\n", 5)
+    assert LEAKY not in str(info.value)
+
+
+def test_container_healthcheck_never_prints_the_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Docker keeps a health check's output (docker inspect): a bad token is named, not shown."""
+    healthcheck = _healthcheck()
+    monkeypatch.setenv("PULSAR_TXN_AUTH_TOKEN", LEAKY + "\n")
+    monkeypatch.setenv("PULSAR_TXN_HEALTH_URL", "http://127.0.0.1:9/admin/v2/health")
+    assert healthcheck.main() == 1
+    out = capsys.readouterr()
+    assert LEAKY not in out.out + out.err
+
+
+def test_container_healthcheck_sends_a_non_latin1_token_as_utf8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server compares the header's UTF-8 bytes (as fetch_admin sends them); a str header went
+    out as latin-1 and failed to encode, so a healthy coordinator was reported unhealthy."""
+    token = "токен-s3cret"
+    thread = AdminHttpThread(
+        AdminHttpServer({"/admin/v2/health": lambda: {"owned_tcs": [0]}}, auth_token=token)
+    )
+    url = thread.start()
+    try:
+        assert b"owned_tcs" in fetch_admin(url, "/admin/v2/health", token, 5)
+        monkeypatch.setenv("PULSAR_TXN_AUTH_TOKEN", token)
+        monkeypatch.setenv("PULSAR_TXN_HEALTH_URL", f"{url}/admin/v2/health")
+        assert _healthcheck().main() == 0
+    finally:
+        thread.stop()
