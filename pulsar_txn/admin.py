@@ -156,7 +156,7 @@ class TransactionsAdmin:
                 f"TC {tc_id} does not exist ({count} TCs)", retriable=False
             )
         try:
-            fold = read_tc_log(self._client.kafka, self.log_topic, tc_id)
+            fold = read_tc_log(self._client.kafka, self.log_topic, tc_id, self._client._secret)
         except StoreError as exc:
             raise PersistenceError(
                 f"reading TC {tc_id}'s log failed: {exc}", retriable=exc.retriable

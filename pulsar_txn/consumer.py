@@ -257,7 +257,9 @@ class Consumer(Generic[T]):
         self._ack_timeout = _args.millis(ack_timeout_millis, "ack_timeout_millis") / 1000
         if _args.number(pending_ack_check_after_ms, "pending_ack_check_after_ms") <= 0:
             raise NotAllowedError("pending_ack_check_after_ms must be positive")
-        self._stale = StalePendingCheck(client.kafka, client._log_topic, pending_ack_check_after_ms / 1000)
+        self._stale = StalePendingCheck(
+            client.kafka, client._log_topic, pending_ack_check_after_ms / 1000, secret=client._secret
+        )
         self._nack_delay = (
             _args.millis(negative_ack_redelivery_delay_ms, "negative_ack_redelivery_delay_ms") / 1000
         )

@@ -107,14 +107,17 @@ def scan(state: TxnBufferState, kafka: KafkaConfig, end: int | None = None) -> i
     return count
 
 
-def tc_outcomes(kafka: KafkaConfig, log_topic: str, txns: Sequence[TxnID]) -> dict[TxnID, TxnAction]:
+def tc_outcomes(
+    kafka: KafkaConfig, log_topic: str, txns: Sequence[TxnID], secret: bytes | None = None
+) -> dict[TxnID, TxnAction]:
     """How their coordinators ended ``txns``, for those that have ended (COMMITTED/ABORTED, or
     forgotten since: ended long ago); open, ending and unknown ones are left out, as are those of a
-    TC whose log cannot be read now (logged). One read of each TC's log partition: occasional use."""
+    TC whose log cannot be read now (logged). One read of each TC's log partition: occasional use.
+    With ``secret`` (the marker secret) only authenticated log records count."""
     out: dict[TxnID, TxnAction] = {}
     for tc in sorted({t.most_bits for t in txns}):
         try:
-            fold = read_tc_log(kafka, log_topic, tc)
+            fold = read_tc_log(kafka, log_topic, tc, secret)
         except StoreError as exc:
             log.warning("reading TC %d's log %s to end transactions failed: %s", tc, log_topic, exc)
             continue
@@ -137,7 +140,7 @@ def end_held(
     ``fold_to_end`` folds the partition to an end offset it reads now (False if it could not get
     there): every marker of an ended transaction was written before its TC logged the end, so before
     the lookup, and those that survived are folded there, not taken for deleted."""
-    ended = tc_outcomes(kafka, log_topic, held)
+    ended = tc_outcomes(kafka, log_topic, held, state.marker_secret)
     if ended and fold_to_end():
         state.end_deleted(ended, log_start)
 

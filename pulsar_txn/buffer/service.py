@@ -432,7 +432,7 @@ class TransactionBufferService:
                 log.warning("TB service: resolving hanging txns of TC %d failed: %s", tc_id, exc)
 
     def _resolve(self, tc_id: int, items: list[tuple[TP, TxnID]]) -> None:
-        fold = read_tc_log(self._kafka, self._config.log_topic, tc_id)
+        fold = read_tc_log(self._kafka, self._config.log_topic, tc_id, self._secret)
         for (topic, partition), txn in items:
             ended = ended_as(fold, txn)
             if ended is None:

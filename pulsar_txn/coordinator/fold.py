@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from kafka_store import REGISTRY, CodecError, KafkaConfig, read_range
+from pulsar_txn.coordinator._log_mac import Headers, log_record_valid
 from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
 from pulsar_txn.coordinator.status import reachable
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -29,7 +30,12 @@ class ClaimInfo:
 
 @dataclass
 class TcLogFold:
+    """With ``secret`` (the marker secret), records without a valid MAC for ``topic`` (the log
+    topic) are skipped: see ``_log_mac``."""
+
     tc_id: int
+    topic: str = ""
+    secret: bytes | None = field(default=None, repr=False)
     epoch: int = -1
     claim: ClaimInfo | None = None
     txns: dict[int, TxnMeta] = field(default_factory=dict)
@@ -39,11 +45,16 @@ class TcLogFold:
     skipped_records: int = 0
     last_offset: int = -1
 
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> ClaimInfo | None:
+    def apply(
+        self, offset: int, key: bytes | None, value: bytes | None, headers: Headers | None = None
+    ) -> ClaimInfo | None:
         """Fold one record in. Returns the claim if the record was one (callers detect deposition)."""
         self.last_offset = max(self.last_offset, offset)
         if key is None:
             self._skip(offset, "record without key")
+            return None
+        if not log_record_valid(self.secret, self.topic, self.tc_id, key, value, headers):
+            self._skip(offset, "record failed authentication (forged, or written without the secret)")
             return None
         if value is None:
             self._tombstone(key)
@@ -125,12 +136,13 @@ class TcLogFold:
         log.warning("TC %d log offset %d skipped: %s", self.tc_id, offset, why)
 
 
-def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int) -> TcLogFold:
+def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int, secret: bytes | None = None) -> TcLogFold:
     """TC ``tc_id``'s state now, folded from its whole log partition (for occasional lookups by
-    components that do not own the TC; raises ``kafka_store.StoreError``)."""
-    fold = TcLogFold(tc_id)
+    components that do not own the TC; raises ``kafka_store.StoreError``). With ``secret`` (the
+    marker secret), only authenticated records count."""
+    fold = TcLogFold(tc_id, log_topic, secret)
     for rec in read_range(kafka, log_topic, tc_id):
-        fold.apply(rec.offset, rec.key, rec.value)
+        fold.apply(rec.offset, rec.key, rec.value, rec.headers)
     return fold
 
 

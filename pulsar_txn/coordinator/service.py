@@ -26,6 +26,7 @@ from kafka_store import (
 )
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator._log_mac import log_headers, log_record_valid
 from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints, TxnEndpoints
 from pulsar_txn.coordinator.tc import LogRecord, TcState, TransactionCoordinator
 from pulsar_txn.errors import (
@@ -136,18 +137,19 @@ class LogTail:
                         refreshing = True
                     continue
                 self._set_paused(False)
-                records = self._reader.poll_raw(5000, 0.02)
+                records = self._reader.poll_messages(5000, 0.02)
             except StoreError as exc:
                 log.warning("log tail read failed (will retry): %s", exc)
                 self._stop.wait(0.2)
                 continue
             if records:
                 groups: dict[tuple[str, int], tuple[int, list[LogRecord]]] = {}
-                for topic, partition, offset, key, value in records:
-                    tp = (topic, partition)
+                for msg in records:
+                    tp = (msg.topic(), msg.partition())
                     generation = self._assigned.get(tp)
                     if generation is not None:
-                        groups.setdefault(tp, (generation, []))[1].append((offset, key, value))
+                        record = (msg.offset(), msg.key(), msg.value(), msg.headers())
+                        groups.setdefault(tp, (generation, []))[1].append(record)
                 self._loop.call_soon_threadsafe(self._dispatch, groups)
         self._reader.close()
 
@@ -228,6 +230,8 @@ class CoordinatorService:
         self._endpoints: TxnEndpoints | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
+        marker_secret = self.config.marker_secret
+        self._secret = marker_secret.get_secret_value().encode() if marker_secret else None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -256,7 +260,7 @@ class CoordinatorService:
             batch_max_records=cfg.log_batch_max_records if batching else 1,
             delivery_timeout_ms=cfg.log_write_timeout_ms,
         )
-        secret = cfg.marker_secret.get_secret_value().encode() if cfg.marker_secret else None
+        secret = self._secret
         snapshots = SnapshotStore(self.kafka, topic=cfg.snapshot_topic, partitions=cfg.snapshot_partitions)
         self._endpoints = self._endpoints_override or KafkaTxnEndpoints(
             self._appender,
@@ -404,7 +408,9 @@ class CoordinatorService:
             }
         )
         self._owners[tc_id] = (tc.epoch, self.advertised_url)
-        self._appender.append(self.config.owners_topic, 0, owner, key=str(tc_id).encode())
+        key, topic = str(tc_id).encode(), self.config.owners_topic
+        headers = log_headers(self._secret, topic, 0, key, owner)
+        self._appender.append(topic, 0, owner, key=key, headers=headers)
         return True
 
     async def _drop(self, tc_id: int, tc: TransactionCoordinator) -> None:
@@ -484,7 +490,12 @@ class CoordinatorService:
                     log.exception("TC %d: folding log records failed", partition)
 
     def _update_owners(self, records: list[LogRecord]) -> None:
-        for offset, _key, value in records:
+        for offset, key, value, headers in records:
+            if not log_record_valid(self._secret, self.config.owners_topic, 0, key, value, headers):
+                # Forged (or written without the secret): it could send clients, and their auth
+                # tokens, to any address.
+                log.warning("owner directory offset %d skipped: failed authentication", offset)
+                continue
             try:
                 fields = REGISTRY.decode_as(OWNER, value)
             except CodecError as exc:

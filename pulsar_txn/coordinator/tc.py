@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from kafka_store import Appender, StoreError
 from pulsar_txn._loop_inbox import inbox
 from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.coordinator._log_mac import Headers, log_headers
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
 from pulsar_txn.coordinator.fold import TcLogFold
 from pulsar_txn.coordinator.records import (
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 _NOT_OWNER: tuple[type[Exception], ...] = (CoordinatorFencedError, TransactionCoordinatorNotFoundError)
 _CLAIM_PREFIX = b"claim/"
 
-LogRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
+LogRecord = tuple[int, bytes | None, bytes | None, Headers | None]  # offset, key, value, headers
 _Item = str | tuple[str, str]  # a partition, or a (topic, subscription)
 _T = TypeVar("_T", str, tuple[str, str])
 
@@ -106,7 +107,8 @@ class TransactionCoordinator:
         self.tail_generation = 0  # set by the service: which tail assignment feeds this TC
         self.demand_reads: Callable[[float], None] = lambda _seconds: None  # wakes the tail
         self.epoch = -1
-        self._fold = TcLogFold(tc_id)
+        self._secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
+        self._fold = TcLogFold(tc_id, config.log_topic, self._secret)
         self._txns: dict[int, TxnMeta] = {}
         self._keys_by_seq: dict[int, set[bytes]] = {}
         self._next_seq = 0
@@ -138,18 +140,18 @@ class TransactionCoordinator:
         recovering = self.state is TcState.RECOVERING
         if recovering:
             self.demand_reads(2.0)
-        for offset, key, value in records:
+        for offset, key, value, headers in records:
             if offset <= self._last_read:
                 continue
             self._last_read = offset
             if recovering:
-                self._fold.apply(offset, key, value)
+                self._fold.apply(offset, key, value, headers)
             elif (
                 key is not None
                 and key.startswith(_CLAIM_PREFIX)
                 and offset > self.epoch
                 and self.state is TcState.READY
-                and self._fold.apply(offset, key, value) is not None
+                and self._fold.apply(offset, key, value, headers) is not None
             ):
                 self._last_read = offset - 1
                 self._advance_verified(self._last_read)
@@ -196,11 +198,12 @@ class TransactionCoordinator:
         """Claim the TC, replay its log through our claim, then take over its transactions."""
         self.recover_started_ms = _now_ms()
         claim = encode_claim(self.tc_id, self._owner_id, self._owner_url, self.recover_started_ms)
+        key = claim_key(self.tc_id, self._owner_id)
+        topic = self._config.log_topic
+        headers = log_headers(self._secret, topic, self.tc_id, key, claim)
         try:
             offset = await asyncio.wrap_future(
-                self._appender.append(
-                    self._config.log_topic, self.tc_id, claim, key=claim_key(self.tc_id, self._owner_id)
-                )
+                self._appender.append(topic, self.tc_id, claim, key=key, headers=headers)
             )
         except StoreError as exc:
             raise PersistenceError(f"TC {self.tc_id}: cannot write ownership claim: {exc}") from exc
@@ -389,8 +392,10 @@ class TransactionCoordinator:
         def delivered(offset: int | None, error: StoreError | None) -> None:  # appender thread
             box.put(acked, offset, error)
 
+        topic, secret = self._config.log_topic, self._secret
         for key, value in records:
-            self._appender.append_cb(self._config.log_topic, self.tc_id, value, key=key, callback=delivered)
+            headers = log_headers(secret, topic, self.tc_id, key, value)
+            self._appender.append_cb(topic, self.tc_id, value, key=key, headers=headers, callback=delivered)
         last = await done
         if confirm:
             await self._confirmed(last)

@@ -38,8 +38,10 @@ class StalePendingCheck:
         log_topic: str,
         after_s: float,
         clock: Callable[[], float] = time.monotonic,
+        secret: bytes | None = None,
     ) -> None:
         self._kafka = kafka
+        self._secret = secret  # the marker secret: only authenticated TC log records count
         self._log_topic = log_topic
         self.after_s = after_s
         self._clock = clock
@@ -85,7 +87,7 @@ class StalePendingCheck:
         read = 0
         for tc in sorted({t.most_bits for t in txns}):
             try:
-                fold = read_tc_log(self._kafka, self._log_topic, tc)
+                fold = read_tc_log(self._kafka, self._log_topic, tc, self._secret)
             except StoreError as exc:
                 log.warning("pending transactions of TC %d not looked up: %s", tc, exc)
                 failure = exc

@@ -57,7 +57,7 @@ def test_a_tc_whose_log_cannot_be_read_does_not_stop_the_others_lookups(monkeypa
     from kafka_store import StoreError
     from pulsar_txn.pendingack import stale
 
-    def read(_kafka: KafkaConfig, _topic: str, tc: int) -> TcLogFold:
+    def read(_kafka: KafkaConfig, _topic: str, tc: int, _secret: bytes | None = None) -> TcLogFold:
         if tc == 999:
             raise StoreError("Unknown partition")
         return _fold(10, s3=TxnStatus.ABORTED)

@@ -1,0 +1,106 @@
+"""With a marker secret, the coordinator's own records (transaction log, owner directory) are
+authenticated: a plain Kafka producer without the secret can no longer forge a decision the
+coordinator would carry out with signed markers, fence a TC with a claim, or point clients (and
+their auth tokens) at another host. Found by the session-34 security review; each test failed
+before the fix."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kafka_store import REGISTRY, Appender, KafkaConfig, read_range
+from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+from pulsar_txn.coordinator.fold import read_tc_log
+from pulsar_txn.coordinator.records import TXN_META, TxnMeta, claim_key, encode_claim, txn_key
+from pulsar_txn.coordinator.service import OWNER
+from pulsar_txn.coordinator.status import TxnStatus
+from tests.conftest import Cluster, read_all, wait_until
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+SECRET = "marker-s3cret"
+
+
+def _forge(kafka: KafkaConfig, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    """What anyone able to write the topic can do: a plain produce, no secret."""
+    appender = Appender(kafka)
+    try:
+        appender.append(topic, partition, value, key=key).result(10)
+    finally:
+        appender.close()
+
+
+def test_a_forged_decision_and_claim_neither_fence_the_owner_nor_commit_after_a_failover(
+    cluster: ClusterFactory, kafka: KafkaConfig, embedded: Callable[..., EmbeddedCoordinator], uid: str
+) -> None:
+    """The forger copies an open transaction's record as COMMITTING at the current epoch and adds a
+    claim. Before, the claim fenced the owner and whoever recovered the TC next carried the forged
+    decision out: a transaction its client never committed became visible."""
+    c = cluster(marker_secret=SECRET, tb_service_enabled=False)
+    log_topic = c.config.log_topic
+    topic = f"forged_log_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(120)
+    producer.send(b"uncommitted", txn=txn)
+    producer.flush()
+    tc = txn.txn_id.most_bits
+    meta: TxnMeta | None = None
+    epoch = -1
+    for rec in read_range(kafka, log_topic, tc):
+        if rec.key and rec.key.startswith(b"claim/"):
+            epoch = rec.offset
+        if rec.key and rec.key.startswith(f"txn/{tc}/{txn.txn_id.least_bits}@".encode()) and rec.value:
+            meta = TxnMeta.from_fields(REGISTRY.decode_as(TXN_META, rec.value))
+    assert meta is not None and meta.partitions
+    meta.status = TxnStatus.COMMITTING
+    _forge(kafka, log_topic, tc, txn_key(txn.txn_id, epoch), meta.encode(epoch))
+    forged_claim = encode_claim(tc, "forger", "pulsar://127.0.0.1:1", int(time.time() * 1000))
+    _forge(kafka, log_topic, tc, claim_key(tc, "forger"), forged_claim)
+    time.sleep(2)  # the owner's tail reads both (a refresh read comes at least every second)
+    assert tc in c.coordinator.owned_tcs(), "a forged claim fenced the owner"
+
+    # A failover: the next owner replays the log, forged records included.
+    c.coordinator.stop()
+    successor = embedded(c.config)
+    assert tc in successor.owned_tcs()
+    fold = read_tc_log(kafka, log_topic, tc, SECRET.encode())
+    assert fold.txns[txn.txn_id.least_bits].status is TxnStatus.OPEN
+    assert fold.skipped_records >= 2
+    time.sleep(1)
+    assert read_all(c.client.create_reader(topic), 1000) == []
+
+
+def test_a_forged_claim_does_not_take_a_static_tc_out_of_service(cluster: ClusterFactory) -> None:
+    """Static ownership never claims a TC back: one forged claim used to unserve it for good."""
+    c = cluster(marker_secret=SECRET, tb_service_enabled=False)
+    assert 0 in c.coordinator.owned_tcs()
+    forged = encode_claim(0, "forger", "pulsar://127.0.0.1:1", int(time.time() * 1000))
+    _forge(c.kafka, c.config.log_topic, 0, claim_key(0, "forger"), forged)
+    time.sleep(2)
+    assert 0 in c.coordinator.owned_tcs()
+    with c.client.transaction(30) as txn:  # TC 0..3 all still answer
+        assert txn.txn_id is not None
+
+
+def test_a_forged_owner_entry_does_not_redirect_lookups(
+    cluster: ClusterFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A TcOwner record with a huge epoch used to win the directory for good, and LOOKUPs for that
+    TC were redirected to the forger's host (a following client sends its token there)."""
+    c = cluster(marker_secret=SECRET, static_tc_ids=(0, 1, 2), tb_service_enabled=False)
+    evil = "pulsar://127.0.0.1:1"
+    forged = OWNER.encode({"tc_id": 3, "epoch": 2**62, "owner_id": "evil", "owner_url": evil})
+    with caplog.at_level(logging.WARNING, logger="pulsar_txn.coordinator.service"):
+        _forge(c.kafka, c.config.owners_topic, 0, b"3", forged)
+        wait_until(
+            lambda: "owner directory offset" in caplog.text and "failed authentication" in caplog.text,
+            20,
+            what="the forged owner entry read and refused",
+        )
+    assert c.coordinator.service.owner_url(3) != evil
