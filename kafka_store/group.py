@@ -190,6 +190,8 @@ class GroupReader:
         # What the callbacks assigned (they are its only source): ``caught_up`` runs after every poll,
         # and asking the client costs a TopicPartition object per assigned partition each time.
         self._assigned_pairs: list[tuple[str, int]] = []
+        self._starts: dict[tuple[str, int], int] = {}  # where each assigned partition was started
+        self._unread: set[tuple[str, int]] = set()  # assigned partitions with no record delivered yet
         self.eof: dict[tuple[str, int], int] = {}
 
     def subscribe(self, topics: list[str]) -> None:
@@ -202,6 +204,8 @@ class GroupReader:
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         starts = self._on_assign(pairs)
         self._assigned_pairs = pairs
+        self._starts = {pair: starts.get(pair, 0) for pair in pairs}
+        self._unread = set(pairs)
         consumer.assign(
             [
                 TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
@@ -215,6 +219,8 @@ class GroupReader:
             self.eof.pop(pair, None)
         self._on_revoke(pairs)
         self._assigned_pairs = []
+        self._starts = {}
+        self._unread = set()
         consumer.unassign()
 
     def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
@@ -231,11 +237,15 @@ class GroupReader:
                 self._end(err.str())
                 return []
             raise
+        unread = self._unread  # after the poll: an assignment made in it replaces the set
         for msg in msgs:
             err = msg.error()
             if err is None:
                 out.append(msg)
-                self.eof.pop((msg.topic() or "", msg.partition() or 0), None)
+                pair = (msg.topic() or "", msg.partition() or 0)
+                self.eof.pop(pair, None)
+                if unread:
+                    unread.discard(pair)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
             elif is_fatal(err):
@@ -295,7 +305,15 @@ class GroupReader:
             return
         for tp in positions:
             if tp.offset < 0:
-                continue  # nothing consumed yet: its end, if any, is reported as usual
+                # Nothing delivered since the assignment: sought back to where it was assigned. An
+                # end reported for it may be stale (from before the assignment), and left in place it
+                # kept counting as caught up: each pause then dropped the first fetch, which on a
+                # loaded machine never came back within one poll, and the partition was never read
+                # again. (A position can also be unknown after a delivery: then left as it is.)
+                pair = (tp.topic, tp.partition)
+                if pair not in self._unread or pair not in self._starts:
+                    continue
+                tp = TopicPartition(tp.topic, tp.partition, self._starts[pair])
             try:
                 self._consumer.seek(tp)
             except KafkaException as exc:

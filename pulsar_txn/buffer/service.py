@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka_store import Appender, GroupReader, KafkaConfig, PartitionReader, StoreError, TopicAdmin
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
+from pulsar_txn.buffer.reader import scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig
@@ -433,10 +434,19 @@ class TransactionBufferService:
 
     def _resolve(self, tc_id: int, items: list[tuple[TP, TxnID]]) -> None:
         fold = read_tc_log(self._kafka, self._config.log_topic, tc_id, self._secret)
+        ahead: dict[TP, TxnBufferState] = {}
         for (topic, partition), txn in items:
             ended = ended_as(fold, txn)
             if ended is None:
                 continue  # open or ending (the TC will write the marker), or not allocated yet
+            # Our fold may lag the partition: the TC's own marker (written before it logged the end,
+            # so before the read above) may be there unread. A second marker, or, once the TC has
+            # forgotten the transaction, the opposite one, must not follow it.
+            tp = (topic, partition)
+            if tp not in ahead:
+                ahead[tp] = self._fold_ahead(tp)
+            if ahead[tp].has_ended(txn):
+                continue
             meta = fold.txns.get(txn.least_bits)
             registered = meta is not None and any(
                 _same_partition(x, topic, partition) for x in meta.partitions
@@ -450,6 +460,15 @@ class TransactionBufferService:
             log.warning(
                 "TB service: hanging %s in %s[%d] resolved with %s", txn, topic, partition, action.name
             )
+
+    def _fold_ahead(self, tp: TP) -> TxnBufferState:
+        """What ``tp`` holds past our fold of it, up to its end now: the transactions that ended
+        there (raises ``StoreError``: the resolution is retried at the next check)."""
+        state = TxnBufferState(*tp, num_tcs=self._config.num_tcs, marker_secret=self._secret)
+        owned = self._owned.get(tp)
+        state.scanned_to = owned.state.scanned_to if owned is not None else 0
+        scan(state, self._kafka)
+        return state
 
     def _write_marker(self, topic: str, partition: int, txn: TxnID, action: TxnAction) -> None:
         assert self._appender is not None

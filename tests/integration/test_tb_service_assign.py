@@ -15,8 +15,10 @@ from pulsar_txn.buffer.service import TransactionBufferService
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import record_fingerprint
 from pulsar_txn.config import CoordinatorConfig
-from pulsar_txn.txnid import TxnID
+from pulsar_txn.coordinator.fold import read_tc_log
+from pulsar_txn.txnid import TxnAction, TxnID
 from tests.conftest import wait_until
+from tests.integration.test_transaction_buffer import _markers
 
 pytestmark = pytest.mark.integration
 
@@ -256,3 +258,41 @@ def test_the_service_prunes_aborted_transactions_retention_has_deleted(
         wait_until(lambda: stats().get("aborted_txn_size") == 0, 20, what="the aborted transaction pruned")
     finally:
         service.stop()
+
+
+@pytest.mark.parametrize("retention_ms", [300_000, 0], ids=["ended", "forgotten"])
+def test_resolving_a_hanging_txn_behind_the_service_fold_adds_no_marker_after_the_tc_s_own(
+    cluster: Callable[..., Any], kafka: KafkaConfig, uid: str, retention_ms: int
+) -> None:
+    """The service's fold lags the partition (here: it has read nothing of it), the transaction
+    still looks open there, and its TC has committed it. Its COMMIT marker is in the partition, so
+    no resolution is written: before, a second COMMIT, or once the TC had forgotten the
+    transaction, an ABORT after the COMMIT (found by review with a race; deterministic here)."""
+
+    c = cluster(tb_service_enabled=False, end_txn_retention_ms=retention_ms)
+    topic = f"tbahead_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send("committed", txn=txn)
+    txn.commit()
+    tc = txn.txn_id.most_bits
+    if retention_ms == 0:
+        wait_until(
+            lambda: txn.txn_id.least_bits not in read_tc_log(kafka, c.config.log_topic, tc).txns,
+            20,
+            what="the TC forgot the transaction",
+        )
+
+    def markers() -> list[tuple[TxnID, TxnAction]]:
+        return _markers(kafka, topic, 0)
+
+    assert markers() == [(txn.txn_id, TxnAction.COMMIT)]
+    service = TransactionBufferService(kafka, c.config)
+    service._appender = Appender(kafka)  # not started: its fold has read nothing of the partition
+    try:
+        service._resolve(tc, [((topic, 0), txn.txn_id)])
+    finally:
+        service._appender.close()
+    assert markers() == [(txn.txn_id, TxnAction.COMMIT)]
+    assert service.hanging_resolved == 0
