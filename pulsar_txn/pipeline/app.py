@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING
 
 from pulsar_txn import _args
 from pulsar_txn._future import relay
-from pulsar_txn.errors import AuthenticationError, ConfigError, PulsarTxnError, TopicNotFound
+from pulsar_txn.errors import (
+    AuthenticationError,
+    ConfigError,
+    InvalidTopicName,
+    PulsarTxnError,
+    TopicNotFound,
+)
 from pulsar_txn.message import Message
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import TopicName, check_subscription
 from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
 from pulsar_txn.transaction import TransactionState
 
@@ -69,6 +75,15 @@ class PipelineSettings:
             _args.seconds(self.fence_check_interval_s, "fence_check_interval_s (or None)")
         if TopicName.parse(self.input_topic) == TopicName.parse(self.output_topic):
             raise ConfigError("the pipeline's input and output topics must differ")
+        # Checked here as subscribe checks it: refused there, every session failed the same way and
+        # the pipeline restarted for ever.
+        subscription = _args.text(self.subscription, "subscription")
+        if not subscription or any(c in subscription for c in "/ "):
+            raise ConfigError(f"subscription {subscription!r:.100}: empty, or holds '/' or a space")
+        try:
+            check_subscription(self.input_topic, subscription)
+        except InvalidTopicName as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -121,7 +136,7 @@ class ExactlyOncePipeline:
                     break
             except PipelineFenced:
                 raise  # a newer instance runs: a new session here would take its subscription back
-            except (ConfigError, AuthenticationError):
+            except (ConfigError, AuthenticationError, InvalidTopicName):
                 raise  # a new session would fail the same way (bad settings, refused credentials)
             except PulsarTxnError as exc:
                 log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
@@ -143,6 +158,7 @@ class ExactlyOncePipeline:
             self._client, consumer, s.instance_id, s.fence_check_interval_s, ours=self._client_ids
         )
         self._client_ids.add(consumer._client_id)
+        interrupted = False
         try:
             watch.start()
             leftovers = leftover_transactions(self._client, consumer, self._output, self._producer_prefix)
@@ -178,10 +194,15 @@ class ExactlyOncePipeline:
             if not isinstance(exc, PipelineFenced) and watch.check():
                 raise watch.error() from exc
             raise
+        except KeyboardInterrupt:
+            # Stop now: commits in flight end as they will (or by their timeout); the next run's
+            # fencing aborts what is left, so nothing is waited for here.
+            interrupted = True
+            raise
         finally:
             watch.stop()
-            for chain in chains.values():  # failing: let them end (either way) first, and count them
-                for committing in chain:
+            for chain in chains.values() if not interrupted else ():
+                for committing in chain:  # failing: let them end (either way) first, and count them
                     self._settle_quietly(committing)
             self._discard_ahead()
             consumer.close()
@@ -309,10 +330,11 @@ class ExactlyOncePipeline:
 
     def _settle_quietly(self, committing: _Committing) -> None:
         """``_settle`` for a session that is failing already: the other error is the one raised, but
-        a batch that committed meanwhile (e.g. of another partition) is counted as processed."""
+        a batch that committed meanwhile (e.g. of another partition) is counted as processed. A
+        KeyboardInterrupt is not swallowed: it means stop now."""
         try:
             self._settle(committing)
-        except BaseException as exc:
+        except Exception as exc:
             log.warning("commit of %s failed too: %s", committing.txn.txn_id, exc)
 
     def _committed(self, size: int, at: float | None = None) -> None:

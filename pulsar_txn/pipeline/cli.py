@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         help="serve GET /metrics (Prometheus) on this port (0: any free one); bearer token from "
         "PULSAR_TXN_METRICS_TOKEN, else PULSAR_TXN_AUTH_TOKEN, if set",
     )
@@ -76,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set():  # a second Ctrl-C / SIGTERM: stop now, whatever is being waited for
-            raise KeyboardInterrupt(f"signal {signum}")
+        if stop.is_set():
+            # A second Ctrl-C / SIGTERM: stop now, whatever is being waited for. An exception
+            # unwinding through the closes still waited on a coordinator that does not answer (~60 s);
+            # the pipeline is safe to kill anywhere (the next run fences what is left).
+            print(f"signal {signum} again: stopping now, without waiting", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(130)
         stop.set()  # the first: finish the batches in flight, then stop
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -100,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
                 return upper(msg)
 
         pipeline = ExactlyOncePipeline(client, settings, transform, on_progress=show)
-        metrics = _metrics_server(args, pipeline)
+        metrics: AdminHttpThread | None = None
         try:
+            metrics = _metrics_server(args, pipeline)
             progress = pipeline.run(stop)
         except PipelineFenced as exc:
             print(f"stopped: {exc}; " + _line(pipeline.progress), flush=True)
@@ -112,6 +118,18 @@ def run(args: argparse.Namespace) -> int:
             pipeline.close()
     print("done: " + _line(progress), flush=True)
     return 0
+
+
+def _port(text: str) -> int:
+    """A TCP port number for argparse (0: any free one); out of range is a usage error, not a
+    traceback from bind()."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r:.40}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
+    return port
 
 
 def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> AdminHttpThread | None:

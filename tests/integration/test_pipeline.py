@@ -209,3 +209,55 @@ def test_a_pipeline_whose_credentials_are_refused_stops_instead_of_restarting_fo
     finally:
         pipeline.close()
         wrong.close()
+
+
+def test_a_second_sigint_stops_the_pipeline_at_once_while_the_coordinator_does_not_answer(
+    coordinator_process, coord_config, kafka, uid: str, tmp_path
+) -> None:
+    """docs/pipeline.md: the second SIGINT/SIGTERM stops it at once (exit 130), e.g. when the
+    coordinator does not answer. It used to wait for the commits in flight (and swallow further
+    Ctrl-Cs) until the TC connection's keep-alive gave up, ~60 s (review, session 34)."""
+    import signal
+    import time
+
+    from pulsar_txn.client import Client
+
+    cfg = coord_config(tb_service_enabled=False)
+    coordinator = coordinator_process(cfg).start()
+    with Client(
+        coordinator.url,
+        kafka=kafka,
+        num_tcs=cfg.num_tcs,
+        snapshot_topic=cfg.snapshot_topic,
+        log_topic=cfg.log_topic,
+    ) as client:
+        client.create_topic(f"in_{uid}", 1)
+        client.create_topic(f"out_{uid}", 1)
+        producer = client.create_producer(f"in_{uid}")
+        for i in range(5000):
+            producer.send_async(f"m{i}")
+        producer.flush()
+    cmd = [sys.executable, "-m", "pulsar_txn.cli", "pipeline", "--service-url", coordinator.url]
+    cmd += ["--bootstrap-servers", kafka.bootstrap_servers, "--input", f"in_{uid}", "--output", f"out_{uid}"]
+    cmd += ["--subscription", f"s_{uid}", "--instance-id", f"p-{uid}", "--num-tcs", str(cfg.num_tcs)]
+    cmd += ["--snapshot-topic", cfg.snapshot_topic, "--work-ms", "1", "--batch-size", "20", "--quiet"]
+    with open(tmp_path / "pipeline.log", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    assert coordinator.proc is not None
+    try:
+        time.sleep(5)  # committing batches
+        coordinator.proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)  # the first: finish what is in flight (which cannot end)
+        time.sleep(1.0)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+        took = time.monotonic() - started
+    finally:
+        coordinator.proc.send_signal(signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert code == 130, (tmp_path / "pipeline.log").read_text()[-2000:]
+    assert took < 5, took

@@ -37,3 +37,39 @@ def test_the_defaults_none_for_the_optional_waits_and_zero_where_it_means_at_onc
     assert settings.batch_size == 100
     # 0: exit as soon as the input is idle / retry at once (accepted before the checks came in).
     PipelineSettings("in", "out", idle_exit_s=0, retry_backoff_s=0.0)
+
+
+@pytest.mark.parametrize("subscription", ["", "a b", "a/b", "s" * 260])
+def test_a_subscription_subscribe_would_refuse_is_a_config_error_not_a_restart_loop(
+    subscription: str,
+) -> None:
+    """Refused by subscribe in every session, the pipeline used to restart for ever (review,
+    session 34: 75 sessions in 40 s)."""
+    with pytest.raises(ConfigError):
+        PipelineSettings("in", "out", subscription=subscription)
+
+
+@pytest.mark.parametrize("port", ["99999", "-3", "x"])
+def test_an_out_of_range_metrics_port_is_a_usage_error_not_a_bind_traceback(
+    port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to reach bind(): OverflowError, a traceback, exit 1 (review, session 34)."""
+    import argparse
+
+    from pulsar_txn.pipeline.cli import add_arguments
+
+    parser = argparse.ArgumentParser(prog="pulsar-txn pipeline")
+    add_arguments(parser)
+    args = ["--service-url", "pulsar://127.0.0.1:1", "--bootstrap-servers", "127.0.0.1:1"]
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args([*args, "--input", "in", "--output", "out", "--metrics-port", port])
+    assert info.value.code == 2
+    assert "--metrics-port" in capsys.readouterr().err
+
+
+def test_an_admin_http_server_refuses_an_out_of_range_port() -> None:
+    from pulsar_txn.admin_http import AdminHttpServer
+
+    for port in (65536, -1, True):
+        with pytest.raises(ConfigError):
+            AdminHttpServer({}, port=port)  # type: ignore[arg-type]
