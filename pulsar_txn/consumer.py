@@ -1053,7 +1053,13 @@ class Consumer(Generic[T]):
     ) -> tuple[bytes, list[tuple[str, bytes]]]:
         """A PendingAck record for ``part``'s partition of its log (signed with the marker secret)."""
         return encode_pending_ack(
-            txn_id, kind, offsets, topic=part.pa_topic, partition=part.tp[1], secret=self._client._secret
+            txn_id,
+            kind,
+            offsets,
+            topic=part.pa_topic,
+            partition=part.tp[1],
+            secret=self._client._secret,
+            owner=part.fold.owner,
         )
 
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: _Part) -> None:

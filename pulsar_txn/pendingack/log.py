@@ -42,7 +42,31 @@ PENDING_ACK = REGISTRY.register(
                     {"name": "offsets", "type": {"type": "array", "items": "long"}},
                     {"name": "written_at_ms", "type": "long"},
                 ],
-            }
+            },
+            # v2 names the subscription (data topic, subscription): Pulsar's log name
+            # <topic>-<sub>__transaction_pending_ack is the same for topic "a-b" with subscription "c"
+            # and topic "a" with subscription "b-c", and a fold must not take the other's acks.
+            2: {
+                "type": "record",
+                "name": "PendingAckV2",
+                "namespace": "pulsar_txn.pendingack",
+                "fields": [
+                    {"name": "txn_most", "type": "long"},
+                    {"name": "txn_least", "type": "long"},
+                    {
+                        "name": "kind",
+                        "type": {
+                            "type": "enum",
+                            "name": "AckKindV1",
+                            "symbols": ["INDIVIDUAL", "CUMULATIVE"],
+                        },
+                    },
+                    {"name": "offsets", "type": {"type": "array", "items": "long"}},
+                    {"name": "written_at_ms", "type": "long"},
+                    {"name": "topic", "type": "string"},
+                    {"name": "subscription", "type": "string"},
+                ],
+            },
         },
     )
 )
@@ -66,8 +90,10 @@ def encode_pending_ack(
     topic: str = "",
     partition: int = 0,
     secret: bytes | None = None,
+    owner: tuple[str, str] = ("", ""),
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """A PendingAck record for ``topic[partition]`` of a pending-ack log; signed with ``secret``."""
+    """A PendingAck record for ``topic[partition]`` of a pending-ack log, of the subscription
+    ``owner`` (data topic, subscription); signed with ``secret``."""
     value = PENDING_ACK.encode(
         {
             "txn_most": txn.most_bits,
@@ -75,6 +101,8 @@ def encode_pending_ack(
             "kind": kind.value,
             "offsets": list(offsets),
             "written_at_ms": int(time.time() * 1000),
+            "topic": owner[0],
+            "subscription": owner[1],
         }
     )
     headers = [(CTL_HEADER, PENDING_ACK_CTL), (TXN_HEADER, txn.to_bytes())]
@@ -106,10 +134,16 @@ class PendingAckFold:
         *,
         marker_secret: bytes | None = None,
         num_tcs: int | None = None,
+        owner: tuple[str, str] = ("", ""),
     ) -> None:
         self.state = state
         self.topic = topic
         self.partition = partition
+        # (data topic, subscription) whose log this is; v2 ack records of another subscription (whose
+        # log has the same name) are not ours, and from the first of them on the log is not trimmed:
+        # the other subscription may still need its records.
+        self.owner = owner
+        self.foreign_from: int | None = None
         self._secret = marker_secret
         self._num_tcs = num_tcs  # ack records naming a TC at or beyond it are skipped (None: any)
         self.first_record: dict[TxnID, int] = {}
@@ -147,7 +181,8 @@ class PendingAckFold:
         committed one whose acks only this log may yet have to redo, see ``replay_start``). As with
         Pulsar's pending-ack log, acks above a mark-delete held back keep their records."""
         committed_firsts = (first for first, _last in self._committed.values())
-        return min((self.next_offset, *self.first_record.values(), *committed_firsts))
+        low = min((self.next_offset, *self.first_record.values(), *committed_firsts))
+        return low if self.foreign_from is None else min(low, self.foreign_from)
 
     def forget_committed_below(self, mark_delete: int) -> None:
         """Committed transactions whose acks all lie below ``mark_delete`` are persisted by it."""
@@ -201,8 +236,23 @@ class PendingAckFold:
             txn = TxnID(int(f["txn_most"]), int(f["txn_least"]))
             kind = AckKind(f["kind"])
             offsets = [int(o) for o in f["offsets"]]
+            owner = (f.get("topic", ""), f.get("subscription", ""))  # v1: none named
         except (CodecError, ValueError) as exc:  # InvalidTxnID is a ValueError
             self._skip(rec.offset, str(exc))
+            return None
+        if owner != ("", "") and self.owner != ("", "") and owner != self.owner:
+            if self.foreign_from is None:
+                self.foreign_from = rec.offset
+                log.warning(
+                    "%s[%d]: also holds acks of subscription %r on %r (the same log name as %r on %r):"
+                    " they are not ours, and the log is no longer trimmed",
+                    self.topic,
+                    self.partition,
+                    owner[1][:100],
+                    owner[0][:100],
+                    self.owner[1],
+                    self.owner[0],
+                )
             return None
         if self._num_tcs is not None and txn.most_bits >= self._num_tcs:
             self._skip(rec.offset, f"{txn} names TC {txn.most_bits}; the cluster has {self._num_tcs}")

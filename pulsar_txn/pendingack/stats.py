@@ -104,6 +104,7 @@ def recover_partition(
         partition,
         marker_secret=opts.marker_secret,
         num_tcs=opts.num_tcs if opts.num_tcs != UNKNOWN_NUM_TCS else None,
+        owner=(name.base.kafka_topic, subscription),
     )
     fold.next_offset = pa_low
     try:

@@ -695,6 +695,7 @@ def _forged(offset: int, **fields: object) -> StoredRecord:
     from pulsar_txn.pendingack.log import PENDING_ACK, PENDING_ACK_CTL
 
     record = {"txn_most": 0, "txn_least": 1, "kind": "INDIVIDUAL", "offsets": [1], "written_at_ms": 0}
+    record |= {"topic": "", "subscription": ""}
     record.update(fields)
     value = PENDING_ACK.encode(record)
     return StoredRecord("pa", 0, offset, None, value, [(CTL_HEADER, PENDING_ACK_CTL)], 0)
@@ -739,3 +740,27 @@ def test_with_a_marker_secret_only_signed_ack_records_are_folded() -> None:
     assert fold.skipped == 3 and not fold.state.pending_txns()
     fold.apply(signed(3, secret, 0))
     assert list(fold.state.pending_txns()) == [txn] and fold.skipped == 3
+
+
+def test_fold_skips_the_acks_of_another_subscription_sharing_its_log_name_and_stops_trimming() -> None:
+    """Topic "a-b" with subscription "c" and topic "a" with subscription "b-c" both get the log
+    "a-b-c__transaction_pending_ack" (Pulsar's naming). A fold takes only its own subscription's
+    (v2) records, and never trims past the first of the other's; v1 records (no owner) count."""
+    ours, theirs = ("a", "b-c"), ("a-b", "c")
+    t, u, v = TxnID(0, 1), TxnID(0, 2), TxnID(0, 3)
+
+    def rec(offset: int, txn: TxnID, offsets: list[int], owner: tuple[str, str]) -> StoredRecord:
+        value, headers = encode_pending_ack(txn, AckKind.INDIVIDUAL, offsets, owner=owner)
+        return StoredRecord("pa", 0, offset, None, value, headers, 0)
+
+    fold = PendingAckFold(PendingAckState(Cursor(0)), "pa", 0, owner=ours)
+    fold.apply(rec(0, t, [1], ours))
+    fold.apply(rec(1, u, [2], theirs))
+    fold.apply(rec(2, v, [3], ("", "")))  # v1-like: names no subscription
+    assert fold.state.pending_txns() == {t: 1, v: 1}
+    fold.apply(_marker_rec(3, u, TxnAction.COMMIT))  # their commit acks nothing of ours
+    assert not fold.state.cursor.is_acked(2)
+    for txn in (t, v):
+        fold.apply(_marker_rec(4, txn, TxnAction.COMMIT))
+    fold.forget_committed_below(10)  # our cursor holds our committed acks
+    assert fold.trim_point() == 1  # not past their first record (5 without it)
