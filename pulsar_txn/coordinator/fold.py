@@ -44,6 +44,9 @@ class TcLogFold:
     next_seq: int = 0
     skipped_records: int = 0
     last_offset: int = -1
+    # Values of the claims folded: a claim is written once, so a second record with the same value
+    # is a copy (a signed claim re-sent by anyone able to write the log would fence the owner).
+    claims_seen: set[bytes] = field(default_factory=set, repr=False)
 
     def apply(
         self, offset: int, key: bytes | None, value: bytes | None, headers: Headers | None = None
@@ -74,6 +77,10 @@ class TcLogFold:
             if kind is CLAIM:
                 claimed_at = int(fields["claimed_at_ms"])
                 info = ClaimInfo(offset, fields["owner_id"], fields["owner_url"], claimed_at)
+                if value in self.claims_seen:
+                    self._skip(offset, f"a copy of an earlier claim of {info.owner_id!r:.80}")
+                    return None
+                self.claims_seen.add(value)
                 if offset > self.epoch:
                     self.epoch = offset
                     self.claim = info

@@ -104,3 +104,22 @@ def test_a_forged_owner_entry_does_not_redirect_lookups(
             what="the forged owner entry read and refused",
         )
     assert c.coordinator.service.owner_url(3) != evil
+
+
+def test_a_copied_signed_claim_does_not_fence_the_owner(cluster: ClusterFactory) -> None:
+    """The MAC cannot bind an offset, and a claim's epoch is its offset: a signed claim re-sent as it
+    is (key, value, MAC header) was a newer, valid claim and fenced the owner (found by review). A
+    claim is written once, so a second record with the same value is a copy and skipped."""
+    c = cluster(marker_secret=SECRET, tb_service_enabled=False)
+    log_topic = c.config.log_topic
+    claim = next(r for r in read_range(c.kafka, log_topic, 0) if r.key and r.key.startswith(b"claim/"))
+    assert claim.key is not None and claim.value is not None
+    appender = Appender(c.kafka)
+    try:
+        appender.append(log_topic, 0, claim.value, key=claim.key, headers=list(claim.headers)).result(10)
+    finally:
+        appender.close()
+    time.sleep(2)
+    assert 0 in c.coordinator.owned_tcs()
+    fold = read_tc_log(c.kafka, log_topic, 0, SECRET.encode())
+    assert fold.epoch == claim.offset and fold.skipped_records == 1
