@@ -369,11 +369,16 @@ def main(argv: list[str] | None = None) -> int:
         # pass a leading option (``--no-check``) through, so it parses its command line itself.
         from pulsar_txn.compat.run import main as run_main
 
+        # The embedded broker and coordinator started for the run are stopped on SIGTERM too (this
+        # path bypasses cmd_migrate_run, and a SIGTERM used to leave the broker running).
+        _stop_cleanly_on_sigterm()
         try:
             return run_main(argv[1:])
         except (PulsarTxnError, StoreError, OSError) as exc:  # starting Kafka or the coordinator
             print(f"pulsar-txn migrate-run: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            return 130
     args = parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1871,19 +1871,23 @@ class Consumer(Generic[T]):
             raise NotAllowedError(
                 f"cannot unsubscribe {self.subscription!r}: other consumers are connected ({len(members)})"
             )
-        self.close()
         pa_topics = sorted({pending_ack_topic(t, self.subscription) for t in self.topics})
         try:
+            # Checked before closing: refused, this consumer stays open (it used to be closed first).
             others = group_topics(self._client.kafka, self.subscription) - {
                 t.kafka_topic for t in self.topics
             }
             others &= set(self._client._admin.list_topics())  # a deleted topic's cursor is no one's
-            if others:
-                raise NotAllowedError(
-                    f"cannot unsubscribe {self.subscription!r}: its Kafka group also holds the cursors "
-                    f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
-                    "with a consumer of all of them"
-                )
+        except StoreError as exc:
+            raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
+        if others:
+            raise NotAllowedError(
+                f"cannot unsubscribe {self.subscription!r}: its Kafka group also holds the cursors "
+                f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
+                "with a consumer of all of them"
+            )
+        self.close()
+        try:
             self._delete_group()
             deleted = [t for t in pa_topics if self._client._admin.topic_exists(t)]
             self._client._admin.delete_topics(deleted)

@@ -3,7 +3,9 @@ on top of this library's own classes (which stay reachable as ``.native``)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -23,6 +25,7 @@ from pulsar_txn.naming import TopicName, from_kafka
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
 T = TypeVar("T")
+_H = TypeVar("_H", "Consumer[Any]", "Reader[Any]", "TableView[Any]")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Client:
     in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
 
     def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+        self._handles: weakref.WeakSet[Any] = weakref.WeakSet()  # consumers, readers, table views
         self._auto_create = bool(kwargs.pop("auto_create_topics", True))
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
         given = _params.CLIENT.positional(args, kwargs)
@@ -150,7 +154,7 @@ class Client:
             ),
             [topic] if isinstance(topic, str) else list(topic or []),
         )
-        return Consumer(native, self.native, policy, listener)
+        return self._made(Consumer(native, self.native, policy, listener))
 
     def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
         """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
@@ -166,7 +170,7 @@ class Client:
             ),
             [topic],
         )
-        return Reader(reader, self.native, _listener_of(given, "reader_listener"))
+        return self._made(Reader(reader, self.native, _listener_of(given, "reader_listener")))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
@@ -195,15 +199,25 @@ class Client:
         reader = self._auto_created(
             lambda: self.native.create_reader(topic, _message.EARLIEST, schema=native_schema), [topic]
         )
-        return TableView(reader, topic, subscription_name)
+        return self._made(TableView(reader, topic, subscription_name))
+
+    def _made(self, handle: _H) -> _H:
+        """Remember a consumer, reader or table view this client made, for ``close``."""
+        self._handles.add(handle)
+        return handle
 
     def close(self) -> None:
-        """Close the client and everything it made."""
+        """Close the client and everything it made: their listener and table-view threads stop
+        (they used to go on, retrying reads of closed handles every 0.5 s, and ``is_connected``
+        stayed True), as pulsar-client's do."""
+        for handle in list(self._handles):
+            with contextlib.suppress(PulsarTxnError):
+                handle.close()
         self.native.close()
 
     def shutdown(self) -> None:
         """Same as ``close`` here."""
-        self.native.close()
+        self.close()
 
     def __enter__(self) -> Client:
         return self
@@ -376,9 +390,17 @@ class Consumer(Generic[T]):
         self._listener.resume()
 
     def unsubscribe(self) -> None:
-        """Delete the subscription and close the consumer."""
+        """Delete the subscription and close the consumer. If it is refused (e.g. other consumers
+        are connected), the consumer and its listener go on, as with pulsar-client."""
+        if self._listener is not None:
+            self._listener.pause()
+        try:
+            self.native.unsubscribe()
+        except BaseException:
+            if self._listener is not None:
+                self._listener.resume()
+            raise
         self._stop_listener()
-        self.native.unsubscribe()
         self._open = False
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pulsar_txn.errors import PulsarTxnError, Timeout
+from pulsar_txn.errors import AlreadyClosed, PulsarTxnError, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ class ListenerThread:
                 message = self._receive(_POLL_MS)
             except Timeout:
                 continue
+            except AlreadyClosed:
+                return  # closed under it (e.g. by the client's close): nothing more will come
             except PulsarTxnError as exc:
                 if self._stop.is_set():
                     return

@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from pulsar_txn import message as _message
 from pulsar_txn import reader as _reader
-from pulsar_txn.errors import PulsarTxnError, Timeout
+from pulsar_txn.errors import AlreadyClosed, PulsarTxnError, Timeout
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -102,6 +102,8 @@ class TableView(Generic[T]):
                 self._apply(self._reader.read_next(_POLL_MS))
             except Timeout:
                 continue
+            except AlreadyClosed:
+                return  # closed under it (e.g. by the client's close)
             except PulsarTxnError as exc:
                 log.warning("table view %s: read failed (will retry): %s", self._topic, exc)
                 self._closed.wait(_RETRY_S)

@@ -57,18 +57,22 @@ class _Waiter:
     def __init__(self, next_message: Callable[[int], Message[Any]]) -> None:
         self._next = next_message
         self._pending: asyncio.Future[Message[Any]] | None = None
+        # One caller at a time: concurrent receives all awaited the same slice and got the same
+        # message (pulsar.asyncio gives each receive its own).
+        self._lock = asyncio.Lock()
 
     async def next(self) -> Message[Any]:
-        while True:
-            if self._pending is None:
-                self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
-            try:
-                msg = await asyncio.shield(self._pending)
-            except Timeout:
+        async with self._lock:
+            while True:
+                if self._pending is None:
+                    self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
+                try:
+                    msg = await asyncio.shield(self._pending)
+                except Timeout:
+                    self._pending = None
+                    continue
                 self._pending = None
-                continue
-            self._pending = None
-            return msg
+                return msg
 
     async def discard(self) -> None:
         """Before a seek: let a slice left by a cancelled call end, and drop what it brought (it is

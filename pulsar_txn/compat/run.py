@@ -102,7 +102,10 @@ def run_program(path: str, args: Sequence[str], service_url: str, defaults: dict
             runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)  # as Python does with sys.exit("message")
+        return 1
     except Exception:  # the program's own failure: report it as Python would, exit 1
         traceback.print_exc()
         return 1
