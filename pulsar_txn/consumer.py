@@ -65,7 +65,7 @@ from pulsar_txn.pendingack.stats import join_metadata, recover_partition
 from pulsar_txn.schema import BytesSchema, Schema
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.subscription.unacked import Unacked
-from pulsar_txn.transaction import Transaction, TransactionState
+from pulsar_txn.transaction import Transaction, TransactionState, joining_failed
 from pulsar_txn.txnid import TxnAction, TxnID
 
 if TYPE_CHECKING:
@@ -1093,7 +1093,7 @@ class Consumer(Generic[T]):
         def write(reg: Future[None]) -> None:
             exc = reg.exception()
             if exc is not None:
-                failed(exc)
+                failed(joining_failed(exc))
                 return
             try:
                 self._ensure_pa_topic(part)

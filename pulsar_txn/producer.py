@@ -33,7 +33,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import SCHEMA_HEADER, BytesSchema, Schema
-from pulsar_txn.transaction import Transaction
+from pulsar_txn.transaction import Transaction, joining_failed
 
 if TYPE_CHECKING:
     from kafka_store import Appender
@@ -345,7 +345,7 @@ class _Send(Delivery):
         if exc is None:
             self.appender.append_delivery(self)
             return
-        self.fail(exc if isinstance(exc, PulsarTxnError) else PulsarTxnError(str(exc)))
+        self.fail(joining_failed(exc))
 
     def fail(self, err: PulsarTxnError) -> None:
         self.result.set_exception(err)

@@ -571,3 +571,20 @@ class _EndFuture(LazyFuture[None]):
 def _nothing() -> None:
     """An end's deadline entry expires silently: ``_wait_end`` and the operations' own deadlines
     report the failure; the entry only keeps ``Client.close`` waiting."""
+
+
+def joining_failed(exc: BaseException) -> PulsarTxnError:
+    """The error of an operation whose partition or subscription could not join its transaction:
+    not retriable, whatever the join's own error said. The join's outcome is kept for the whole
+    transaction (its commit aborts with ``TransactionHasOperationFailed``), so repeating the
+    operation fails the same way at once; only a new transaction can succeed."""
+    if not isinstance(exc, PulsarTxnError):
+        return PulsarTxnError(str(exc), retriable=False)
+    if not exc.retriable:
+        return exc
+    try:
+        copy = type(exc)(str(exc), retriable=False)
+    except TypeError:  # a subclass with a constructor of its own
+        copy = PulsarTxnError(str(exc), retriable=False)
+    copy.__cause__ = exc
+    return copy

@@ -1,0 +1,45 @@
+"""A send whose partition could not join its transaction (the coordinator was down) fails for the
+rest of that transaction, whose commit aborts: its error must not say "retriable" (found by review,
+session 34: five retries after the coordinator came back each failed at once with a retriable
+Timeout)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kafka_store import KafkaConfig, TopicAdmin, free_port
+from pulsar_txn.client import Client
+from pulsar_txn.config import CoordinatorConfig
+from pulsar_txn.errors import PulsarTxnError, TransactionHasOperationFailed
+from tests.conftest import CoordinatorProcess
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_send_whose_partition_could_not_join_is_not_retriable_in_that_transaction(
+    coordinator_process: Callable[[CoordinatorConfig], CoordinatorProcess],
+    coord_config: Callable[..., CoordinatorConfig],
+    kafka: KafkaConfig,
+    uid: str,
+) -> None:
+    cfg = coord_config(static_tc_ids=(0,), num_tcs=1, port=free_port())
+    coordinator = coordinator_process(cfg).start()
+    topic = f"join_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    topics = {"snapshot_topic": cfg.snapshot_topic, "log_topic": cfg.log_topic}
+    with Client(coordinator.url, kafka=kafka, num_tcs=1, operation_timeout_seconds=2.0, **topics) as client:
+        producer = client.create_producer(topic)
+        txn = client.new_transaction().with_transaction_timeout(120).build()
+        coordinator.kill()
+        with pytest.raises(PulsarTxnError):
+            producer.send(b"m1", txn=txn)  # its own wait times out (outcome unknown then)
+        time.sleep(2.5)  # the partition's ADD_PARTITION_TO_TXN has failed by now
+        coordinator.start()
+        with pytest.raises(PulsarTxnError) as again:
+            producer.send(b"m1", txn=txn)
+        assert not again.value.retriable, again.value
+        with pytest.raises(TransactionHasOperationFailed):
+            txn.commit()
