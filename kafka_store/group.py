@@ -105,6 +105,9 @@ class GroupMembership:
                     return
                 log.warning("group membership poll error: %s", exc)
                 continue
+            except Exception:  # a rebalance callback's own error, re-raised by poll(): live on
+                log.exception("group %s: a rebalance callback failed; continuing", self._conf["group.id"])
+                continue
             err = msg.error() if msg is not None else None
             if err is not None and is_fatal(err):  # noida delivers it as an event, not an exception
                 self._end(err.str())
@@ -450,6 +453,8 @@ class SubscriptionGroup:
                 self._consumer.poll(0)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("subscription %s poll: %s", self.group_id, exc)
+            except Exception:  # a rebalance callback's own error, re-raised by poll(): live on
+                log.exception("subscription %s: a rebalance callback failed; continuing", self.group_id)
             self._wake.clear()  # before taking the queue: a commit handed over after it wakes the wait
             try:
                 self._run_commits()

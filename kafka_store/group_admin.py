@@ -130,6 +130,8 @@ def group_offsets(
     config: KafkaConfig, group_id: str, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, str | None]]:
     """A group's committed (offset, metadata) per partition, read without joining the group."""
+    if not partitions:
+        return {}  # the admin client refuses an empty list with a ValueError
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in partitions])
     admin = group_admin(config)
     result = _result(

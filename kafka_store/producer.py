@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -267,17 +268,27 @@ class Appender:
         while True:
             with self._held_lock:
                 queue = self._held[tp]
-                if not queue:
+                if not queue or self._stop.is_set():
+                    # Closed: nothing may start a producer again (it would be left running, and
+                    # nobody would report its records): what still waits fails.
+                    left = list(queue)
                     del self._held[tp]
                     self._stale.discard(tp)
-                    return
+                    break
                 d = queue[0]
                 refresh = tp in self._stale
-            if self._produce(d, refresh, held=True):
+            try:
+                sent = self._produce(d, refresh, held=True)
+            except Exception:  # a report handler's bug (run here when a held record fails)
+                log.exception("a delivery report handler failed")
+                sent = True  # settled (it raised in its handler): the next one must not wait on it
+            if sent:
                 with self._held_lock:
                     self._held[tp].popleft()
                     self._stale.discard(tp)
             # else: its partition is not in the metadata yet (now marked stale): again, refreshed
+        for d in left:
+            _settle_closed(d)
 
     def _produce(self, d: Delivery, refresh: bool, *, held: bool = False) -> bool:
         """Queue ``d`` on the producer, or settle it with its error. False: it waits for a retry off
@@ -285,6 +296,9 @@ class Appender:
         held records, which keeps it at their head): after a metadata refresh when its partition is
         unknown yet, or, on an event loop's thread, for room in a full producer queue."""
         if held:
+            if self._stop.is_set():  # closed meanwhile: no producer may be started again
+                _settle_closed(d)
+                return True
             # The current producer: the one the record was queued on may have been set aside (renew,
             # or a fatal error) while it waited, and a retired producer's delivery thread stops once
             # it has nothing in flight, so nobody would report the record.
@@ -358,10 +372,27 @@ class Appender:
         remaining = self.flush(timeout)
         if remaining:
             log.warning("appender closed with %d records undelivered", remaining)
-        self._stop.set()
+            # Every record still queued or in flight gets its report now (an error), served by
+            # the delivery threads before they stop: without this their callers waited for ever,
+            # and each record kept its producer (and librdkafka's threads) alive.
+            with self._lock:
+                producers = [p for p in [*self._retired, self._producer] if p is not None]
+            for producer in producers:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.purge()
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.flush(1.0)
+        self._stop.set()  # records held for a retry are failed by their retry thread (_resend_held)
         for thread in self._threads:
             thread.join(timeout)
         self._producer = None
+
+
+def _settle_closed(d: Delivery) -> None:
+    try:
+        d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: the appender is closed"))
+    except Exception:  # a report handler's bug must not stop the others from being settled
+        log.exception("a delivery report handler failed")
 
 
 def _on_event_loop() -> bool:

@@ -144,7 +144,10 @@ class PartitionReader:
         self._next = dict(positions)
 
     def add(self, topic: str, partition: int, offset: int) -> None:
-        self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        try:
+            self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+        except KafkaException as exc:  # e.g. assigned already
+            raise _translate(exc, f"assignment of {topic}[{partition}]") from None
         self._eof.pop((topic, partition), None)
         self._next[(topic, partition)] = offset
         if self._idle_since is not None:
@@ -164,7 +167,10 @@ class PartitionReader:
         self._next.clear()
 
     def remove(self, topic: str, partition: int) -> None:
-        self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+        try:
+            self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+        except KafkaException as exc:  # e.g. not assigned
+            raise _translate(exc, f"unassignment of {topic}[{partition}]") from None
         self._next.pop((topic, partition), None)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:

@@ -49,7 +49,8 @@ def _load_file(path: str | None) -> dict[str, Any]:
     text = Path(path).read_bytes()
     try:
         data: Any = tomllib.loads(text.decode()) if path.endswith(".toml") else json.loads(text)
-    except ValueError as exc:  # TOMLDecodeError, JSONDecodeError, UnicodeDecodeError
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, JSONDecodeError, UnicodeDecodeError,
+        # or nesting deeper than the parser recurses
         kind = "TOML" if path.endswith(".toml") else "JSON"
         raise ConfigError(f"{path}: not valid {kind}: {exc}") from None
     if not isinstance(data, dict):

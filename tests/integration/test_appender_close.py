@@ -1,0 +1,60 @@
+"""The Appender when closed with records still on their way, and when a report handler fails on a
+retry thread: every record is answered, no producer outlives ``close`` and later appends still go
+out (found by review, session 34; each test failed before its fix)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_close_answers_the_records_still_in_flight() -> None:
+    """Nothing listens at the address: the record stays in flight. Its future never settled (and
+    the producer with librdkafka's threads stayed alive)."""
+    config = KafkaConfig(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_ms=1000)
+    appender = Appender(config, delivery_timeout_ms=60_000)
+    future = appender.append("t", 0, b"x")
+    appender.close(timeout=1.0)
+    with pytest.raises(StoreError):
+        future.result(10)
+
+
+def test_a_record_held_for_a_retry_when_close_runs_starts_no_producer(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"held_{uid}"
+    admin.ensure_topic(topic, 1, {})
+    appender = Appender(kafka, delivery_timeout_ms=3000)
+    appender.append(topic, 0, b"ok").result(10)
+    future = appender.append(topic, 5, b"x")  # no partition 5: held and retried until its deadline
+    time.sleep(0.3)
+    appender.close(timeout=0.5)
+    with pytest.raises(StoreError):
+        future.result(10)
+    assert appender._producer is None  # the retry thread made a new one after close
+
+
+def test_a_failing_report_handler_on_the_retry_thread_does_not_block_its_partition(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    topic = f"cb_{uid}"
+    admin.ensure_topic(topic, 1, {})
+    appender = Appender(kafka, delivery_timeout_ms=1500)
+    try:
+        appender.append(topic, 0, b"ok").result(10)
+
+        def handler_bug(_offset: int | None, _error: StoreError | None) -> None:
+            raise RuntimeError("handler bug")
+
+        appender.append(topic, 3, b"x", callback=handler_bug)  # fails at its deadline, on the retry thread
+        time.sleep(2.5)
+        admin.add_partitions(topic, 4)
+        time.sleep(1)
+        assert appender.append(topic, 3, b"y").result(15) >= 0  # queued behind the dead one for ever
+    finally:
+        appender.close(1)
