@@ -422,7 +422,16 @@ class Transaction:
                     log.warning(
                         "transaction %s: the abort instead of the commit failed: %s", self.txn_id, exc
                     )
-                result.set_exception(instead if instead is not None else exc)
+                    # Not "was aborted": the abort did not get through (its timeout will end it).
+                    told = TransactionHasOperationFailed(
+                        f"transaction {self.txn_id}: an operation in it failed ({instead.__cause__}), so it"
+                        f" was not committed; the abort sent instead failed too ({exc}): the"
+                        " coordinator aborts it at its timeout"
+                    )
+                    told.__cause__ = instead.__cause__
+                    result.set_exception(told)
+                    return
+                result.set_exception(exc)
                 return
             ended = TransactionState.COMMITTED if commit else TransactionState.ABORTED
             self._set(ended)

@@ -43,3 +43,28 @@ def test_a_send_whose_partition_could_not_join_is_not_retriable_in_that_transact
         assert not again.value.retriable, again.value
         with pytest.raises(TransactionHasOperationFailed):
             txn.commit()
+
+
+def test_a_commit_that_could_abort_neither_does_not_say_aborted(
+    coordinator_process: Callable[[CoordinatorConfig], CoordinatorProcess],
+    coord_config: Callable[..., CoordinatorConfig],
+    kafka: KafkaConfig,
+    uid: str,
+) -> None:
+    """The coordinator is gone: a send's partition cannot join, so the commit turns into an abort,
+    which fails too. The error said "was aborted" although the transaction stays open at the
+    coordinator until its timeout (found by review, session 34)."""
+    cfg = coord_config(static_tc_ids=(0,), num_tcs=1, port=free_port())
+    coordinator = coordinator_process(cfg).start()
+    topic = f"noabort_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    topics = {"snapshot_topic": cfg.snapshot_topic, "log_topic": cfg.log_topic}
+    with Client(coordinator.url, kafka=kafka, num_tcs=1, operation_timeout_seconds=1.0, **topics) as client:
+        producer = client.create_producer(topic)
+        txn = client.new_transaction().with_transaction_timeout(120).build()
+        coordinator.kill()
+        producer.send_async(b"m1", txn=txn)
+        with pytest.raises(TransactionHasOperationFailed) as failed:
+            txn.commit()
+        assert "was aborted" not in str(failed.value)
+        assert "abort sent instead failed" in str(failed.value)
