@@ -285,6 +285,8 @@ class GroupReader:
         except KafkaException as exc:
             raise StoreError(f"seek of {topic}[{partition}] to its start: {exc}", retriable=True) from None
         self.eof.pop((topic, partition), None)
+        if (topic, partition) in self._starts:  # where resume_all seeks it back to until it delivers
+            self._starts[(topic, partition)] = OFFSET_BEGINNING
 
     def pause_all(self) -> None:
         """Stop fetching while idle (brokers that answer empty fetches at once make idle readers spin)."""
