@@ -17,7 +17,7 @@ from pulsar_txn import producer as _producer
 from pulsar_txn import reader as _reader
 from pulsar_txn.compat import _params
 from pulsar_txn.compat._ids import Message, MessageId, native_id
-from pulsar_txn.compat._listener import ListenerThread
+from pulsar_txn.compat._listener import ListenerDispatch, ListenerThread
 from pulsar_txn.compat._table_view import TableView
 from pulsar_txn.compat.schema import to_native
 from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Result, Timeout, TopicNotFound
@@ -70,6 +70,10 @@ class Client:
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
         given = _params.CLIENT.positional(args, kwargs)
         _params.CLIENT.check(given)
+        threads = given.get("message_listener_threads", 1)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ConfigError(f"message_listener_threads must be a whole number >= 1, not {threads!r:.40}")
+        self._dispatch = ListenerDispatch(threads)
         auth = given.get("authentication")
         if auth is not None and not isinstance(auth, str | _client.AuthenticationToken):
             auth = _token_of(auth)
@@ -85,6 +89,8 @@ class Client:
     def embedded(cls, *args: Any, **kwargs: Any) -> Client:
         """A client with an in-process coordinator (``pulsar_txn.Client.embedded``)."""
         out = cls.__new__(cls)
+        out._handles = weakref.WeakSet()
+        out._dispatch = ListenerDispatch(1)
         out._auto_create = bool(kwargs.pop("auto_create_topics", True))
         out.native = _client.Client.embedded(*args, **kwargs)
         return out
@@ -154,7 +160,7 @@ class Client:
             ),
             [topic] if isinstance(topic, str) else list(topic or []),
         )
-        return self._made(Consumer(native, self.native, policy, listener))
+        return self._made(Consumer(native, self.native, policy, listener, self._dispatch))
 
     def create_reader(self, topic: str, start_message_id: Any, *args: Any, **kwargs: Any) -> Reader[Any]:
         """pulsar-client's ``create_reader(topic, start_message_id, ...)``: committed messages after
@@ -170,7 +176,7 @@ class Client:
             ),
             [topic],
         )
-        return self._made(Reader(reader, self.native, _listener_of(given, "reader_listener")))
+        return self._made(Reader(reader, self.native, _listener_of(given, "reader_listener"), self._dispatch))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
@@ -213,6 +219,7 @@ class Client:
         for handle in list(self._handles):
             with contextlib.suppress(PulsarTxnError):
                 handle.close()
+        self._dispatch.shutdown()
         self.native.close()
 
     def shutdown(self) -> None:
@@ -302,6 +309,7 @@ class Consumer(Generic[T]):
         client: _client.Client,
         batch_policy: BatchReceivePolicy | None,
         listener: Callable[[Consumer[T], Message[T]], Any] | None = None,
+        dispatch: ListenerDispatch | None = None,
     ) -> None:
         self.native = native
         self._client = client
@@ -314,6 +322,7 @@ class Consumer(Generic[T]):
                 native.subscription,
                 lambda ms: self._names.wrap(native.receive(ms)),
                 lambda msg: listener(self, msg),
+                dispatch,
             )
             self._listener.start()
 
@@ -422,6 +431,7 @@ class Reader(Generic[T]):
         native: _reader.Reader[T],
         client: _client.Client,
         listener: Callable[[Reader[T], Message[T]], Any] | None = None,
+        dispatch: ListenerDispatch | None = None,
     ) -> None:
         self.native = native
         self._names = _TopicNames(client)
@@ -432,6 +442,7 @@ class Reader(Generic[T]):
                 str(native.topic),
                 lambda ms: self._names.wrap(native.read_next(ms)),
                 lambda msg: listener(self, msg),
+                dispatch,
             )
             self._listener.start()
 

@@ -126,7 +126,7 @@ CLIENT = _table(
         ("authentication", MAPPED),
         ("operation_timeout_seconds", MAPPED),
         ("io_threads", IGNORED),
-        ("message_listener_threads", IGNORED),
+        ("message_listener_threads", MAPPED),
         ("concurrent_lookup_requests", IGNORED),
         ("log_conf_file_path", IGNORED),
         ("stats_interval_in_seconds", IGNORED),

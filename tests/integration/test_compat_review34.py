@@ -110,11 +110,13 @@ def test_a_refused_unsubscribe_keeps_the_consumer_and_its_listener(
     client.create_producer(b).send(b"b")
     other = client.subscribe(b, sub, initial_position=pulsar.InitialPosition.Earliest)
     other.acknowledge(other.receive(10000))
+
+    def listener(c: Any, m: Any) -> None:
+        got.append(m.data())
+        c.acknowledge(m)
+
     consumer = client.subscribe(
-        a,
-        sub,
-        message_listener=lambda c, m: (got.append(m.data()), c.acknowledge(m)),
-        initial_position=pulsar.InitialPosition.Earliest,
+        a, sub, message_listener=listener, initial_position=pulsar.InitialPosition.Earliest
     )
     producer.send(b"1")
     wait_until(lambda: got, 20, what="the first message")
@@ -204,3 +206,66 @@ def test_sigterm_to_migrate_run_stops_its_embedded_broker(tmp_path: Path) -> Non
             proc.stdout.close()
         for pid in _brokers_under(temp):  # never leave one behind, even when the test fails
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.integration
+def test_listener_callbacks_of_a_client_run_one_at_a_time_as_pulsar_clients_default(
+    compat_client: Callable[[], pulsar.Client], uid: str
+) -> None:
+    """pulsar-client's ``message_listener_threads=1``: callbacks of different consumers never
+    overlap (they did: one thread per consumer). A callback may close its own consumer."""
+    client = compat_client()
+    state = {"active": 0, "max": 0}
+    lock = threading.Lock()
+    done: list[bytes] = []
+
+    def listener(consumer: Any, msg: Any) -> None:
+        with lock:
+            state["active"] += 1
+            state["max"] = max(state["max"], state["active"])
+        time.sleep(0.3)
+        with lock:
+            state["active"] -= 1
+        consumer.acknowledge(msg)
+        done.append(msg.data())
+
+    consumers = []
+    for name in ("a", "b"):
+        topic = f"lt-{name}-{uid}"
+        producer = client.create_producer(topic)
+        consumers.append(
+            client.subscribe(
+                topic,
+                f"s-{name}-{uid}",
+                message_listener=listener,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+        )
+        for _ in range(3):
+            producer.send(b"x")
+    wait_until(lambda: len(done) == 6, 30, what="all six messages")
+    assert state["max"] == 1
+
+    closed: list[float] = []
+
+    def closing(consumer: Any, _msg: Any) -> None:
+        started = time.monotonic()
+        consumer.close()  # waited 5 s for its own listener thread, which waits for this call
+        closed.append(time.monotonic() - started)
+
+    topic = f"lt-close-{uid}"
+    producer = client.create_producer(topic)
+    client.subscribe(
+        topic, f"s-{uid}", message_listener=closing, initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer.send(b"x")
+    wait_until(lambda: closed, 20, what="the closing callback")
+    assert closed[0] < 2.0
+
+
+def test_message_listener_threads_must_be_a_positive_whole_number() -> None:
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(pulsar.InvalidConfiguration):
+            pulsar.Client(
+                "pulsar://127.0.0.1:1", bootstrap_servers="127.0.0.1:1", message_listener_threads=bad
+            )
