@@ -269,3 +269,19 @@ def test_message_listener_threads_must_be_a_positive_whole_number() -> None:
             pulsar.Client(
                 "pulsar://127.0.0.1:1", bootstrap_servers="127.0.0.1:1", message_listener_threads=bad
             )
+
+
+@pytest.mark.integration
+def test_an_embedded_compat_client_subscribes_reads_and_closes() -> None:
+    """``Client.embedded()`` bypasses ``__init__``: what subscribe, readers and close need must be set
+    up there too (a first version of this session's close fix broke it)."""
+    client = pulsar.Client.embedded()
+    try:
+        client.create_producer("emb-topic").send(b"x")
+        consumer = client.subscribe("emb-topic", "emb-sub", initial_position=pulsar.InitialPosition.Earliest)
+        assert consumer.receive(10000).data() == b"x"
+        reader = client.create_reader("emb-topic", pulsar.MessageId.earliest)
+        assert reader.read_next(10000).data() == b"x"
+    finally:
+        client.close()
+    assert not consumer.is_connected()
