@@ -236,7 +236,7 @@ class Appender:
         elif not headers:
             d.headers = None
         if self._stop.is_set():  # closed: its delivery thread is gone, nothing would report it
-            d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: the appender is closed"))
+            _settle_closed(d)
             return
         d.appender = self
         d.producer = self._ensure_started()
@@ -362,11 +362,14 @@ class Appender:
         deadline = time.monotonic() + timeout
         while self._held and time.monotonic() < deadline:  # records waiting for a retry
             time.sleep(0.01)
-        with self._lock:
-            producers = [p for p in [*self._retired, self._producer] if p is not None]
         with self._held_lock:
             held = sum(len(q) for q in self._held.values())
-        return held + sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in producers)
+        return held + sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in self._producers())
+
+    def _producers(self) -> list[Producer]:
+        """The current producer and those set aside with records still in flight."""
+        with self._lock:
+            return [p for p in [*self._retired, self._producer] if p is not None]
 
     def close(self, timeout: float = 10.0) -> None:
         remaining = self.flush(timeout)
@@ -375,9 +378,7 @@ class Appender:
             # Every record still queued or in flight gets its report now (an error), served by
             # the delivery threads before they stop: without this their callers waited for ever,
             # and each record kept its producer (and librdkafka's threads) alive.
-            with self._lock:
-                producers = [p for p in [*self._retired, self._producer] if p is not None]
-            for producer in producers:
+            for producer in self._producers():
                 with contextlib.suppress(KafkaException, RuntimeError):
                     producer.purge()
                 with contextlib.suppress(KafkaException, RuntimeError):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_txn.errors import ConfigError
+from pulsar_txn import _args
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,7 @@ class AdminHttpServer:
     ) -> None:
         """``auth_token``: required on every path (if set). ``path_tokens``: a further token accepted on
         one path (e.g. a read-only scraper's on ``/metrics``); a path with either needs one of them."""
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigError(f"port must be a number in 0-65535, not {port!r:.40}")  # not bind()'s error
+        _args.integer(port, "port", minimum=0, maximum=65535)  # a ConfigError, not bind()'s error
         self._routes = routes
         self._host = host
         self._port = port

@@ -123,6 +123,11 @@ class CoordinatorConfig(BaseModel):
     # progresses goes on: a busy TC's uncompacted log can take longer than any fixed total).
     recovery_timeout_ms: int = Field(default=60_000, gt=0)
 
+    @property
+    def marker_key(self) -> bytes | None:
+        """The marker secret as the HMAC key (None: no authentication)."""
+        return self.marker_secret.get_secret_value().encode() if self.marker_secret else None
+
     @model_validator(mode="after")
     def _check(self) -> CoordinatorConfig:
         # An empty secret would silently turn token auth / marker authentication off: refuse it.

@@ -57,7 +57,7 @@ from pulsar_txn.errors import (
     from_store_error,
 )
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId, new_message_id
-from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
+from pulsar_txn.naming import TopicName, bad_subscription_name, check_subscription, pending_ack_topic
 from pulsar_txn.pendingack.log import PENDING_ACK_TOPIC_CONFIGS, PendingAckFold, encode_pending_ack
 from pulsar_txn.pendingack.stale import StalePendingCheck
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
@@ -239,7 +239,7 @@ class Consumer(Generic[T]):
                 f"{consumer_type.value} subscriptions are not supported yet; use Exclusive or Failover"
             )
         _args.text(subscription_name, "subscription_name")
-        if not subscription_name or any(c in subscription_name for c in "/ "):
+        if bad_subscription_name(subscription_name):
             raise NotAllowedError(f"bad subscription name {subscription_name!r}")
         self._left_out: set[str] = set()  # pattern matches without a valid pending-ack log name
         topics = self._subscribable(topics, subscription_name, pattern is not None)

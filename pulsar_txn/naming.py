@@ -167,6 +167,11 @@ def pending_ack_topic(topic: TopicName, subscription: str) -> str:
     return f"{topic.base.kafka_topic}-{subscription}{PENDING_ACK_SUFFIX}"
 
 
+def bad_subscription_name(subscription: str) -> bool:
+    """Empty, or holding a '/' or a space: no subscription may be named so."""
+    return not subscription or any(c in subscription for c in "/ ")
+
+
 def check_subscription(topic: str, subscription: str) -> None:
     """``InvalidTopicName`` unless ``topic`` parses and the subscription's pending-ack log name is a
     valid Kafka topic name (it embeds the subscription name)."""

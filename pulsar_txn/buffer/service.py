@@ -72,7 +72,7 @@ class TransactionBufferService:
     def __init__(self, kafka: KafkaConfig, config: CoordinatorConfig, *, instance: str = "") -> None:
         self._kafka = kafka
         self._config = config
-        self._secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
+        self._secret = config.marker_key
         self._instance = instance
         self._owned: dict[TP, _Owned] = {}
         self._lock = threading.Lock()

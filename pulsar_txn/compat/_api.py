@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from pulsar_txn import _args
 from pulsar_txn import client as _client
 from pulsar_txn import consumer as _consumer
 from pulsar_txn import message as _message
@@ -65,15 +66,11 @@ class Client:
     in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
 
     def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
-        self._handles: weakref.WeakSet[Any] = weakref.WeakSet()  # consumers, readers, table views
         self._auto_create = bool(kwargs.pop("auto_create_topics", True))
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
         given = _params.CLIENT.positional(args, kwargs)
         _params.CLIENT.check(given)
-        threads = given.get("message_listener_threads", 1)
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ConfigError(f"message_listener_threads must be a whole number >= 1, not {threads!r:.40}")
-        self._dispatch = ListenerDispatch(threads)
+        self._track_handles(given.get("message_listener_threads", 1))
         auth = given.get("authentication")
         if auth is not None and not isinstance(auth, str | _client.AuthenticationToken):
             auth = _token_of(auth)
@@ -89,8 +86,7 @@ class Client:
     def embedded(cls, *args: Any, **kwargs: Any) -> Client:
         """A client with an in-process coordinator (``pulsar_txn.Client.embedded``)."""
         out = cls.__new__(cls)
-        out._handles = weakref.WeakSet()
-        out._dispatch = ListenerDispatch(1)
+        out._track_handles(1)
         out._auto_create = bool(kwargs.pop("auto_create_topics", True))
         out.native = _client.Client.embedded(*args, **kwargs)
         return out
@@ -206,6 +202,12 @@ class Client:
             lambda: self.native.create_reader(topic, _message.EARLIEST, schema=native_schema), [topic]
         )
         return self._made(TableView(reader, topic, subscription_name))
+
+    def _track_handles(self, listener_threads: object) -> None:
+        """What ``close`` and message listeners need (also for ``embedded``, which skips __init__)."""
+        threads = _args.integer(listener_threads, "message_listener_threads", minimum=1)
+        self._handles: weakref.WeakSet[Any] = weakref.WeakSet()  # consumers, readers, table views
+        self._dispatch = ListenerDispatch(threads)
 
     def _made(self, handle: _H) -> _H:
         """Remember a consumer, reader or table view this client made, for ``close``."""

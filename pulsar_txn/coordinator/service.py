@@ -230,8 +230,7 @@ class CoordinatorService:
         self._endpoints: TxnEndpoints | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
-        marker_secret = self.config.marker_secret
-        self._secret = marker_secret.get_secret_value().encode() if marker_secret else None
+        self._secret = self.config.marker_key
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -107,7 +107,7 @@ class TransactionCoordinator:
         self.tail_generation = 0  # set by the service: which tail assignment feeds this TC
         self.demand_reads: Callable[[float], None] = lambda _seconds: None  # wakes the tail
         self.epoch = -1
-        self._secret = config.marker_secret.get_secret_value().encode() if config.marker_secret else None
+        self._secret = config.marker_key
         self._fold = TcLogFold(tc_id, config.log_topic, self._secret)
         self._txns: dict[int, TxnMeta] = {}
         self._keys_by_seq: dict[int, set[bytes]] = {}

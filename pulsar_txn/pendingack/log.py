@@ -8,6 +8,7 @@ import heapq
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
 from pulsar_txn._record_mac import has_valid_mac, record_mac
@@ -19,6 +20,22 @@ log = logging.getLogger(__name__)
 
 PENDING_ACK_CTL = b"pending-ack"
 
+
+def _ack_fields() -> list[dict[str, Any]]:
+    """The fields of PendingAck v1, which v2 extends (a fresh list each time: fastavro parses each
+    version's schema on its own)."""
+    return [
+        {"name": "txn_most", "type": "long"},
+        {"name": "txn_least", "type": "long"},
+        {
+            "name": "kind",
+            "type": {"type": "enum", "name": "AckKindV1", "symbols": ["INDIVIDUAL", "CUMULATIVE"]},
+        },
+        {"name": "offsets", "type": {"type": "array", "items": "long"}},
+        {"name": "written_at_ms", "type": "long"},
+    ]
+
+
 PENDING_ACK = REGISTRY.register(
     RecordKind(
         "PendingAck",
@@ -28,20 +45,7 @@ PENDING_ACK = REGISTRY.register(
                 "type": "record",
                 "name": "PendingAckV1",
                 "namespace": "pulsar_txn.pendingack",
-                "fields": [
-                    {"name": "txn_most", "type": "long"},
-                    {"name": "txn_least", "type": "long"},
-                    {
-                        "name": "kind",
-                        "type": {
-                            "type": "enum",
-                            "name": "AckKindV1",
-                            "symbols": ["INDIVIDUAL", "CUMULATIVE"],
-                        },
-                    },
-                    {"name": "offsets", "type": {"type": "array", "items": "long"}},
-                    {"name": "written_at_ms", "type": "long"},
-                ],
+                "fields": _ack_fields(),
             },
             # v2 names the subscription (data topic, subscription): Pulsar's log name
             # <topic>-<sub>__transaction_pending_ack is the same for topic "a-b" with subscription "c"
@@ -51,18 +55,7 @@ PENDING_ACK = REGISTRY.register(
                 "name": "PendingAckV2",
                 "namespace": "pulsar_txn.pendingack",
                 "fields": [
-                    {"name": "txn_most", "type": "long"},
-                    {"name": "txn_least", "type": "long"},
-                    {
-                        "name": "kind",
-                        "type": {
-                            "type": "enum",
-                            "name": "AckKindV1",
-                            "symbols": ["INDIVIDUAL", "CUMULATIVE"],
-                        },
-                    },
-                    {"name": "offsets", "type": {"type": "array", "items": "long"}},
-                    {"name": "written_at_ms", "type": "long"},
+                    *_ack_fields(),
                     {"name": "topic", "type": "string"},
                     {"name": "subscription", "type": "string"},
                 ],

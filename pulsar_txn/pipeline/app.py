@@ -22,7 +22,7 @@ from pulsar_txn.errors import (
     TopicNotFound,
 )
 from pulsar_txn.message import Message
-from pulsar_txn.naming import TopicName, check_subscription
+from pulsar_txn.naming import TopicName, bad_subscription_name, check_subscription
 from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
 from pulsar_txn.transaction import TransactionState
 
@@ -78,7 +78,7 @@ class PipelineSettings:
         # Checked here as subscribe checks it: refused there, every session failed the same way and
         # the pipeline restarted for ever.
         subscription = _args.text(self.subscription, "subscription")
-        if not subscription or any(c in subscription for c in "/ "):
+        if bad_subscription_name(subscription):
             raise ConfigError(f"subscription {subscription!r:.100}: empty, or holds '/' or a space")
         try:
             check_subscription(self.input_topic, subscription)

@@ -15,6 +15,17 @@ from tests.conftest import wait_until
 pytestmark = pytest.mark.integration
 
 
+def _survives(group: Any, calls: list[object]) -> None:
+    """Start ``group`` (its on_assign appends to ``calls`` and raises): its thread outlives that."""
+    group.start()
+    try:
+        wait_until(lambda: calls, 20, what="the assignment")
+        time.sleep(1)
+        assert group._thread is not None and group._thread.is_alive()
+    finally:
+        group.stop()
+
+
 def _failing(calls: list[object]) -> Any:
     def on_assign(parts: object) -> None:
         calls.append(parts)
@@ -29,16 +40,10 @@ def test_a_coordinator_group_member_survives_a_failing_rebalance_callback(
     topic = f"gm_{uid}"
     admin.ensure_topic(topic, 2, {})
     calls: list[object] = []
-    member = GroupMembership(
-        kafka, f"g_{uid}", topic, _failing(calls), lambda _p: None, session_timeout_ms=6000
+    _survives(
+        GroupMembership(kafka, f"g_{uid}", topic, _failing(calls), lambda _p: None, session_timeout_ms=6000),
+        calls,
     )
-    member.start()
-    try:
-        wait_until(lambda: calls, 20, what="the assignment")
-        time.sleep(1)
-        assert member._thread is not None and member._thread.is_alive()
-    finally:
-        member.stop()
 
 
 def test_a_subscription_group_thread_survives_a_failing_rebalance_callback(
@@ -47,11 +52,6 @@ def test_a_subscription_group_thread_survives_a_failing_rebalance_callback(
     topic = f"sg_{uid}"
     admin.ensure_topic(topic, 1, {})
     calls: list[object] = []
-    group = SubscriptionGroup(kafka, f"s_{uid}", [topic], _failing(calls), lambda _p: None, client_id="x")
-    group.start()
-    try:
-        wait_until(lambda: calls, 20, what="the assignment")
-        time.sleep(1)
-        assert group._thread is not None and group._thread.is_alive()
-    finally:
-        group.stop()
+    _survives(
+        SubscriptionGroup(kafka, f"s_{uid}", [topic], _failing(calls), lambda _p: None, client_id="x"), calls
+    )
