@@ -27,10 +27,27 @@ PUBLIC_MODULES = [
 """The modules the reference covers, in navigation order."""
 
 
+def _adopt_parts(cls: type) -> None:
+    """``Consumer`` is put together from classes in private modules (``pulsar_txn.subscription._*``),
+    whose members pdoc leaves out as inherited from undocumented modules. In the docs build only,
+    their public methods are set on the class itself (the same functions: what runs is unchanged),
+    so the reference lists them under ``Consumer``."""
+    for base in cls.__mro__[1:]:
+        if not base.__module__.startswith("pulsar_txn.subscription._"):
+            continue
+        for name, member in vars(base).items():
+            if not name.startswith("_") and callable(member) and name not in vars(cls):
+                setattr(cls, name, member)
+
+
 def build(output: Path) -> list[str]:
     """Render the reference into ``output``; returns pdoc's warnings (empty when the build is clean)."""
     import pdoc
     import pdoc.render
+
+    from pulsar_txn.consumer import Consumer
+
+    _adopt_parts(Consumer)
 
     pdoc.render.configure(docformat="restructuredtext", footer_text="pulsar-txn API", search=True)
     with warnings.catch_warnings(record=True) as caught:

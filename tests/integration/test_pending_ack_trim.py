@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-import pulsar_txn.consumer as consumer_module
+import pulsar_txn.subscription._commits as commits_module
 import pulsar_txn.pendingack.stats as stats_module
 from kafka_store import PartitionReader, StoreError, group_offsets
 from pulsar_txn.admin import TransactionsAdmin
@@ -75,7 +75,7 @@ def _commit_each(c: Cluster, consumer: Consumer[bytes], msgs: list[Message[bytes
 def test_an_open_transaction_pins_the_trim_and_a_restart_recovers_its_pending_acks(
     cluster: ClusterFactory, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     c = cluster()
     topic, sub = f"trim_{uid}", f"sub_{uid}"
     _setup(c, topic, 60)
@@ -119,7 +119,7 @@ def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_tri
     only a few ranges (made tiny here): the committed transactions' acks beyond it are persisted by
     the pending-ack log alone, so trimming must not delete their records (as Pulsar keeps the log
     above the mark-delete)."""
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     real = Cursor.encode_ranges
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
     c = cluster()
@@ -155,7 +155,7 @@ def test_an_owner_in_between_keeps_the_records_of_committed_txns_a_partition_bac
     refused the reuse then). Since session 31 B reads the log from the committed ``read_from``
     position: it knows those transactions, keeps their records, and after A gets the partition back
     and their ranges overflow, a restart still does not redeliver their messages."""
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     real = Cursor.encode_ranges
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
     c = cluster()
@@ -222,7 +222,7 @@ def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
     """The stats read every partition's cursor, then each log in turn. A trim in between (the owner
     committed a newer cursor) deleted records the cursor read calls for: the view showed messages of a
     transaction committed meanwhile as neither pending nor acked, a state that never existed."""
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.0)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     c = cluster()
     topic, sub = f"strace_{uid}", f"sub_{uid}"
     _setup(c, topic, 40, partitions=2)
@@ -264,7 +264,7 @@ def test_a_trim_held_back_by_the_interval_is_made_once_due_without_further_commi
 ) -> None:
     """Trims come at most once per interval; one held back was made only at the next cursor commit,
     so a subscription that went idle kept its last interval's records for good."""
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 2.0)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 2.0)
     c = cluster()
     topic, sub = f"trimidle_{uid}", f"sub_{uid}"
     _setup(c, topic, 40)
@@ -313,7 +313,7 @@ def test_a_failed_trim_is_tried_again_while_the_subscription_is_idle(
 ) -> None:
     """A trim that failed (a broker blip) was tried again only at the next cursor commit: an idle
     subscription kept its records."""
-    monkeypatch.setattr(consumer_module, "_TRIM_INTERVAL_S", 0.5)
+    monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.5)
     c = cluster()
     topic, sub = f"pft_{uid}", f"sub_{uid}"
     _setup(c, topic, 20)

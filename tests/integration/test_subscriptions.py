@@ -1220,13 +1220,13 @@ def test_a_partition_whose_opening_failed_is_retried_not_left_unread(
 ) -> None:
     """Kafka assigned the partition to this consumer; a storage error while recovering its state
     must not leave it assigned and read by nobody: the consumer retries, then delivers."""
-    import pulsar_txn.consumer as consumer_module
+    import pulsar_txn.subscription._membership as membership_module
     from kafka_store import StoreError
 
     c = cluster()
     topic, sub = f"reopen_{uid}", f"sub_{uid}"
     _setup(c, topic, 5)
-    real = consumer_module.recover_partition
+    real = membership_module.recover_partition
     calls = [0]
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -1235,7 +1235,7 @@ def test_a_partition_whose_opening_failed_is_retried_not_left_unread(
             raise StoreError("simulated fetch time-out", retriable=True)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(consumer_module, "recover_partition", flaky)
+    monkeypatch.setattr(membership_module, "recover_partition", flaky)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     got = receive_all(consumer, 5000)
     consumer.close()

@@ -1,0 +1,294 @@
+"""Acks inside a transaction: Pulsar's conflict rules, ADD_SUBSCRIPTION_TO_TXN once per
+subscription partition, and batched PendingAck records written to the subscription's pending-ack log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, wait
+from typing import TYPE_CHECKING
+
+from kafka_store import (
+    StoreError,
+    TopicNotFoundError,
+)
+from pulsar_txn._future import settle
+from pulsar_txn.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    PulsarTxnError,
+    Timeout,
+)
+from pulsar_txn.message import MessageId
+from pulsar_txn.naming import TopicName
+from pulsar_txn.pendingack.log import PENDING_ACK_TOPIC_CONFIGS, encode_pending_ack
+from pulsar_txn.pendingack.state import AckKind
+from pulsar_txn.subscription._base import (
+    ACK_BATCH_MAX,
+    TP,
+    AckBatch,
+    ConsumerBase,
+    NotReadableYet,
+    Part,
+    T,
+    log,
+)
+from pulsar_txn.transaction import Transaction, joining_failed
+from pulsar_txn.txnid import TxnID
+
+if TYPE_CHECKING:
+    pass
+
+
+class TxnAcking(ConsumerBase[T]):
+    """The consumer's txn acks (a part of ``Consumer``)."""
+
+    def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> Future[None]:
+        """As in Pulsar, every transactional ack is an operation of the transaction: one that fails,
+        for whatever reason, makes its commit abort (an application catching the error cannot
+        commit the output of messages whose acks did not take). Returns the future of the write
+        that stores these acks."""
+        try:
+            sub_topic = self._txn_ack_topic(kind, mids)
+        except PulsarTxnError as exc:
+            txn.record_failure(exc)
+            raise
+        # Counted from here until tracked: a commit beginning meanwhile waits for this ack's write.
+        registered = txn.begin_ack(str(sub_topic), self.subscription)
+        try:
+            return self._ack_counted(txn, kind, mids, registered)
+        except PulsarTxnError as exc:
+            txn.record_failure(exc)  # before op_finished: a commit waiting on it then sees the failure
+            raise
+        finally:
+            txn.op_finished(None)
+
+    def _txn_ack_topic(self, kind: AckKind, mids: Sequence[MessageId]) -> TopicName:
+        """What the transaction registers for these acks (raises if they cannot be made here)."""
+        if not mids:
+            raise NotAllowedError("nothing to acknowledge")
+        if kind is AckKind.CUMULATIVE and len(mids) != 1:
+            raise NotAllowedError("a cumulative ack in a transaction takes exactly one message id")
+        if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
+            raise NotAllowedError("acknowledge messages of one partition per call")
+        first = mids[0]
+        name = self._kafka_topics.get(first.topic)
+        if name is None:
+            raise NotAllowedError(
+                f"cannot acknowledge {first}: {first.topic!r} is not subscribed by {self.subscription!r}"
+            )
+        # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
+        # the TC then ends it in that partition's pending-ack log only, not in all of them. A partition
+        # beyond the cached count is looked up (the topic grew), so a whole-topic registration always
+        # means acks in partition 0 only: the TC ends it without looking the log's partitions up again.
+        in_partition = name.base.with_partition(first.partition)
+        if first.partition > 0 or self._client._partition_count(in_partition) > 1:
+            return in_partition
+        return name.base
+
+    def _ack_counted(
+        self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId], registered: Future[None]
+    ) -> Future[None]:
+        first = mids[0]
+        offsets = [m.offset for m in mids]
+        last = max(mids, key=lambda m: m.offset)
+
+        def readable() -> Part:
+            with self._lock:
+                return self._readable_part_for(last)
+
+        try:
+            part = readable()
+        except NotReadableYet as exc:
+            part = self._caught_up(exc, readable)
+        # The log must exist before the transaction ends: the TC writes its outcome marker only to an
+        # existing pending-ack log, and that marker is what releases these acks here (e.g. on timeout).
+        try:
+            self._ensure_pa_topic(part)
+        except StoreError as exc:
+            raise PersistenceError(
+                f"cannot create pending-ack log {part.pa_topic}: {exc}", retriable=True
+            ) from None
+        with self._lock:
+            # Again: a rebalance may have revoked (or re-opened) the partition meanwhile. The batch is
+            # made under the same lock, so a revocation either writes it or refuses this ack.
+            part = self._part_for(first)
+            if part.fold.has_ended(txn.txn_id):
+                # Its outcome is in the log already (ended elsewhere: another client, a timeout): an
+                # ack written now belongs to no outcome and would hold the message pending for good.
+                raise InvalidTxnStatusError(
+                    f"transaction {txn.txn_id} has ended: its outcome reached subscription "
+                    f"{self.subscription!r} on {part.tp[0]}[{part.tp[1]}] before this ack"
+                )
+            part.pending.check(txn.txn_id, kind, offsets)
+            part.pending.apply_ack(txn.txn_id, kind, offsets)
+            if kind is AckKind.CUMULATIVE:
+                self._cum_txns.add((txn.txn_id, part.tp))
+            self._txn_parts.setdefault(txn.txn_id, {})[part.tp] = part
+            self._txn_handles[txn.txn_id] = txn
+            held = self._txn_offsets.setdefault(txn.txn_id, {}).setdefault(part.tp, [])
+            topic, partition = first.topic, first.partition
+            take, in_txn = self._unacked.pop, self._in_txn
+            if kind is AckKind.CUMULATIVE:
+                # Every delivered message up to the position is pending now, not only the position:
+                # the ack timeout must not redeliver (and count) them while the transaction is open.
+                taken = self._unacked.take_upto((topic, partition), offsets[0])
+            else:
+                taken = [
+                    (key, entry)
+                    for key in ((topic, partition, o) for o in offsets)
+                    if (entry := take(key, None))
+                ]
+            for key, entry in taken:
+                in_txn[key] = entry[0]
+                held.append(key[2])
+            now, written = self._batch_ack(txn, part, kind, offsets, registered)
+        if now:
+            self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
+        return written
+
+    def _batch_ack(
+        self, txn: Transaction, part: Part, kind: AckKind, offsets: list[int], registered: Future[None]
+    ) -> tuple[bool, Future[None]]:
+        """Acks of one transaction on one partition go into one PendingAck record, written at once
+        (True: write it now) unless a record of the same transaction, partition and kind is being
+        written: then once that write ended, or when the transaction waits for its operations
+        (commit/abort), or when the batch grows large. Returns that and the batch's write future.
+        Under ``_lock``."""
+        key = (txn.txn_id, part.tp, kind)
+        batch = self._ack_batches.get(key)
+        if batch is not None:
+            batch.offsets.extend(offsets)
+        else:
+            # Made with its offsets in: if the transaction's end has begun (on another thread, while
+            # this ack was counted), the hook writes the batch at once and the end waits for it.
+            batch = self._ack_batches[key] = AckBatch(registered, list(offsets))
+            batch.flush = flush = lambda: self._flush_batch(key, txn, part)
+            txn.track(batch.written)
+            txn.add_end_listener(self._txn_ended)
+            txn.add_commit_check(self._ownership_check)
+            txn.add_flush_hook(flush)
+        # As Pulsar's client sends a transactional ack at once: its write overlaps with what follows
+        # instead of lengthening the commit, and the caller learns when it is stored.
+        now = key not in self._ack_writing or len(batch.offsets) >= ACK_BATCH_MAX
+        return now, batch.written
+
+    def _encoded_ack(
+        self, part: Part, txn_id: TxnID, kind: AckKind, offsets: Sequence[int]
+    ) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """A PendingAck record for ``part``'s partition of its log (signed with the marker secret)."""
+        return encode_pending_ack(
+            txn_id,
+            kind,
+            offsets,
+            topic=part.pa_topic,
+            partition=part.tp[1],
+            secret=self._client._secret,
+            owner=part.fold.owner,
+        )
+
+    def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: Part) -> None:
+        with self._lock:
+            batch = self._ack_batches.pop(key, None)
+            if batch is None or not batch.offsets:
+                return
+            part.inflight.add(batch.written)
+            self._ack_writing.add(key)
+        value, headers = self._encoded_ack(part, txn.txn_id, key[2], batch.offsets)
+        written = batch.written
+
+        def ended() -> Callable[[], None] | None:
+            """Under ``_lock``: this write is over. Returns the flush of the acks gathered meanwhile,
+            to call once the lock is released (on the appender's delivery thread, which is safe:
+            the appender never blocks its own thread for room)."""
+            part.inflight.discard(written)
+            self._ack_writing.discard(key)
+            follower = self._ack_batches.get(key)
+            return follower.flush if follower is not None else None
+
+        def failed(exc: BaseException) -> None:
+            with self._lock:  # counted down before anyone waiting on ``written`` wakes
+                follow = ended()
+            try:
+                settle(written, exc)
+            finally:
+                if follow is not None:
+                    follow()
+
+        def write(reg: Future[None]) -> None:
+            exc = reg.exception()
+            if exc is not None:
+                failed(joining_failed(exc))
+                return
+            try:
+                self._ensure_pa_topic(part)
+            except PulsarTxnError as err:
+                failed(err)
+                return
+
+            def stored(offset: int | None, error: StoreError | None) -> None:
+                if error is not None or offset is None:
+                    failed(PersistenceError(f"pending ack write failed: {error}"))
+                    return
+                with self._lock:
+                    part.fold.note_written(txn.txn_id, offset)
+                    follow = ended()
+                try:
+                    settle(written, None)
+                finally:
+                    if follow is not None:
+                        follow()
+
+            self._client._appender().append_cb(
+                part.pa_topic, part.tp[1], value, headers=headers, callback=stored
+            )
+
+        batch.registered.add_done_callback(write)
+
+    def _pa_partition_count(self, pa_topic: str) -> int:
+        try:
+            return self._client._admin.partition_count(pa_topic)
+        except TopicNotFoundError:
+            return 0
+
+    def _note_pa_partitions(self, pa_topic: str, count: int) -> None:
+        self._pa_topics_ready.update((pa_topic, p) for p in range(count))
+
+    def _ensure_pa_topic(self, part: Part) -> None:
+        """The part's partition of its pending-ack log exists, and the tail reads it."""
+        if (part.pa_topic, part.tp[1]) in self._pa_topics_ready:
+            return
+        # Named by partition: a partition beyond the cached count makes the client look again (the
+        # data topic grew after this consumer learnt its count; the log must grow with it).
+        data = self._kafka_topics[part.tp[0]].base.with_partition(part.tp[1])
+        count = self._client._partition_count(data)
+        if self._client._admin.ensure_topic(part.pa_topic, count, PENDING_ACK_TOPIC_CONFIGS) < count:
+            # Partitioned like the data topic (e.g. after the data topic grew).
+            self._client._admin.add_partitions(part.pa_topic, count)
+        with self._lock, self._pa_lock:
+            for tp, p in self._parts.items():
+                if (
+                    p.pa_topic == part.pa_topic
+                    and tp[1] < count
+                    and (p.pa_topic, tp[1]) not in self._pa_topics_ready
+                ):
+                    self._pa().add(p.pa_topic, tp[1], p.fold.next_offset)
+            self._note_pa_partitions(part.pa_topic, count)
+
+    def _write_ack_batches(self, tps: Collection[TP] | None = None) -> None:
+        """Acks made in still-open transactions must outlive this consumer, or its ownership of the
+        partition (Pulsar sends them to the broker at once): write the batched ones (of ``tps``, or
+        all) before closing or giving partitions up, so a successor sees them pending."""
+        with self._lock:
+            batches = [b for k, b in self._ack_batches.items() if tps is None or k[1] in tps]
+            flying = [f for p in self._parts.values() if tps is None or p.tp in tps for f in p.inflight]
+        if not batches and not flying:
+            return
+        for batch in batches:
+            if batch.flush is not None:
+                batch.flush()
+        wait([*(b.written for b in batches), *flying], self._client.operation_timeout_seconds)
+        for batch in batches:
+            exc = batch.written.exception(0) if batch.written.done() else Timeout("not written in time")
+            if exc is not None:  # the transaction sees the failure too and cannot commit
+                log.warning("%s: transactional acks not written: %s", self.subscription, exc)
