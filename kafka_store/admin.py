@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
@@ -22,6 +23,10 @@ class TopicAdmin:
     def __init__(self, config: KafkaConfig) -> None:
         self._config = config
         self._client: AdminClient | None = None
+        # Requests answered through callbacks (delete_records_before) that have no answer yet: an
+        # admin dropped meanwhile takes its client and their answers with it, so they fail then.
+        self._unanswered: set[Future[None]] = set()
+        weakref.finalize(self, _fail_unanswered, self._unanswered)
 
     @property
     def _admin(self) -> AdminClient:
@@ -108,6 +113,7 @@ class TopicAdmin:
         are gone for every reader). Does not wait: the future ends with the broker's answer, failing
         with ``StoreError``."""
         done: Future[None] = Future()
+        unanswered = self._unanswered
         try:
             futures = self._admin.delete_records(
                 [TopicPartition(topic, partition, offset)], request_timeout=self._timeout
@@ -116,15 +122,27 @@ class TopicAdmin:
             done.set_exception(StoreError(f"delete records of {topic}[{partition}] below {offset}: {exc}"))
             return done
         (answer,) = futures.values()
+        unanswered.add(done)
+        translate = TopicAdmin._translate
 
+        # Holds no reference to this TopicAdmin: if the callback's thread (librdkafka's) dropped the
+        # last one, the AdminClient would be destroyed there, which librdkafka aborts the process on.
         def answered(fut: Future[object]) -> None:
+            unanswered.discard(done)
             exc = fut.exception()
             if exc is None:
-                done.set_result(None)
+                outcome: StoreError | None = None
             elif isinstance(exc, KafkaException):
-                done.set_exception(self._translate(exc, f"delete records of {topic}[{partition}]"))
+                outcome = translate(exc, f"delete records of {topic}[{partition}]")
             else:
-                done.set_exception(StoreError(f"delete records of {topic}[{partition}]: {exc}"))
+                outcome = StoreError(f"delete records of {topic}[{partition}]: {exc}")
+            try:
+                if outcome is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(outcome)
+            except InvalidStateError:  # failed already: the admin was dropped first
+                pass
 
         answer.add_done_callback(answered)
         return done
@@ -139,3 +157,14 @@ class TopicAdmin:
         if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return TopicNotFoundError(f"{what}: {err.str()}")
         return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))
+
+
+def _fail_unanswered(unanswered: set[Future[None]]) -> None:
+    """A TopicAdmin was dropped with requests in flight: its client is destroyed with them, and no
+    answer will come."""
+    for done in list(unanswered):
+        try:
+            done.set_exception(StoreError("the topic admin was dropped before its request was answered"))
+        except InvalidStateError:
+            pass
+    unanswered.clear()

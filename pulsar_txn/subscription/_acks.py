@@ -178,6 +178,13 @@ class Acking(ConsumerBase[T]):
             part.cursor.ack_cumulative(mid.offset)
             part.dirty = True
             self._unacked.take_upto(part.tp, mid.offset)
+            # Acked messages' redelivery counts go, as an individual ack's do: a message delivered
+            # again after a seek back starts from 0 (kept, one nack could send it to the DLQ unseen).
+            counts = self._redelivery_counts
+            for key in [
+                k for k in counts if k[0] == mid.topic and k[1] == mid.partition and k[2] <= mid.offset
+            ]:
+                del counts[key]
 
     def _with_topic(self, mids: list[MessageId]) -> list[MessageId]:
         """Ids as given, an id without a topic (made from numbers, e.g. ``MessageId(partition,

@@ -213,7 +213,8 @@ class Outcomes(ConsumerBase[T]):
     def _refetch(self, tp: TP, offsets: list[int]) -> None:
         """Messages released by an abort that this process never delivered (e.g. after a restart)."""
         with self._read_lock, self._lock:
-            if tp not in self._parts:
+            opened = self._parts.get(tp)
+            if opened is None:
                 return
             # Offsets the reader has not passed yet, or has queued, will be delivered anyway.
             ahead = self._reader.position(*tp)
@@ -227,7 +228,11 @@ class Outcomes(ConsumerBase[T]):
                 with self._read_lock, self._lock:
                     part = self._parts.get(tp)
                     if (
-                        part is not None
+                        # The read took a while: a seek back (or the partition revoked and opened
+                        # again) meanwhile has the reader deliver it, so it is not queued twice.
+                        part is opened
+                        and rec.offset < self._reader.position(*tp)
+                        and rec.offset not in self._queued_offsets(tp)
                         and part.pending.is_pending(rec.offset) is False
                         and not part.cursor.is_acked(rec.offset)
                         # delivered since (it was queued when the abort came): not again

@@ -150,6 +150,8 @@ class Receiving(ConsumerBase[T]):
         if part is None or part.cursor.is_acked(mid.offset) or part.pending.is_pending(mid.offset):
             return False
         key = (mid.topic, mid.partition, mid.offset)
+        if key in self._unacked:  # the application holds it already (delivered, not acked)
+            return False
         count = self._redelivery_counts.get(key, 0)
         if self._dlq is not None and count > self._dlq.max_redeliver_count:
             dead.append((msg, part))
