@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-import pulsar_txn.subscription._commits as commits_module
 import pulsar_txn.pendingack.stats as stats_module
+import pulsar_txn.subscription._commits as commits_module
 from kafka_store import PartitionReader, StoreError, group_offsets
 from pulsar_txn.admin import TransactionsAdmin
 from pulsar_txn.consumer import Consumer, ConsumerType
