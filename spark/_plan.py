@@ -32,13 +32,14 @@ from pulsar_txn.buffer.reader import (
     load_state,
     scan,
 )
-from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.snapshot import SnapshotStore, still_the_partition
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import ConfigError, DataLossError, PulsarTxnError, TopicNotFound, from_store_error
 from pulsar_txn.naming import is_data_topic
 from spark._options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition, parse_assign
 
 log = logging.getLogger(__name__)
+_SAME_CHECK_EVERY_S = 30.0  # a kept TB state whose partition's end has not moved is checked this often
 _LOOKUP_EVERY_S = (
     5.0  # at most this often per partition: a TC log lookup for transactions held below the log start
 )
@@ -136,6 +137,7 @@ class Planner:
         self.states: dict[TopicPartition, TxnBufferState] = {}
         self._reader: PartitionReader | None = None
         self._next_lookup: dict[TopicPartition, float] = {}  # held_below's TC lookups, rate-limited
+        self._same_checked: dict[TopicPartition, tuple[int, float]] = {}  # end seen, next check due
 
     def _buffer(self) -> BufferOptions:
         """Fold options with the cluster's TC count: unknown (every TxnID taken as real) until the
@@ -191,12 +193,49 @@ class Planner:
         self._learn_tc_count()
         out = {}
         for tp, (low, high) in marks.items():
+            kept = self.states.get(tp)
+            if kept is not None and not self._same_partition(tp, kept, high):
+                del self.states[tp]  # loaded again from the partition now under the name
             state = self.state(tp, end=high)  # scans only what was appended since the last call
             if low > 0:
                 state.prune(low)
                 self._end_deleted(tp, state, low)
             out[tp] = Bounds(low, state.max_read_position)
         return out
+
+    def _same_partition(self, tp: TopicPartition, state: TxnBufferState, high: int) -> bool:
+        """Whether ``tp`` is still the partition ``state`` (kept from an earlier planning call) was
+        folded from. A topic deleted and created again under its name restarts at offset 0: scanning
+        the kept state on would skip the new records below its ``scanned_to``, the first message of
+        an open transaction among them, and deliver what that transaction holds back. A stream's
+        offsets past that point are of the old partition too: with ``failOnDataLoss`` that is a
+        ``DataLossError``; without, the state is loaded again and the stream goes on from its offsets
+        (the new partition's records below them are not read).
+
+        The check reads the record at the state's anchor: done when the partition's end moved since
+        the last check (the scan that follows reads there anyway), else at most every
+        ``_SAME_CHECK_EVERY_S``; a partition that ends below what the state scanned fails it at once."""
+        last = self._same_checked.get(tp)
+        now = time.monotonic()
+        if high >= state.scanned_to and last is not None and last[0] == high and now < last[1]:
+            return True
+        self._same_checked[tp] = (high, now + _SAME_CHECK_EVERY_S)
+        if self._reader is None:
+            self._reader = PartitionReader(self.kafka)
+        timeout = self.kafka.request_timeout_ms / 1000
+        same = still_the_partition(
+            self._reader, *tp, state.scanned_to, state.anchor(), timeout, what="kept TB state"
+        )
+        if same is not False:
+            return True  # None: the broker did not answer; the scan that follows reports it
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{tp[0]}[{tp[1]}] was deleted and created again while the query read it: records of "
+                "the old partition may be lost, and the new one's below the query's offsets are not "
+                "read (set failOnDataLoss=false to go on)"
+            )
+        log.warning("%s[%d] was deleted and created again; its TB state is loaded again", *tp)
+        return False
 
     def _end_deleted(self, tp: TopicPartition, state: TxnBufferState, low: int) -> None:
         """A transaction open here whose first message retention deleted may have had its marker

@@ -109,25 +109,28 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         tps = self.planner.partitions()
         self._target = {tp: b.limit for tp, b in self.planner.bounds(tps).items()}
 
-    def _available(self, starts: Offsets) -> Offsets:
+    def _available(self, starts: Offsets) -> tuple[Offsets, Offsets]:
+        """(begins, ends): where each partition's next batch would begin and how far it could go."""
         tps = self.planner.partitions()
         bounds = self.planner.bounds(tps)
+        begins: Offsets = dict(starts)
         ends: Offsets = {}
         for tp in tps:
-            begin = starts.get(tp, 0)  # a partition that appeared since: from its beginning
+            # A partition that appeared since: from its log start (offsets retention deleted before
+            # the query knew the partition are no loss, and not counted by maxOffsetsPerTrigger).
+            begin = begins.setdefault(tp, bounds[tp].low)
             limit = bounds[tp].limit
             if self._target is not None:
                 limit = min(limit, self._target.get(tp, begin))
             ends[tp] = max(begin, limit)
         for tp, begin in starts.items():
             ends.setdefault(tp, begin)  # a partition that vanished keeps its offset
-        return ends
+        return begins, ends
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        starts = from_json(start)
-        ends = self._available(starts)
+        begins, ends = self._available(from_json(start))
         if isinstance(limit, ReadMaxRows):
-            ends = rate_limit(starts, ends, limit.max_rows)
+            ends = rate_limit(begins, ends, limit.max_rows)
         return to_json(ends)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

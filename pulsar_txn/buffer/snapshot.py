@@ -462,7 +462,12 @@ class SnapshotStore:
                 anchor = (int(head.get("anchor_offset", -1)), int(head.get("anchor_fingerprint", 0)))
                 if reader is None:
                     reader = PartitionReader(self._kafka)
-                if self._of_this_partition(reader, topic, partition, scanned_to, anchor) is not True:
+                if (
+                    still_the_partition(
+                        reader, topic, partition, scanned_to, anchor, self._kafka.request_timeout_ms / 1000
+                    )
+                    is not True
+                ):
                     out[(topic, partition)] = None
                     continue
                 try:
@@ -486,54 +491,9 @@ class SnapshotStore:
         """Whether the partition now under this name still holds the record (``offset``,
         ``fingerprint``) a fold read: the TB service asks before each snapshot. None: unknown (the
         broker did not answer), which is no sign of a recreated topic."""
-        return self._of_this_partition(reader, topic, partition, offset + 1, (offset, fingerprint))
-
-    def _of_this_partition(
-        self, reader: PartitionReader, topic: str, partition: int, scanned_to: int, anchor: tuple[int, int]
-    ) -> bool | None:
-        """Whether the partition is still the one the snapshot was taken of (None: could not tell,
-        the broker did not answer; a loader then ignores the snapshot). A topic deleted and created
-        again under its name starts at offset 0 again: its partition is shorter than what the
-        snapshot scanned, or holds another record at the snapshot's anchor. Trusting the old
-        snapshot would skip the new records below ``scanned_to`` (open transactions included)."""
-        base = f"{topic}/{partition}"
-        try:
-            low, high = reader.watermarks(topic, partition)
-            if high < scanned_to:
-                log.warning(
-                    "snapshot of %s scanned to %d but the partition ends at %d (deleted and created"
-                    " again?); ignoring it",
-                    base,
-                    scanned_to,
-                    high,
-                )
-                return False
-            offset, fingerprint = anchor
-            if offset < low:  # no anchor (a v1 snapshot, or nothing folded in), or retention removed it
-                return True
-            rec = _record_at(reader, topic, partition, offset, self._kafka.request_timeout_ms / 1000)
-        except StoreError as exc:
-            log.warning("snapshot of %s not checked against the partition (%s)", base, exc)
-            return None
-        if rec is None:
-            # Retention is handled above, and data topics are not compacted: no record at the
-            # anchor (e.g. a Kafka transaction's control record of a topic created again under the
-            # name) cannot be told from another partition, so the snapshot is not trusted.
-            log.warning(
-                "snapshot of %s: no record at its anchor offset %d (deleted and created again?); ignoring it",
-                base,
-                offset,
-            )
-            return False
-        if record_fingerprint(rec.headers, rec.value) != fingerprint:
-            log.warning(
-                "snapshot of %s: another record at its anchor offset %d (deleted and created again?);"
-                " ignoring it",
-                base,
-                offset,
-            )
-            return False
-        return True
+        return still_the_partition(
+            reader, topic, partition, offset + 1, (offset, fingerprint), self._kafka.request_timeout_ms / 1000
+        )
 
     def close(self) -> None:
         if self._owns_appender and self._appender is not None:
@@ -717,6 +677,59 @@ def _state_of(
 
 
 _SEGMENT_BYTES = 100 * 1024 * 1024
+
+
+def still_the_partition(
+    reader: PartitionReader,
+    topic: str,
+    partition: int,
+    scanned_to: int,
+    anchor: tuple[int, int],
+    timeout: float,
+    what: str = "snapshot",
+) -> bool | None:
+    """Whether the partition is still the one a state (a snapshot, or a state kept in memory) was
+    folded from (None: could not tell, the broker did not answer; a loader then ignores the
+    snapshot). A topic deleted and created again under its name starts at offset 0 again: its
+    partition is shorter than what the state scanned, or holds another record at the state's anchor.
+    Trusting the old state would skip the new records below ``scanned_to`` (open transactions
+    included)."""
+    base = f"{what} of {topic}/{partition}"
+    try:
+        low, high = reader.watermarks(topic, partition)
+        if high < scanned_to:
+            log.warning(
+                "%s scanned to %d but the partition ends at %d (deleted and created again?); not trusted",
+                base,
+                scanned_to,
+                high,
+            )
+            return False
+        offset, fingerprint = anchor
+        if offset < low:  # no anchor (a v1 snapshot, or nothing folded in), or retention removed it
+            return True
+        rec = _record_at(reader, topic, partition, offset, timeout)
+    except StoreError as exc:
+        log.warning("%s not checked against the partition (%s)", base, exc)
+        return None
+    if rec is None:
+        # Retention is handled above, and data topics are not compacted: no record at the
+        # anchor (e.g. a Kafka transaction's control record of a topic created again under the
+        # name) cannot be told from another partition, so the snapshot is not trusted.
+        log.warning(
+            "%s: no record at its anchor offset %d (deleted and created again?); not trusted",
+            base,
+            offset,
+        )
+        return False
+    if record_fingerprint(rec.headers, rec.value) != fingerprint:
+        log.warning(
+            "%s: another record at its anchor offset %d (deleted and created again?); not trusted",
+            base,
+            offset,
+        )
+        return False
+    return True
 
 
 def _record_at(
