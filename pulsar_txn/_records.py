@@ -66,11 +66,26 @@ def avro_schema(record_type: type, namespace: str | None = None) -> dict[str, An
     """The Avro record schema of a dataclass or pydantic model (nested records included once)."""
     if not is_record_type(record_type):
         raise ConfigError(f"{record_type!r} is not a dataclass or a pydantic model")
-    return _avro_record(record_type, namespace, set())
+    return _avro_record(record_type, namespace, {})
 
 
-def _avro_record(record_type: type, namespace: str | None, seen: set[str]) -> dict[str, Any]:
-    seen.add(record_type.__name__)
+def _first_use(tp: type, seen: dict[str, type]) -> bool:
+    """Whether the named type ``tp`` is met for the first time (then defined, else referenced by
+    name); two different types of one name cannot both be named in one Avro schema."""
+    known = seen.get(tp.__name__)
+    if known is None:
+        seen[tp.__name__] = tp
+        return True
+    if known is not tp:
+        raise ConfigError(
+            f"two different types are named {tp.__name__!r} ({known.__module__}.{known.__qualname__} and "
+            f"{tp.__module__}.{tp.__qualname__}): an Avro schema names each type once; rename one"
+        )
+    return False
+
+
+def _avro_record(record_type: type, namespace: str | None, seen: dict[str, type]) -> dict[str, Any]:
+    _first_use(record_type, seen)
     fields: list[dict[str, Any]] = []
     defaults = _defaults(record_type)
     for name, tp in _fields(record_type).items():
@@ -100,7 +115,7 @@ def _avro_record(record_type: type, namespace: str | None, seen: set[str]) -> di
     return schema
 
 
-def _avro_type(tp: Any, namespace: str | None, seen: set[str]) -> Any:
+def _avro_type(tp: Any, namespace: str | None, seen: dict[str, type]) -> Any:
     inner = _optional_arg(tp)
     if inner is not None:
         return ["null", _avro_type(inner, namespace, seen)]
@@ -112,12 +127,11 @@ def _avro_type(tp: Any, namespace: str | None, seen: set[str]) -> Any:
     if origin is dict and len(args) == 2 and args[0] is str:
         return {"type": "map", "values": _avro_type(args[1], namespace, seen)}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if tp.__name__ in seen:
+        if not _first_use(tp, seen):
             return tp.__name__
-        seen.add(tp.__name__)
         return {"type": "enum", "name": tp.__name__, "symbols": [m.name for m in tp]}
     if is_record_type(tp):
-        if tp.__name__ in seen:
+        if tp.__name__ in seen and seen[tp.__name__] is tp:
             return tp.__name__  # a named type is defined once, then referenced by name
         return _avro_record(tp, namespace, seen)
     raise ConfigError(
@@ -153,6 +167,8 @@ def to_plain(value: Any, tp: Any) -> Any:
             raise SchemaSerializationError(f"expected a {tp.__name__} member, got {value!r:.80}")
         return value.name
     _check_scalar(value, tp)
+    if tp in (int, float) and type(value) not in (int, float):
+        return int(value) if tp is int else float(value)  # numpy scalars: JSON takes Python numbers only
     return value
 
 
@@ -169,11 +185,8 @@ def from_plain(data: Any, tp: Any) -> Any:
         fields = _fields(tp)
         # Fields the record type lacks are ignored (a newer writer added them), as Pulsar's JSON
         # schema does (Jackson with FAIL_ON_UNKNOWN_PROPERTIES off); Avro resolution drops them too.
-        kwargs = {name: from_plain(data[name], ftp) for name, ftp in fields.items() if name in data}
-        try:
-            return tp(**kwargs)
-        except (TypeError, ValueError) as exc:  # missing fields, pydantic validation
-            raise SchemaSerializationError(f"cannot build {tp.__name__}: {exc}") from None
+        values = {name: from_plain(data[name], ftp) for name, ftp in fields.items() if name in data}
+        return _build(tp, values)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list:
         _expect(data, list, "an array")
@@ -194,6 +207,37 @@ def from_plain(data: Any, tp: Any) -> Any:
             raise SchemaSerializationError(f"expected bytes, got str: {data!r:.80}") from None
     _check_scalar(data, tp)
     return data
+
+
+def _build(tp: type, values: dict[str, Any]) -> Any:
+    """A record of ``tp`` from its fields' values (validated by its constructor). A dataclass field
+    with ``init=False`` is set after construction; a pydantic field with an alias is passed by it."""
+    late: dict[str, Any] = {}
+    if dataclasses.is_dataclass(tp):
+        no_init = {f.name for f in dataclasses.fields(tp) if not f.init}
+        late = {k: v for k, v in values.items() if k in no_init}
+        values = {k: v for k, v in values.items() if k not in no_init}
+    elif issubclass(tp, BaseModel):
+        values = {_init_name(name, tp.model_fields[name]): v for name, v in values.items()}
+    try:
+        record = tp(**values)
+        for name, value in late.items():
+            object.__setattr__(record, name, value)  # frozen dataclasses too
+    except (TypeError, ValueError, AttributeError) as exc:  # missing fields, pydantic validation
+        raise SchemaSerializationError(f"cannot build {tp.__name__}: {exc}") from None
+    return record
+
+
+def _init_name(name: str, info: Any) -> str:
+    """The keyword a pydantic model's constructor takes for field ``name``: its alias if it has one
+    (a model without ``populate_by_name`` refuses the field name)."""
+    alias = info.validation_alias if info.validation_alias is not None else info.alias
+    if isinstance(alias, str):
+        return alias
+    choices = getattr(alias, "choices", None)  # AliasChoices: its first plain name
+    if choices and isinstance(choices[0], str):
+        return str(choices[0])
+    return name
 
 
 # What a scalar type hint takes, on both sides (a float field takes an int; bool is no int here).

@@ -117,7 +117,11 @@ def _utf8(text: str) -> bytes:
 
 
 def _fingerprint(avro: dict[str, Any]) -> str:
-    return str(fingerprint(to_parsing_canonical_form(fastavro.parse_schema(avro)), "CRC-64-AVRO"))
+    try:
+        parsed = fastavro.parse_schema(avro)
+    except Exception as exc:  # fastavro's SchemaParseException, UnknownType and friends
+        raise ConfigError(f"invalid Avro schema: {exc}") from None
+    return str(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
 class _RecordSchema(Schema[R]):
@@ -252,6 +256,8 @@ class AvroSchema(_RecordSchema[R]):
         try:
             self._parsed = fastavro.parse_schema(self.avro_schema)
             self._writers = {_fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])}
+        except ConfigError:
+            raise
         except Exception as exc:  # fastavro's SchemaParseException and friends
             raise ConfigError(f"invalid Avro schema: {exc}") from None
         self._writers.pop(self.fingerprint, None)

@@ -89,7 +89,11 @@ class TableView(Generic[T]):
             listeners = list(self._listeners)
         if not listeners:
             return
-        value = msg.value()
+        try:
+            value = msg.value()
+        except PulsarTxnError as exc:  # kept in the table; its value raises where it is read
+            log.warning("table view %s: %s not decodable, listeners not called: %s", self._topic, key, exc)
+            return
         for listener in listeners:
             try:
                 listener(key, value)
@@ -106,4 +110,7 @@ class TableView(Generic[T]):
                 return  # closed under it (e.g. by the client's close)
             except PulsarTxnError as exc:
                 log.warning("table view %s: read failed (will retry): %s", self._topic, exc)
+                self._closed.wait(_RETRY_S)
+            except Exception:  # a bug must not stop the table for good
+                log.exception("table view %s: update failed (going on)", self._topic)
                 self._closed.wait(_RETRY_S)

@@ -50,10 +50,16 @@ class _PulsarRecords(_schema.Schema[Any]):
         return value
 
     def decode(self, data: bytes) -> Any:
-        return self._cls(**self._inner.decode(data))
+        return self._record(self._inner.decode(data))
 
     def decode_message(self, data: bytes, header: bytes | None) -> Any:
-        return self._cls(**self._inner.decode_message(data, header))
+        return self._record(self._inner.decode_message(data, header))
+
+    def _record(self, fields: dict[str, Any]) -> Any:
+        try:
+            return self._cls(**fields)
+        except (TypeError, ValueError, AttributeError) as exc:  # the Record's own field checks
+            raise SchemaSerializationError(f"cannot build {self._cls.__name__}: {exc}") from None
 
     def __repr__(self) -> str:
         return f"{type(self._inner).__name__}({self._cls.__name__})"
