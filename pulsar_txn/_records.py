@@ -69,27 +69,28 @@ def avro_schema(record_type: type, namespace: str | None = None) -> dict[str, An
     return _avro_record(record_type, namespace, {})
 
 
-def _first_use(tp: type, seen: dict[str, type]) -> bool:
-    """Whether the named type ``tp`` is met for the first time (then defined, else referenced by
-    name); two different types of one name cannot both be named in one Avro schema."""
-    known = seen.get(tp.__name__)
-    if known is None:
-        seen[tp.__name__] = tp
-        return True
-    if known is not tp:
-        raise ConfigError(
-            f"two different types are named {tp.__name__!r} ({known.__module__}.{known.__qualname__} and "
-            f"{tp.__module__}.{tp.__qualname__}): an Avro schema names each type once; rename one"
-        )
-    return False
+def _avro_name(tp: type, names: dict[type, str]) -> tuple[str, bool]:
+    """The Avro name of the named type ``tp`` in this schema, and whether it is met for the first
+    time (then defined, else referenced by name). Two different types of one class name (``v1.Item``
+    and ``v2.Item``) cannot share it: the later one is named ``Item_2`` (``_3``, ...) instead."""
+    known = names.get(tp)
+    if known is not None:
+        return known, False
+    taken = set(names.values())
+    name, n = tp.__name__, 1
+    while name in taken:
+        n += 1
+        name = f"{tp.__name__}_{n}"
+    names[tp] = name
+    return name, True
 
 
-def _avro_record(record_type: type, namespace: str | None, seen: dict[str, type]) -> dict[str, Any]:
-    _first_use(record_type, seen)
+def _avro_record(record_type: type, namespace: str | None, names: dict[type, str]) -> dict[str, Any]:
+    type_name, _first = _avro_name(record_type, names)
     fields: list[dict[str, Any]] = []
     defaults = _defaults(record_type)
     for name, tp in _fields(record_type).items():
-        field: dict[str, Any] = {"name": name, "type": _avro_type(tp, namespace, seen)}
+        field: dict[str, Any] = {"name": name, "type": _avro_type(tp, namespace, names)}
         optional = _optional_arg(tp) is not None
         if name in defaults:
             # Avro resolution fills a field missing from an older writer with the reader's default:
@@ -109,31 +110,30 @@ def _avro_record(record_type: type, namespace: str | None, seen: dict[str, type]
         elif optional:
             field["default"] = None
         fields.append(field)
-    schema: dict[str, Any] = {"type": "record", "name": record_type.__name__, "fields": fields}
+    schema: dict[str, Any] = {"type": "record", "name": type_name, "fields": fields}
     if namespace:
         schema["namespace"] = namespace
     return schema
 
 
-def _avro_type(tp: Any, namespace: str | None, seen: dict[str, type]) -> Any:
+def _avro_type(tp: Any, namespace: str | None, names: dict[type, str]) -> Any:
     inner = _optional_arg(tp)
     if inner is not None:
-        return ["null", _avro_type(inner, namespace, seen)]
+        return ["null", _avro_type(inner, namespace, names)]
     if tp in _PRIMITIVES:
         return _PRIMITIVES[tp]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list and len(args) == 1:
-        return {"type": "array", "items": _avro_type(args[0], namespace, seen)}
+        return {"type": "array", "items": _avro_type(args[0], namespace, names)}
     if origin is dict and len(args) == 2 and args[0] is str:
-        return {"type": "map", "values": _avro_type(args[1], namespace, seen)}
+        return {"type": "map", "values": _avro_type(args[1], namespace, names)}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if not _first_use(tp, seen):
-            return tp.__name__
-        return {"type": "enum", "name": tp.__name__, "symbols": [m.name for m in tp]}
+        name, first = _avro_name(tp, names)
+        return {"type": "enum", "name": name, "symbols": [m.name for m in tp]} if first else name
     if is_record_type(tp):
-        if tp.__name__ in seen and seen[tp.__name__] is tp:
-            return tp.__name__  # a named type is defined once, then referenced by name
-        return _avro_record(tp, namespace, seen)
+        if tp in names:
+            return names[tp]  # a named type is defined once, then referenced by name
+        return _avro_record(tp, namespace, names)
     raise ConfigError(
         f"type {tp!r} is not supported in records (use bool, int, float, str, bytes, X | None, "
         "list[X], dict[str, X], enums, dataclasses or pydantic models)"
