@@ -12,11 +12,13 @@ fetched again later by a gap reader: memory stays bounded whatever the partition
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from kafka_store import (
@@ -50,6 +52,9 @@ _DELETED_CHECK_S = 5.0
 
 UNKNOWN_NUM_TCS = 1 << 16
 """The TC count a reader assumes when it cannot learn it: every TxnID is then taken as real."""
+
+
+_offset_of = attrgetter("offset")
 
 
 @dataclass
@@ -397,25 +402,25 @@ class CommittedReader:
     def _scan_some(self, timeout: float) -> int:
         assert self._scanner is not None
         records = self._scanner.poll_batch(self._opts.fetch_batch, timeout)
-        limit, byte_limit = self._opts.window_max_records, self._opts.window_max_bytes
-        for rec in records:
-            part = self._parts.get((rec.topic, rec.partition))
-            if part is None:
-                continue
-            offset = rec.offset
-            verdict = part.state.apply(offset, rec.headers, rec.value)
-            part.read_to = offset + 1
-            if offset >= part.window_start and offset >= part.position:
-                size = len(rec.value) if rec.value is not None else 0
-                if len(part.window) >= limit or part.window_bytes + size > byte_limit:
-                    # Bound memory: forget the window; these records are fetched again when readable.
-                    part.clear_window(offset + 1)
-                else:
-                    part.window_bytes += size
-                    part.window.append(rec)
-                    part.verdicts.append(verdict)
-            elif offset >= part.window_start:
-                part.window_start = offset + 1
+        if len(self._parts) == 1 and records:  # one partition read: the batch is one run
+            (only,) = self._parts.values()
+            if only.state.topic == records[0].topic and only.state.partition == records[0].partition:
+                self._take_run(only, records)
+        else:
+            start = 0
+            while start < len(records):  # runs of one partition's records, each folded at once
+                first = records[start]
+                stop = start + 1
+                while (
+                    stop < len(records)
+                    and records[stop].partition == first.partition
+                    and records[stop].topic == first.topic
+                ):
+                    stop += 1
+                part = self._parts.get((first.topic, first.partition))
+                if part is not None:
+                    self._take_run(part, records[start:stop])
+                start = stop
         for (topic, partition), part in self._parts.items():
             end = self._scanner.eof_offset(topic, partition)
             if end is not None:
@@ -425,6 +430,33 @@ class CommittedReader:
                 if end > part.state.scanned_to:
                     part.state.scanned_to = end
         return len(records)
+
+    def _take_run(self, part: _Partition, run: list[StoredRecord]) -> None:
+        """Fold a run of one partition's records in and keep those still to deliver in its window."""
+        verdicts = part.state.apply_batch(run)
+        part.read_to = run[-1].offset + 1
+        window = part.window
+        limit, byte_limit = self._opts.window_max_records, self._opts.window_max_bytes
+        if run[0].offset >= max(part.window_start, part.position) and len(window) + len(run) <= limit:
+            size = sum([len(r.value) for r in run if r.value is not None])
+            if part.window_bytes + size <= byte_limit:  # all of it fits: the common case, in bulk
+                part.window_bytes += size
+                window.extend(run)
+                part.verdicts.extend(verdicts)
+                return
+        for rec, verdict in zip(run, verdicts, strict=True):
+            offset = rec.offset
+            if offset >= part.window_start and offset >= part.position:
+                size = len(rec.value) if rec.value is not None else 0
+                if len(window) >= limit or part.window_bytes + size > byte_limit:
+                    # Bound memory: forget the window; these records are fetched again when readable.
+                    part.clear_window(offset + 1)
+                else:
+                    part.window_bytes += size
+                    window.append(rec)
+                    part.verdicts.append(verdict)
+            elif offset >= part.window_start:
+                part.window_start = offset + 1
 
     def _end_deleted(self) -> None:
         """Every ``_DELETED_CHECK_S``: a partition held by a transaction whose first message
@@ -490,6 +522,32 @@ class CommittedReader:
         window, verdicts, deliverable = part.window, part.verdicts, part.state.deliverable
         position, room = part.position, max_records - len(out)
         uncommitted = self._opts.read_uncommitted
+        if window and not uncommitted and window[0].offset >= position and room > 0:
+            # In bulk: the window's records below the limit (a prefix: it is in offset order).
+            take = bisect.bisect_left(window, limit, key=_offset_of)
+            if take > room:
+                take = room
+            if take:
+                if take == len(window):
+                    chunk, kept = window, verdicts
+                    part.window, part.verdicts = deque(), deque()
+                else:
+                    chunk, kept = deque(), deque()
+                    for _ in range(take):
+                        chunk.append(window.popleft())
+                        kept.append(verdicts.popleft())
+                out.extend(
+                    [
+                        rec
+                        for rec, verdict in zip(chunk, kept, strict=True)
+                        if verdict is True
+                        or (verdict is not False and deliverable(rec.offset, rec.headers, verdict))
+                    ]
+                )
+                part.window_bytes -= sum([len(r.value) for r in chunk if r.value is not None])
+                position = chunk[-1].offset + 1
+                window, verdicts = part.window, part.verdicts
+                room = max_records - len(out)
         while window and room > 0:
             rec = window[0]
             offset = rec.offset

@@ -24,12 +24,13 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kafka_store import CodecError
+from kafka_store import CodecError, StoredRecord
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 _ID_CACHE_MAX = 4096  # parsed TxnID headers kept per partition state
+_NO_TXN = object()  # apply_batch: the record has no TxnID header
 
 Headers = Sequence[tuple[str, bytes | None]] | None
 Verdict = TxnID | bool | None
@@ -155,6 +156,45 @@ class TxnBufferState:
         if txn_raw is not None:
             return self._message(offset, txn_raw)
         return True
+
+    def apply_batch(self, records: Sequence[StoredRecord]) -> list[Verdict]:
+        """``apply`` for records in offset order, one verdict each: the same fold, with the two
+        commonest records folded inline (a reader's hot loop): a plain message, and a message of a
+        transaction already open here."""
+        verdicts: list[Verdict] = []
+        if not records:
+            return verdicts
+        add = verdicts.append
+        apply, ids, ongoing = self.apply, self._ids, self.ongoing
+        scanned = self.scanned_to
+        for rec in records:
+            offset = rec[2]
+            headers = rec[5]
+            if offset >= scanned:
+                txn_raw: bytes | None | object = _NO_TXN  # a header without a value is not its absence
+                for name, raw in headers:
+                    if name == TXN_HEADER:
+                        txn_raw = raw
+                    elif name == CTL_HEADER:
+                        break
+                else:
+                    if txn_raw is _NO_TXN:
+                        scanned = offset + 1
+                        add(True)
+                        continue
+                    txn = ids.get(txn_raw) if isinstance(txn_raw, bytes) else None
+                    if txn is not None and txn in ongoing:
+                        scanned = offset + 1
+                        add(txn)
+                        continue
+            self.scanned_to = scanned
+            add(apply(offset, headers, rec[4]))
+            scanned = self.scanned_to
+        self.scanned_to = scanned
+        last = records[-1]
+        if last[2] + 1 == scanned:  # the anchor: the last record folded in
+            self._last = (last[2], last[5], last[4])
+        return verdicts
 
     def deliverable(self, offset: int, headers: Headers, verdict: Verdict) -> bool:
         """For a record below ``max_read_position`` that ``apply`` returned ``verdict`` for: should a

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_store import StoredRecord
 from pulsar_txn.buffer.marker import TxnMarker, encode_marker
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.txnid import TxnAction, TxnID
@@ -51,3 +52,38 @@ def test_a_record_folded_before_gets_no_verdict_and_falls_back_to_is_visible() -
     assert state.apply(1, marker_headers, value) is False  # a marker is never delivered
     assert state.deliverable(0, headers, None) is False  # aborted now
     assert state.deliverable(0, headers, txn) is False
+
+
+def _records(msgs: list[_Msg]) -> list[StoredRecord]:
+    return [StoredRecord("t", 0, m.offset(), None, m.value(), tuple(m.headers() or ()), 0) for m in msgs]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.one_of(_step, _lwm_step), max_size=60),
+    st.lists(st.integers(1, 7), min_size=1, max_size=12),
+    st.integers(0, 5),
+)
+def test_apply_batch_folds_exactly_as_apply_record_by_record(
+    steps: list[tuple[str, int]], cuts: list[int], refold: int
+) -> None:
+    """The reader's batch fold (plain messages and messages of open transactions inline) gives the
+    verdicts, the state and the anchor that ``apply`` one record at a time gives, in batches of any
+    size, also when a batch starts with records folded before (a snapshot's overlap)."""
+    records = _records(_with_lwm(steps))
+    one = TxnBufferState("t", 0)
+    expected = [one.apply(r.offset, r.headers, r.value) for r in records]
+    batched = TxnBufferState("t", 0)
+    got: list[object] = []
+    start, i = 0, 0
+    while start < len(records):
+        stop = start + cuts[i % len(cuts)]
+        i += 1
+        got += batched.apply_batch(records[start:stop])
+        start = stop
+    assert got == expected
+    assert batched == one  # the dataclass's compared fields: the whole fold
+    assert batched.anchor() == one.anchor()
+    assert batched.max_read_position == one.max_read_position
+    again = one.apply_batch(records[max(0, len(records) - refold) :])  # folded before: no verdicts
+    assert all(v is None for v in again)
