@@ -81,11 +81,13 @@ class Producer(Generic[T]):
         self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
-        # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN.
-        # Re-entrant: a send that fails at once (too large, failed registration) runs its callback
-        # under this lock, and a callback may send again (e.g. to report the failure).
+        # Sends start in call order even when a transactional one waits for ADD_PARTITION_TO_TXN:
+        # one thread at a time starts them (``_starting``), the others queue theirs behind it.
+        # Re-entrant: a callback may send again (e.g. to report a failure), also from a callback
+        # run under this lock.
         self._order_lock = threading.RLock()
-        self._pending: deque[_Send] = deque()  # sends waiting for an earlier one's registration
+        self._starting = False  # a thread is starting a send now (outside the lock)
+        self._pending: deque[_Send] = deque()  # sends waiting for an earlier one to start
         self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
         self._closed = False
@@ -201,17 +203,34 @@ class Producer(Generic[T]):
         registered = send.registered
         hook: Future[None] | None = None  # a registration that must start the queue when done
         with self._order_lock:
-            if not self._pending and (registered is None or registered.done()):
-                send.start()  # the common case: nothing queued
-                return send.result
-            self._pending.append(send)
-            if registered is not None and registered not in self._hooked:  # one wake-up each
-                self._hooked.add(registered)
-                hook = registered
+            direct = not self._pending and not self._starting and (registered is None or registered.done())
+            if direct:
+                self._starting = True  # the common case: nothing queued; later sends queue behind it
+            else:
+                self._pending.append(send)
+                if registered is not None and registered not in self._hooked:  # one wake-up each
+                    self._hooked.add(registered)
+                    hook = registered
+        if direct:
+            self._start(send)
+            return send.result
         if hook is not None:
             hook.add_done_callback(self._registered)
         self._pump()
         return send.result
+
+    def _start(self, send: _Send) -> None:
+        """Start ``send`` (this thread holds the line: ``_starting``), then whatever queued meanwhile.
+        Not under ``_order_lock``: starting may wait for room in a full producer queue, while the
+        delivery thread, whose reports make that room, may run a callback that sends again."""
+        try:
+            send.start()
+        finally:
+            with self._order_lock:
+                self._starting = False
+                more = bool(self._pending)
+        if more:
+            self._pump()
 
     def _partition_name(self, partition: int) -> str:
         name = self._names.get(partition)
@@ -225,14 +244,23 @@ class Producer(Generic[T]):
         self._pump()
 
     def _pump(self) -> None:
-        """Start queued sends in call order: a send waits for every earlier one to have started."""
-        with self._order_lock:
-            while self._pending:
+        """Start queued sends in call order: a send waits for every earlier one to have started.
+        One thread at a time starts them (``_starting``); one that finds another at it leaves the
+        queue to it (that one looks at the queue again when it is done)."""
+        while True:
+            with self._order_lock:
+                if self._starting or not self._pending:
+                    return
                 send = self._pending[0]
                 if send.registered is not None and not send.registered.done():
                     return
                 self._pending.popleft()
+                self._starting = True
+            try:
                 send.start()
+            finally:
+                with self._order_lock:
+                    self._starting = False
 
     def send(
         self,

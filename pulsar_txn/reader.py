@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
-from kafka_store import end_offsets, offsets_for_time, read_range
+from kafka_store import StoreError, end_offsets, offsets_for_time, read_range
 from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.buffer.reader import CommittedReader
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.errors import AlreadyClosed, ConfigError, InvalidTopicName, Timeout
+from pulsar_txn.errors import AlreadyClosed, ConfigError, InvalidTopicName, PulsarTxnError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.schema import BytesSchema, Schema
 
 _POLL_SLICE_S = 0.1
+PARTITIONS_REFRESH_S = 60.0  # how often a reader of a whole topic looks for partitions added to it
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
+
+log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
@@ -47,7 +51,8 @@ class Reader(Generic[T]):
         """The schema ``msg.value()`` decodes with."""
         self._client = client
         self.topic = TopicName.parse(topic)
-        count = client._partition_count(self.topic)
+        # Asked again, not cached: the topic may have grown since this client looked it up.
+        count = client._partition_count(self.topic, refresh=self.topic.partition is None)
         parts = [self.topic.partition] if self.topic.partition is not None else list(range(count))
         self._tps = [(self.topic.kafka_topic, p) for p in parts]
         self._inclusive = inclusive
@@ -64,6 +69,7 @@ class Reader(Generic[T]):
             client.kafka, starts, store=client._snapshots(), options=client._buffer_options()
         )
         self._buffer: deque[Message[T]] = deque()
+        self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
         self._closed = False
         # Held by a poll in progress: close() waits for it (at most one slice, 0.1 s) rather than
         # closing the Kafka consumer under a poll in another thread.
@@ -127,6 +133,8 @@ class Reader(Generic[T]):
         handed out: the async reader takes it only if its caller still waits)."""
         self._check_open()
         deadline = time.monotonic() + timeout
+        if self.topic.partition is None and time.monotonic() >= self._partitions_due:
+            self._add_new_partitions()
         while not self._buffer:
             # In slices: a close() from another thread ends the wait (AlreadyClosed), as a
             # consumer's close ends a receive, instead of leaving it until its timeout.
@@ -139,14 +147,33 @@ class Reader(Generic[T]):
                 break
         return bool(self._buffer)
 
+    def _add_new_partitions(self) -> None:
+        """Read partitions added to the topic since (as Pulsar's readers of partitioned topics do,
+        and our producers and consumers: every ``PARTITIONS_REFRESH_S``), each from its start: all
+        of a new partition was written after this reader began. A failed look-up keeps what is read
+        and tries again at the next due time."""
+        self._partitions_due = time.monotonic() + PARTITIONS_REFRESH_S
+        try:
+            count = self._client._partition_count(self.topic, refresh=True)
+        except (PulsarTxnError, StoreError) as exc:
+            log.info("reader of %s: partition count not refreshed: %s", self.topic, exc)
+            return
+        for p in range(len(self._tps), count):
+            tp = (self.topic.kafka_topic, p)
+            with self._poll_lock:
+                self._check_open()
+                self._committed.add_partition(*tp, 0)
+            self._tps.append(tp)
+            log.info("reader of %s: reading partition %d, added to the topic", self.topic, p)
+
     def seek(self, message_id: MessageId | int) -> None:
         """Read that partition again from ``message_id``; ``EARLIEST`` / ``LATEST``: every partition
         from its start / from now on. An id without a topic means this reader's topic. An ``int`` is
         a publish time (ms since the epoch): every partition from its first message published at or
         after it."""
         self._check_open()
-        self._buffer.clear()
         if isinstance(message_id, int) and not isinstance(message_id, bool):
+            self._buffer.clear()
             at = _args.publish_time(message_id, "seek's publish time")
             for tp, offset in offsets_for_time(self._client.kafka, self._tps, at).items():
                 self._committed.seek(*tp, offset)
@@ -154,10 +181,13 @@ class Reader(Generic[T]):
         if not isinstance(message_id, MessageId):
             raise ConfigError(f"seek takes a MessageId or a publish time in ms, not {message_id!r}")
         if message_id in (EARLIEST, LATEST):
+            self._buffer.clear()
             for tp in self._tps:
                 self._committed.seek(*tp, self._sentinel(tp, message_id))
             return
         tp = self._partition_of(message_id)
+        # Only that partition's messages go: those of the others are read past already.
+        self._buffer = deque(m for m in self._buffer if (m.message_id.topic, m.message_id.partition) != tp)
         # Pulsar: startMessageIdInclusive "also applies for any cursor reset operation like seek".
         self._committed.seek(*tp, message_id.offset + (0 if self._inclusive else 1))
 
@@ -179,7 +209,10 @@ def last_message_ids(client: Client, topic: str) -> dict[int, MessageId | None]:
     """Per partition, the last readable message: below maxReadPosition, markers and aborted messages
     excluded (None where nothing is readable)."""
     name = TopicName.parse(topic)
-    parts = [name.partition] if name.partition is not None else list(range(client._partition_count(name)))
+    if name.partition is not None:
+        parts = [name.partition]
+    else:  # asked again, not cached: the topic may have grown since this client looked it up
+        parts = list(range(client._partition_count(name, refresh=True)))
     result: dict[int, MessageId | None] = {}
     for p in parts:
         offset = _last_readable(client, name.kafka_topic, p)
