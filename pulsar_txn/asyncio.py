@@ -124,9 +124,17 @@ class AsyncTransaction:
 
     async def _finish(self, start: Callable[[], Future[None]]) -> None:
         await _connected(self.sync, self._pool)
-        # Begun here, at once (neither call blocks): nothing queued that a cancellation could drop,
-        # and the wait is shielded, so a cancelled caller leaves the end to finish, never half done.
-        ending = start()
+        # Begun on the pool, not on the loop: beginning runs the transaction's flush hooks and
+        # commit checks, which take a consumer's lock (held by a rebalance for as long as its group
+        # commit takes). Both waits are shielded: a cancelled caller leaves the end to begin and
+        # finish, never half done.
+        ending: Future[None]
+        try:
+            begun = self._pool.submit(start)
+        except AlreadyClosed:  # a wrapper closed before its transaction ends (the client lives on)
+            ending = await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(start)))
+        else:
+            ending = await self._pool.wait(begun, shield=True)
         limit = self.sync._end_limit()
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ending)), limit)
@@ -820,11 +828,15 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._owns:
-                await self._pool.run(self.sync.close)
-        finally:
+        if not self._owns:
             self._pool.shutdown()
+            return
+        job = self._pool.submit(self.sync.close)
+        # Nothing new is taken; what is queued runs, the close last, then the pool goes. Shielded:
+        # a cancelled caller (wait_for ran out) no longer cancels the close, which left it open.
+        self._pool.closed = True
+        job.add_done_callback(lambda _job: self._pool.shutdown())
+        await self._pool.wait(job, shield=True)
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -171,7 +171,7 @@ class TxnBufferState:
             offset = rec[2]
             headers = rec[5]
             if offset >= scanned:
-                txn_raw: bytes | None | object = _NO_TXN  # a header without a value is not its absence
+                txn_raw: bytes | object | None = _NO_TXN  # a header without a value is not its absence
                 for name, raw in headers:
                     if name == TXN_HEADER:
                         txn_raw = raw

@@ -68,9 +68,14 @@ class _Waiter:
                     self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
                 try:
                     msg = await asyncio.shield(self._pending)
+                except asyncio.CancelledError:
+                    raise  # the slice goes on: the next call takes what it brings
                 except Timeout:
                     self._pending = None
                     continue
+                except BaseException:
+                    self._pending = None  # an error ends this slice only: the next call reads again
+                    raise
                 self._pending = None
                 return msg
 

@@ -1,0 +1,59 @@
+"""An async commit begins off the event loop: beginning it runs the consumer's hooks, which wait for
+the consumer's lock (a rebalance holds it while its group commit lasts)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pulsar_txn.asyncio import AsyncClient
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_async_commit_with_transactional_acks_never_blocks_the_event_loop(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    c = cluster()
+    topic = f"aio_blk_{uid}"
+    c.client.create_topic(topic, 1)
+
+    async def main() -> float:
+        async with AsyncClient(c.client, max_workers=4) as client:
+            producer = await client.create_producer(topic)
+            consumer = await client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+            await producer.send(b"a")
+            msg = await consumer.receive(10000)
+            txn = await client.transaction(60)
+            await consumer.acknowledge(msg, txn=txn)
+            gaps: list[float] = []
+
+            async def ticker() -> None:
+                last = time.monotonic()
+                while True:
+                    await asyncio.sleep(0.01)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(0.1)
+            held = threading.Event()
+
+            def hold() -> None:  # as a revocation waiting for its group commit under the lock
+                with consumer.sync._lock:
+                    held.set()
+                    time.sleep(2.0)
+
+            threading.Thread(target=hold, daemon=True).start()
+            held.wait()
+            await txn.commit()
+            ticking.cancel()
+            return max(gaps)
+
+    assert asyncio.run(main()) < 1.0  # the commit itself waited ~2 s for the lock, the loop did not
