@@ -32,7 +32,7 @@ from kafka_store import (
     read_range,
 )
 from pulsar_txn.buffer.marker import CTL_HEADER
-from pulsar_txn.buffer.snapshot import SnapshotStore
+from pulsar_txn.buffer.snapshot import SnapshotStore, still_the_partition
 from pulsar_txn.buffer.state import TxnBufferState, Verdict
 from pulsar_txn.coordinator.fold import ended_as, read_tc_log
 from pulsar_txn.errors import from_store_error
@@ -48,6 +48,9 @@ _MAX_GAP_READERS = 4
 _GAP_STALL_S = 10.0
 # How often a reader looks for transactions held open below the log start (see _end_deleted).
 _DELETED_CHECK_S = 5.0
+# A partition whose end has not moved below what its state scanned is checked against the record at
+# the state's anchor this often (a topic deleted and created again under its name).
+_SAME_CHECK_EVERY_S = 30.0
 
 
 UNKNOWN_NUM_TCS = 1 << 16
@@ -256,6 +259,8 @@ class CommittedReader:
         self.refetched = 0  # records read a second time (by gap readers), after a window overflow or seek
         self.snapshot_offsets: dict[TopicPartition, int | None] = {}
         self._next_deleted_check = time.monotonic() + _DELETED_CHECK_S
+        self._same_due: dict[TopicPartition, float] = {}  # next anchor check (_check_created_again)
+        self._probe: PartitionReader | None = None  # reads the records at states' anchors
 
     # ------------------------------------------------------------------ setup
     def _ensure_started(self) -> None:
@@ -385,6 +390,7 @@ class CommittedReader:
         self._ensure_started()
         deadline = time.monotonic() + timeout
         if deadline >= self._next_deleted_check:
+            self._check_created_again()
             self._end_deleted()
         scanned = False  # a poll with no time left still takes what the scanner has fetched
         while True:
@@ -457,6 +463,36 @@ class CommittedReader:
                     part.verdicts.append(verdict)
             elif offset >= part.window_start:
                 part.window_start = offset + 1
+
+    def _check_created_again(self) -> None:
+        """A topic deleted and created again under its name while this reader reads it restarts at
+        offset 0: its TB state, folded from the old partition, covers offsets of the new one it never
+        read (an open transaction's first message among them), and delivered what that transaction
+        holds back. Such a partition (ending below what its state scanned, or holding another record
+        at the state's anchor: ``still_the_partition``) is opened again, read from its start."""
+        assert self._scanner is not None
+        now = time.monotonic()
+        timeout = self._kafka.request_timeout_ms / 1000
+        for tp, part in list(self._parts.items()):
+            state = part.state
+            try:
+                high = self._scanner.watermarks(*tp)[1]
+            except StoreError:
+                continue  # looked at again at the next check
+            if high >= state.scanned_to and now < self._same_due.get(tp, 0.0):
+                continue
+            self._same_due[tp] = now + _SAME_CHECK_EVERY_S
+            if self._probe is None:
+                self._probe = PartitionReader(self._kafka)
+            if still_the_partition(
+                self._probe, *tp, state.scanned_to, state.anchor(), timeout, what="reader's TB state"
+            ):
+                continue  # the same (True), or unknown (None: the broker did not answer)
+            log.warning("%s[%d] was deleted and created again: reading it again from its start", *tp)
+            self._drop_gap_reader(tp)
+            del self._parts[tp]
+            self._scanner.remove(*tp)
+            self._open(tp, 0)
 
     def _end_deleted(self) -> None:
         """Every ``_DELETED_CHECK_S``: a partition held by a transaction whose first message
@@ -643,6 +679,9 @@ class CommittedReader:
     def close(self) -> None:
         for tp in list(self._fetchers):
             self._drop_gap_reader(tp)
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         if self._scanner is not None:
             self._scanner.close()
         self._scanner = None
