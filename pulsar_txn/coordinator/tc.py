@@ -787,22 +787,38 @@ class TransactionCoordinator:
             due: list[int] = []
             while self._retire_queue and self._retire_queue[0][0] <= now:
                 due.append(self._retire_queue.popleft()[1])
-            if due:
+            if not due:
+                continue
+            try:
                 await self._retire(due)
+            except _NOT_OWNER:
+                raise  # no longer this instance's TC: the loop ends with it
+            except Exception as exc:
+                # A failed tombstone write (a Kafka time-out): kept and tried again at the next pass.
+                # Ending the loop stopped retirement for good: memory grew with every transaction.
+                log.warning(
+                    "TC %d: retiring %d finished transactions failed (retried): %s", self.tc_id, len(due), exc
+                )
+                self._retire_queue.extendleft((now, seq) for seq in reversed(due))
 
     async def _retire(self, seqs: list[int]) -> None:
         # The sequence high-water goes first so compaction can never make sequences go backwards.
         records: list[tuple[bytes, bytes | None]] = [self._seq_record()]
+        retired = []
         for seq in seqs:
             meta = self._txns.get(seq)
             if meta is None or not meta.status.is_terminal:
                 continue
-            records.extend((key, None) for key in sorted(self._keys_by_seq.pop(seq, ())))
-            del self._txns[seq]
+            records.extend((key, None) for key in sorted(self._keys_by_seq.get(seq, ())))
+            retired.append(seq)
+        if not retired:
+            return
+        await self._persist(records, confirm=False)
+        for seq in retired:  # forgotten once the tombstones are stored
+            self._keys_by_seq.pop(seq, None)
+            self._txns.pop(seq, None)
             self._end_done.pop(seq, None)
             self._commit_tokens.pop(seq, None)
-        if len(records) > 1:
-            await self._persist(records, confirm=False)
 
     # ---------------------------------------------------------------- introspection
     def get(self, txn_id: TxnID) -> TxnMeta | None:
