@@ -186,10 +186,17 @@ class PendingAckState:
             return []
         if action != TxnAction.ABORT:
             raise ValueError(f"unknown transaction action {action!r}")
-        candidates = set(mine or ())
+        released = {o for o in mine or () if not cursor.is_acked(o) and not self.is_pending(o)}
         if cum is not None:
-            candidates.update(range(cursor.mark_delete, cum + 1))
-        return sorted(o for o in candidates if not cursor.is_acked(o) and not self.is_pending(o))
+            # Every offset up to the position that is neither acked nor pending: walked over the
+            # cursor's gaps, not the whole span (a mark-delete held far back by one message made
+            # this millions of steps under the consumer's lock). Offsets up to another transaction's
+            # cumulative position stay pending.
+            individual = self._individual
+            start = max(cursor.mark_delete, self._cum_pos + 1)
+            for lo, hi in cursor.acked.gaps(start, cum):
+                released.update(o for o in range(lo, hi + 1) if o not in individual)
+        return sorted(released)
 
     def _release(self, txn: TxnID, offset: int) -> None:
         """Drop ``txn``'s claim on ``offset``; a later claimer, if any, holds it from now on."""

@@ -77,6 +77,23 @@ class RangeSet:
         self._lo.clear()
         self._hi.clear()
 
+    def gaps(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The ranges of ``[lo, hi]`` not covered, in order (work in the ranges met, not the span)."""
+        out: list[tuple[int, int]] = []
+        los, his = self._lo, self._hi
+        i = bisect_left(his, lo)  # the first range that ends at or after lo
+        at = lo
+        while at <= hi:
+            if i < len(los) and los[i] <= hi:
+                if los[i] > at:
+                    out.append((at, los[i] - 1))
+                at = max(at, his[i] + 1)
+                i += 1
+            else:
+                out.append((at, hi))
+                break
+        return out
+
     def first(self) -> tuple[int, int] | None:
         return (self._lo[0], self._hi[0]) if self._lo else None
 

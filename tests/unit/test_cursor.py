@@ -4,6 +4,7 @@ individually acked ranges."""
 from __future__ import annotations
 
 import base64
+import itertools
 import random
 import zlib
 
@@ -394,3 +395,21 @@ def test_encode_decode_round_trips_or_keeps_a_prefix(mark_delete: int, rel: set[
     restored = Cursor.decode(c.mark_delete, text)
     assert restored.mark_delete == c.mark_delete
     assert restored.acked.ranges() == c.acked.ranges()[: len(c.acked) - dropped]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 8)), max_size=12),
+    st.integers(0, 70),
+    st.integers(0, 70),
+)
+def test_gaps_are_exactly_the_uncovered_ints_of_the_span(
+    ranges: list[tuple[int, int]], lo: int, span: int
+) -> None:
+    covered = RangeSet()
+    for start, length in ranges:
+        covered.add(start, start + length)
+    hi = lo + span
+    gaps = covered.gaps(lo, hi)
+    assert [o for a, b in gaps for o in range(a, b + 1)] == [o for o in range(lo, hi + 1) if o not in covered]
+    assert all(b + 1 < c for (_a, b), (c, _d) in itertools.pairwise(gaps))  # merged, in order

@@ -764,3 +764,48 @@ def test_fold_skips_the_acks_of_another_subscription_sharing_its_log_name_and_st
         fold.apply(_marker_rec(4, txn, TxnAction.COMMIT))
     fold.forget_committed_below(10)  # our cursor holds our committed acks
     assert fold.trim_point() == 1  # not past their first record (5 without it)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 10),
+    st.lists(st.integers(0, 60), max_size=15),
+    st.lists(st.tuples(st.integers(1, 3), st.integers(0, 60), st.booleans()), max_size=10),
+    st.integers(1, 3),
+)
+def test_an_abort_releases_exactly_what_is_neither_acked_nor_pending(
+    mark_delete: int, plain_acks: list[int], txn_acks: list[tuple[int, int, bool]], aborted: int
+) -> None:
+    """A cumulative abort's released offsets are found by walking the cursor's gaps; they must be
+    exactly the offsets up to the position (and the txn's own) that are neither acked nor still
+    pending in another transaction."""
+    cursor = Cursor(mark_delete)
+    for o in plain_acks:
+        cursor.ack(o)
+    state = PendingAckState(cursor)
+    for n, offset, cumulative in txn_acks:
+        txn = TxnID(0, n)
+        kind = AckKind.CUMULATIVE if cumulative else AckKind.INDIVIDUAL
+        try:
+            state.check(txn, kind, [offset])
+        except (TransactionConflict, NotAllowedError):
+            continue
+        state.apply_ack(txn, kind, [offset])
+    txn = TxnID(0, aborted)
+    cum = state._cum.get(txn)
+    mine = set(state._by_txn.get(txn, ()))
+    released = state.apply_outcome(txn, TxnAction.ABORT)
+    span = set(range(cursor.mark_delete, cum + 1)) if cum is not None else set()
+    expected = sorted(o for o in span | mine if not cursor.is_acked(o) and not state.is_pending(o))
+    assert released == expected
+
+
+def test_a_cumulative_abort_far_past_a_held_mark_delete_releases_only_the_gaps() -> None:
+    """One message unacked at the mark-delete, millions acked individually after it (one range):
+    the abort of a cumulative ack past them releases the two offsets, without walking the span."""
+    cursor = Cursor(0)
+    cursor.acked.add(1, 4_999_999)
+    state = PendingAckState(cursor)
+    txn = TxnID(0, 1)
+    state.apply_ack(txn, AckKind.CUMULATIVE, [5_000_000])
+    assert state.apply_outcome(txn, TxnAction.ABORT) == [0, 5_000_000]
