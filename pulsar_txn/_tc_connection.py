@@ -30,7 +30,14 @@ from typing import Any, Protocol
 
 from kafka_store import mark_callback_thread
 from pulsar_txn._future import LazyFuture
-from pulsar_txn.errors import ConnectionClosed, ProtocolError, PulsarTxnError, Timeout, error_from_server
+from pulsar_txn.errors import (
+    ConnectionClosed,
+    NotAllowedError,
+    ProtocolError,
+    PulsarTxnError,
+    Timeout,
+    error_from_server,
+)
 from pulsar_txn.protocol import (
     PROTOCOL_VERSION,
     BaseCommand,
@@ -84,6 +91,7 @@ class TcConnection:
         self._rsock.settimeout(_READ_WAKE_S)
         self._write_lock = threading.Lock()
         self._decoder = FrameDecoder(max_frame)
+        self._max_request = max_frame  # and the server's max_message_size once CONNECTED says it
         self._ids = itertools.count()
         # Keyed by (response type, request_id): Pulsar correlates by kind as well as id. Entries are
         # added from any thread (under _state_lock, so close() cannot miss one) and popped by
@@ -133,6 +141,8 @@ class TcConnection:
         log.debug(
             "connected to %s (%r, protocol v%d)", url, connected.server_version, connected.protocol_version
         )
+        if connected.max_message_size and connected.max_message_size > 0:
+            conn._max_request = min(conn._max_request, connected.max_message_size)
         return conn
 
     def next_request_id(self) -> int:
@@ -140,15 +150,36 @@ class TcConnection:
 
     async def request(self, base: BaseCommand, response_type: CommandType, request_id: int) -> BaseCommand:
         """Send ``base`` and wait for its answer (on the loop); a CommandError answer is raised."""
+        data = self._encoded(base)
         key = (int(response_type), request_id)
         future: asyncio.Future[BaseCommand] = asyncio.get_running_loop().create_future()
         self._register(key, future, None)
         try:
-            self._send(encode_command(base))
+            try:
+                self._send(data)
+            except BaseException:
+                # Nobody awaits it now: the connection failing may still complete it (asyncio
+                # would then log its exception as never retrieved).
+                if future.done() and not future.cancelled():
+                    future.exception()
+                else:
+                    future.cancel()
+                raise
             answer = await future
         finally:
             self._pending.pop(key, None)
         return _checked(answer)
+
+    def _encoded(self, base: BaseCommand) -> bytes:
+        """The request's frame; ``NotAllowedError`` (not retriable) if it is larger than the server
+        takes: it would close the connection, under every other call on it, at each retry."""
+        data = encode_command(base)
+        if len(data) > self._max_request:
+            raise NotAllowedError(
+                f"{type_name(base.type)} request of {len(data)} bytes exceeds the coordinator's limit "
+                f"of {self._max_request} bytes"
+            )
+        return data
 
     def request_threadsafe(
         self, base: BaseCommand, response_type: CommandType, request_id: int, deadline: float
@@ -159,8 +190,9 @@ class TcConnection:
         key = (int(response_type), request_id)
         future: LazyFuture[BaseCommand] = LazyFuture()
         try:
+            data = self._encoded(base)
             self._register(key, future, deadline)  # closed meanwhile: the future says so
-            self._send(encode_command(base))
+            self._send(data)
         except PulsarTxnError as exc:
             self._pending.pop(key, None)
             self._deadlines.pop(key, None)

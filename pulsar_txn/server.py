@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import socket
@@ -21,7 +22,6 @@ from pulsar_txn.coordinator.api import CoordinatorApi
 from pulsar_txn.errors import ProtocolError, PulsarTxnError, ServerError, TransactionCoordinatorNotFoundError
 from pulsar_txn.naming import WILDCARD_HOSTS
 from pulsar_txn.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
     TC_ASSIGN_TOPIC,
     TC_CONNECT_MIN_PROTOCOL_VERSION,
@@ -71,6 +71,14 @@ smaller; without this an unauthenticated peer could make us hold a whole max-siz
 _MAX_IN_FLIGHT = 1024
 """Requests of one connection being handled at once; reading waits below it (and while the answers
 wait for the client to read them), so a client that sends without reading cannot grow our memory."""
+_MAX_IN_FLIGHT_BYTES = 16 * 1024 * 1024
+"""And the bytes of those requests: 1,024 requests of a whole frame each (an END_TXN waiting for a
+missing topic's grace, repeated) held gigabytes."""
+COORDINATOR_MAX_FRAME_SIZE = 1024 * 1024
+"""The coordinator's default frame limit (Pulsar's 5 MB is for messages): its commands are ~100
+bytes, an ADD_PARTITION_TO_TXN of thousands of partitions fits, and decoding one frame holds the
+event loop (~0.5 s per MB), so a larger one stalls every connection and the coordinator."""
+_END_TOKEN_MAX = 64  # bytes of END_TXN's end_token (ours: 8), kept until the transaction retires
 _ECHO_MAX = 256  # characters of a client's topic name quoted back in an error
 
 T = TypeVar("T")
@@ -87,7 +95,7 @@ class CoordinatorServer:
         port: int = 0,
         auth_token: str | None = None,
         advertised_url: str | None = None,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = COORDINATOR_MAX_FRAME_SIZE,
         ping_interval: float = 30.0,
         max_connections: int = 0,
         max_connections_per_ip: int = 0,
@@ -220,6 +228,7 @@ class _Connection:
         self._connected = False
         self._protocol_version = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight_bytes = 0  # of the requests in ``_tasks``
         self.peer = str(writer.get_extra_info("peername"))
         self._handlers: dict[int, _Handler] = {
             CommandType.TC_CLIENT_CONNECT_REQUEST: self._tc_client_connect,
@@ -293,7 +302,9 @@ class _Connection:
 
     async def _backpressure(self) -> None:
         """Read on only once the client reads its answers and its requests in hand are few."""
-        while len(self._tasks) >= _MAX_IN_FLIGHT:
+        while self._tasks and (
+            len(self._tasks) >= _MAX_IN_FLIGHT or self._in_flight_bytes >= _MAX_IN_FLIGHT_BYTES
+        ):
             await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
         if self._writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
             try:
@@ -327,8 +338,13 @@ class _Connection:
             return True
         task = asyncio.create_task(self._respond(handler, base))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._in_flight_bytes += frame.size
+        task.add_done_callback(functools.partial(self._handled, frame.size))
         return True
+
+    def _handled(self, size: int, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight_bytes -= size
 
     async def _connect(self, base: BaseCommand) -> bool:
         cmd = _need(base.connect)
@@ -501,6 +517,16 @@ class _Connection:
                 )
             )
         action, token = cmd.txn_action, cmd.end_token
+        if token is not None and len(token) > _END_TOKEN_MAX:
+            return wrap(
+                CommandEndTxnResponse(
+                    request_id=cmd.request_id,
+                    txnid_least_bits=txn_id.least_bits,
+                    txnid_most_bits=txn_id.most_bits,
+                    error=ServerError.NotAllowedError,
+                    message=f"END_TXN's end_token takes at most {_END_TOKEN_MAX} bytes, got {len(token)}",
+                )
+            )
         return await self._txn_op(
             "END_TXN",
             CommandEndTxnResponse,

@@ -44,6 +44,8 @@ class Frame:
     metadata: bytes | None = None
     """MessageMetadata bytes of a payload frame; None for a simple frame."""
     payload: bytes | None = None
+    size: int = 0
+    """Bytes of the frame as received (decoded frames; 0 for frames made here)."""
 
 
 def encode_command(base: BaseCommand) -> bytes:
@@ -102,7 +104,7 @@ def _decode_frame(body: bytes) -> Frame:
     cmd_end = 4 + cmd_size
     command = BaseCommand._decode(body, 4, cmd_end)
     if cmd_end == len(body):
-        return Frame(command)
+        return Frame(command, size=len(body) + 4)
     if len(body) - cmd_end < _PAYLOAD_HEADER:
         raise ProtocolError("trailing bytes after the command are too short for a payload header")
     magic, checksum = _MAGIC_CRC.unpack_from(body, cmd_end)
@@ -115,4 +117,6 @@ def _decode_frame(body: bytes) -> Frame:
     meta_start = cmd_end + _PAYLOAD_HEADER
     if meta_size > len(body) - meta_start:
         raise ProtocolError(f"metadata size {meta_size} exceeds the frame")
-    return Frame(command, body[meta_start : meta_start + meta_size], body[meta_start + meta_size :])
+    return Frame(
+        command, body[meta_start : meta_start + meta_size], body[meta_start + meta_size :], size=len(body) + 4
+    )

@@ -50,7 +50,7 @@ from pulsar_txn.protocol import (
     tc_assign_topic,
     wrap,
 )
-from pulsar_txn.server import CoordinatorServer
+from pulsar_txn.server import COORDINATOR_MAX_FRAME_SIZE, CoordinatorServer
 from pulsar_txn.tc_client import SyncTcClient, TcClient
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -251,7 +251,7 @@ def test_connect_is_answered_with_connected_and_the_negotiated_version() -> None
                 await raw.close()
                 assert connected_cmd.protocol_version == agreed
                 assert connected_cmd.server_version == "pulsar-txn-0.1"
-                assert connected_cmd.max_message_size == 5 * 1024 * 1024
+                assert connected_cmd.max_message_size == COORDINATOR_MAX_FRAME_SIZE == 1024 * 1024
 
     run(scenario())
 

@@ -47,10 +47,10 @@ def test_a_peer_that_never_connects_cannot_make_the_server_buffer_a_max_size_fra
     caplog.set_level(logging.INFO, logger="pulsar_txn.server")
 
     async def scenario() -> None:
-        async with serving_nothing() as server:  # default max frame size: 5 MiB
+        async with serving_nothing() as server:  # default max frame size: 1 MiB
             client = await RawClient.open(server)
-            # Announce a 4 MiB frame and start sending it, without ever saying CONNECT.
-            await client.send_raw(struct.pack(">I", 4 * 1024 * 1024))
+            # Announce a 900 KiB frame and start sending it, without ever saying CONNECT.
+            await client.send_raw(struct.pack(">I", 900 * 1024))
             with suppress(ConnectionError):
                 for _ in range(4):
                     await client.send_raw(b"\x00" * (64 * 1024))
