@@ -56,7 +56,7 @@ def test_readers_and_last_message_ids_see_partitions_added_to_the_topic(
     assert c.client.get_last_message_ids(topic)[2] == new
 
     def read(reader: Any) -> list[tuple[int, bytes]]:
-        out = sorted((m.message_id.partition, m.data) for m in read_all(reader, 3000))
+        out = sorted((m.message_id.partition, m.data) for m in read_all(reader, 1500))
         reader.close()
         return out
 
