@@ -256,8 +256,9 @@ class Transaction:
         return result
 
     def _end_limit(self) -> float:
-        # Each step has its own deadline (the operations' wait, then END_TXN); this only bounds a bug.
-        return 2 * self._client.operation_timeout_seconds + 5
+        # Each step has its own deadline (the operations' wait, the commit checks, then END_TXN);
+        # this only bounds a bug (two steps' worth gave up on commits still going, which then landed).
+        return 3 * self._client.operation_timeout_seconds + 5
 
     def _watched_end(self) -> Future[None]:
         """The future of an end, registered with the client until it completes, so that
@@ -358,7 +359,16 @@ class Transaction:
                 if prepared is not None and prepared[0] != self._acks_begun:
                     prepared = None  # acks came after the prepare: check again
             if prepared is not None:  # checked (or being checked) already, with every ack in
-                prepared[1].add_done_callback(lambda f: self._commit_checked(f.exception(), result))
+
+                def prepare_done(f: Future[None]) -> None:
+                    if f.exception() is None or not checks:
+                        self._commit_checked(None, result)
+                    else:
+                        # A failed prepare may only have found operations still running (every one
+                        # has ended well by now): its checks never ran, so they run now.
+                        self._run_checks(checks, lambda err: self._commit_checked(err, result))
+
+                prepared[1].add_done_callback(prepare_done)
             elif checks:
                 self._run_checks(checks, lambda err: self._commit_checked(err, result))
             else:
@@ -438,11 +448,7 @@ class Transaction:
             self._client._handle_ended(self, ended)
             with self._lock:
                 listeners = list(self._end_listeners)
-            for listener in listeners:
-                try:
-                    listener(self.txn_id, action)
-                except Exception:  # the outcome is durable; a listener's failure must not undo the end
-                    log.exception("transaction %s: end listener failed", self.txn_id)
+            self._notify(listeners, action)
             if instead is not None:
                 result.set_exception(instead)
             else:
@@ -463,8 +469,21 @@ class Transaction:
         """Another handle of this client ended the transaction: sends and acks here are refused
         from now on, and so is ending it again (Pulsar's client refuses a repeat too)."""
         with self._lock:
-            if self._current_state() in (TransactionState.OPEN, TransactionState.TIME_OUT):
-                self._state = state
+            if self._current_state() not in (TransactionState.OPEN, TransactionState.TIME_OUT):
+                return
+            self._state = state
+            listeners = list(self._end_listeners)
+        if state not in (TransactionState.COMMITTED, TransactionState.ABORTED):
+            return
+        # What acked through this handle learns the outcome now, as through the handle that ended it.
+        self._notify(listeners, TxnAction.COMMIT if state is TransactionState.COMMITTED else TxnAction.ABORT)
+
+    def _notify(self, listeners: list[Callable[[TxnID, TxnAction], None]], action: TxnAction) -> None:
+        for listener in listeners:
+            try:
+                listener(self.txn_id, action)
+            except Exception:  # the outcome is durable; a listener's failure must not undo the end
+                log.exception("transaction %s: end listener failed", self.txn_id)
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> Transaction:
