@@ -44,10 +44,13 @@ class TopicAdmin:
 
     def ensure_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> int:
         """Create the topic if missing; return its partition count (existing topics are left as they are)."""
-        futures = self._admin.create_topics(
-            [NewTopic(name, partitions, self._config.replication_factor, config=dict(configs or {}))],
-            request_timeout=self._timeout,
-        )
+        try:
+            futures = self._admin.create_topics(
+                [NewTopic(name, partitions, self._config.replication_factor, config=dict(configs or {}))],
+                request_timeout=self._timeout,
+            )
+        except (ValueError, TypeError) as exc:  # confluent's own argument checks (e.g. partitions < 1)
+            raise StoreError(f"create topic {name}: {exc}") from None
         try:
             futures[name].result(self._timeout)
             log.info("created topic %s with %d partitions", name, partitions)
@@ -62,7 +65,12 @@ class TopicAdmin:
         return self.partition_count(name)
 
     def add_partitions(self, name: str, total: int) -> None:
-        futures = self._admin.create_partitions([NewPartitions(name, total)], request_timeout=self._timeout)
+        try:
+            futures = self._admin.create_partitions(
+                [NewPartitions(name, total)], request_timeout=self._timeout
+            )
+        except (ValueError, TypeError) as exc:  # confluent's own argument checks (e.g. total < 1)
+            raise StoreError(f"add partitions to {name}: {exc}") from None
         try:
             futures[name].result(self._timeout)
         except KafkaException as exc:

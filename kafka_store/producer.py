@@ -238,6 +238,9 @@ class Appender:
         if self._stop.is_set():  # closed: its delivery thread is gone, nothing would report it
             _settle_closed(d)
             return
+        if d.partition < 0:  # -1 would let librdkafka's partitioner choose; below, retried for good
+            d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: no such partition"))
+            return
         d.appender = self
         d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s

@@ -266,8 +266,9 @@ class PartitionReader:
             out = self._poll_now(
                 max_records - len(got), min(max(wait_until - time.monotonic(), 0.0), _POLL_SLICE_S)
             )
-            for msg in out:  # in offset order per partition: the last one wins
-                self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
+            for msg in out:  # in offset order per partition; never back below an end reached
+                key = (msg.topic(), msg.partition())
+                self._next[key] = max(self._next.get(key, 0), msg.offset() + 1)
             got.extend(out)
             # Pause once every partition has reported, since the gate opened, an end we have consumed
             # up to: then nothing fetched can be waiting, however slow the broker is. Checked after
@@ -313,7 +314,12 @@ class PartitionReader:
                 tp = (msg.topic() or "", msg.partition() or 0)
                 self._eof[tp] = msg.offset() or 0
                 if self._idle_backoff:
-                    self._eof_seen[tp] = msg.offset() or 0
+                    end = msg.offset() or 0
+                    self._eof_seen[tp] = end
+                    # Reading goes on from the end: offsets below it that no record was delivered
+                    # for (below the log start, trailing control records) must not keep the gate
+                    # open for good (the end event comes after the partition's records).
+                    self._next[tp] = max(self._next.get(tp, end), end)
             elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
             elif err.fatal():
