@@ -576,7 +576,19 @@ class SubscriptionGroup:
             return done
         self._commits.put((tps, done))
         self._wake.set()
+        if self._stop.is_set() and not self._thread.is_alive():
+            self._fail_unrun()  # stopped meanwhile: its last pass may have run before the put
         return done
+
+    def _fail_unrun(self) -> None:
+        """Fail the commits the stopped thread will never run (their callers would wait for good)."""
+        while True:
+            try:
+                _tps, done = self._commits.get_nowait()
+            except queue.Empty:
+                return
+            if not done.done():
+                done.set_exception(StoreError(f"commit to {self.group_id} not made: the group was left"))
 
     def committed(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed (offset, metadata) per partition; partitions with nothing committed are left out."""
@@ -597,6 +609,8 @@ class SubscriptionGroup:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
+            if not self._thread.is_alive():
+                self._fail_unrun()
         try:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
