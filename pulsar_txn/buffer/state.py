@@ -379,15 +379,19 @@ class TxnBufferState:
         """End transactions that their TC ended but whose marker is gone: ``outcomes`` was looked up
         (TC status terminal, so every marker was written) before the state was folded to an end
         offset read after the lookup, so a transaction still open here below the log start had its
-        marker deleted, and all its messages with it. An aborted one is remembered from the log
-        start on, so a late message of it stays hidden; a committed one has no message left."""
+        marker deleted, and all its messages below it with it. Its messages folded here at or
+        after the log start came after its marker: late, never delivered, whatever the outcome
+        (a full scan would have discarded them). So either way it is kept in ``aborted`` (which
+        hides a transaction's messages) until retention passes everything folded so far; before,
+        a committed one's late messages were delivered, and an aborted one was pruned while its
+        late messages were still in the log."""
         for txn, action in outcomes.items():
             first = self.ongoing.get(txn)
             if first is None or first >= log_start_offset:
                 continue
             del self.ongoing[txn]  # its heap entry is stale now: max_read_position pops it
+            self.aborted[txn] = max(log_start_offset, self.scanned_to - 1)
             if action is TxnAction.ABORT:
-                self.aborted[txn] = log_start_offset
                 self.counters.aborted_txns += 1
             else:
                 self.counters.committed_txns += 1

@@ -208,3 +208,21 @@ def test_an_aborted_transaction_ended_by_its_tc_keeps_its_late_messages_hidden()
     assert state.deliverable(3, _msg(txn), late) is False and state.max_read_position == 4
     state.prune(3)
     assert txn in state.aborted  # kept while retention keeps the late message
+
+
+@pytest.mark.parametrize("action", [TxnAction.COMMIT, TxnAction.ABORT])
+def test_late_messages_folded_before_the_tcs_outcome_stay_hidden(action: TxnAction) -> None:
+    """T's marker (at 1) was deleted unread; a late message of T (at 10, after the marker) was folded
+    while T still looked open. Ending T from its TC's outcome delivered it when T committed (a full
+    scan discards it), and when T aborted, a prune past the log start dropped T while the late
+    message was still in the log (review, session 35)."""
+    txn = TxnID(0, 7)
+    state, _ = _fold([(_msg(txn), b"t0")])
+    state.skip_deleted(5)
+    late = state.apply(10, _msg(txn), b"late")
+    assert state.held_below(5) == [txn]
+    state.end_deleted({txn: action}, 5)
+    assert state.max_read_position == 11
+    assert state.deliverable(10, _msg(txn), late) is False
+    state.prune(6)  # retention moved on, the late message is still there
+    assert state.deliverable(10, _msg(txn), late) is False and not state.is_visible(10, _msg(txn))
