@@ -505,34 +505,28 @@ class _Connection:
     async def _end_txn(self, base: BaseCommand) -> BaseCommand:
         cmd = _need(base.end_txn)
         txn_id = TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
-        # proto2 would default a missing action to COMMIT; committing by omission is too dangerous.
-        if not isinstance(cmd.txn_action, TxnAction):
-            return wrap(
-                CommandEndTxnResponse(
-                    request_id=cmd.request_id,
-                    txnid_least_bits=txn_id.least_bits,
-                    txnid_most_bits=txn_id.most_bits,
-                    error=ServerError.NotAllowedError,
-                    message=f"END_TXN needs txn_action COMMIT or ABORT, got {cmd.txn_action}",
-                )
-            )
         action, token = cmd.txn_action, cmd.end_token
-        if token is not None and len(token) > _END_TOKEN_MAX:
-            return wrap(
-                CommandEndTxnResponse(
-                    request_id=cmd.request_id,
-                    txnid_least_bits=txn_id.least_bits,
-                    txnid_most_bits=txn_id.most_bits,
-                    error=ServerError.NotAllowedError,
-                    message=f"END_TXN's end_token takes at most {_END_TOKEN_MAX} bytes, got {len(token)}",
-                )
+        # proto2 would default a missing action to COMMIT; committing by omission is too dangerous.
+        if not isinstance(action, TxnAction):
+            refused = f"END_TXN needs txn_action COMMIT or ABORT, got {action}"
+        elif token is not None and len(token) > _END_TOKEN_MAX:
+            refused = f"END_TXN's end_token takes at most {_END_TOKEN_MAX} bytes, got {len(token)}"
+        else:
+            return await self._txn_op(
+                "END_TXN",
+                CommandEndTxnResponse,
+                cmd.request_id,
+                txn_id,
+                lambda: self._api.end_txn(txn_id, action, token),
             )
-        return await self._txn_op(
-            "END_TXN",
-            CommandEndTxnResponse,
-            cmd.request_id,
-            txn_id,
-            lambda: self._api.end_txn(txn_id, action, token),
+        return wrap(
+            CommandEndTxnResponse(
+                request_id=cmd.request_id,
+                txnid_least_bits=txn_id.least_bits,
+                txnid_most_bits=txn_id.most_bits,
+                error=ServerError.NotAllowedError,
+                message=refused,
+            )
         )
 
     async def _txn_op(

@@ -3,6 +3,7 @@ coordinators (in-process and as separate processes that tests can SIGKILL)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -250,6 +251,41 @@ def cluster(
     yield make
     for c in reversed(made):
         c.stop()
+
+
+class LoopStalls:
+    """Made on a running event loop: ticks every 10 ms and keeps the gaps between ticks; ``stop``
+    returns the longest (a call that blocks the loop shows as a stall of its length)."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []
+        self._task = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            self.gaps.append(now - last)
+            last = now
+
+    def stop(self) -> float:
+        self._task.cancel()
+        return max(self.gaps, default=0.0)
+
+
+def create_again_behind_an_open_txn(c: Cluster, topic: str) -> Any:
+    """Delete ``topic`` and create it again under its name, holding an open transaction's message at
+    offset 0 and plain messages ``new0``..``new6`` behind it (offsets 1..7); returns the transaction."""
+    c.client.delete_topic(topic)
+    time.sleep(1)
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(120)
+    producer.send(b"open", txn=txn)
+    for i in range(7):
+        producer.send(b"new%d" % i)
+    return txn
 
 
 def read_all(reader: Any, timeout_ms: int = 1500) -> list[Any]:

@@ -9,7 +9,7 @@ import pytest
 
 import pulsar_txn.buffer.reader as buffer_reader
 from pulsar_txn import EARLIEST, PulsarTxnError
-from tests.conftest import Cluster
+from tests.conftest import Cluster, create_again_behind_an_open_txn
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +29,7 @@ def test_a_reader_of_a_topic_created_again_never_passes_its_open_transaction(
         producer.send(b"old%d" % i)
     reader = c.client.create_reader(topic, EARLIEST)
     assert [reader.read_next(5000).data for _ in range(5)] == [b"old%d" % i for i in range(5)]
-    c.client.delete_topic(topic)
-    time.sleep(1)
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    txn = c.client.transaction(120)
-    producer.send(b"open", txn=txn)  # offset 0
-    for i in range(7):
-        producer.send(b"new%d" % i)  # offsets 1..7: held back by the open transaction
+    txn = create_again_behind_an_open_txn(c, topic)
 
     def read_for(seconds: float) -> list[bytes]:
         got: list[bytes] = []

@@ -12,7 +12,7 @@ import pytest
 
 from kafka_store import Appender, KafkaConfig, PartitionReader, StoreError, TopicAdmin
 from pulsar_txn.errors import ConfigError, ConnectError
-from tests.conftest import Cluster, wait_until
+from tests.conftest import Cluster, create_again_behind_an_open_txn, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -365,7 +365,6 @@ def test_a_stream_over_a_topic_created_again_never_passes_its_open_transaction(
     records) must not be scanned on as if nothing happened: it released the plain messages behind
     the open transaction. With failOnDataLoss the query fails; without, nothing past the open
     transaction is read."""
-    import time
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -399,14 +398,7 @@ def test_a_stream_over_a_topic_created_again_never_passes_its_open_transaction(
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadAllAvailable())
         assert rows(start, end) == [b"old%d" % i for i in range(5)]
-        c.client.delete_topic(topic)
-        time.sleep(1)
-        c.client.create_topic(topic, 1)
-        producer = c.client.create_producer(topic)
-        txn = c.client.transaction(120)
-        producer.send(b"open", txn=txn)  # offset 0
-        for i in range(7):
-            producer.send(b"new%d" % i)  # offsets 1..7: held back by the open transaction
+        txn = create_again_behind_an_open_txn(c, topic)
         if fail_on_data_loss == "true":
             with pytest.raises(DataLossError):
                 reader.latestOffset(end, ReadAllAvailable())
