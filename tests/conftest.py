@@ -274,6 +274,27 @@ class LoopStalls:
         return max(self.gaps, default=0.0)
 
 
+def compat_options(c: Cluster) -> dict[str, Any]:
+    """What a migrated program adds to ``pulsar.Client(service_url, ...)`` of the compat layer: where
+    Kafka is (and this test cluster's private topics)."""
+    return {
+        "kafka": c.client.kafka,
+        "num_tcs": c.config.num_tcs,
+        "snapshot_topic": c.config.snapshot_topic,
+        "log_topic": c.config.log_topic,
+    }
+
+
+def fill_topic(c: Cluster, topic: str, n: int, partitions: int = 1, *, keyed: bool = False) -> None:
+    """Create ``topic`` and send ``m0000``..: ``n`` plain messages (``keyed``: each with its number
+    as partition key, else round-robin)."""
+    c.client.create_topic(topic, partitions)
+    producer = c.client.create_producer(topic)
+    for i in range(n):
+        producer.send_async(f"m{i:04d}", partition_key=str(i) if keyed else None)
+    producer.flush()
+
+
 def create_again_behind_an_open_txn(c: Cluster, topic: str) -> Any:
     """Delete ``topic`` and create it again under its name, holding an open transaction's message at
     offset 0 and plain messages ``new0``..``new6`` behind it (offsets 1..7); returns the transaction."""

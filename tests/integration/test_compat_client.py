@@ -15,21 +15,10 @@ import pytest
 from pulsar.schema import Integer, Record, String
 
 import pulsar_txn.compat as pulsar
-from tests.conftest import Cluster, wait_until
+from tests.conftest import Cluster, compat_options, wait_until
 
 pytestmark = pytest.mark.integration
 ClusterFactory = Callable[..., Cluster]
-
-
-def _where_kafka_is(c: Cluster) -> dict[str, Any]:
-    """What a migrated program adds to ``pulsar.Client(...)``: where Kafka is (and this test
-    cluster's private topics)."""
-    return {
-        "kafka": c.client.kafka,
-        "num_tcs": c.config.num_tcs,
-        "snapshot_topic": c.config.snapshot_topic,
-        "log_topic": c.config.log_topic,
-    }
 
 
 def _client(c: Cluster) -> pulsar.Client:
@@ -39,7 +28,7 @@ def _client(c: Cluster) -> pulsar.Client:
         None,  # authentication, positionally as pulsar-client allows
         30,  # operation_timeout_seconds
         io_threads=4,  # ignored here
-        **_where_kafka_is(c),
+        **compat_options(c),
     )
 
 
@@ -182,7 +171,7 @@ def test_a_pulsar_asyncio_program_runs_on_the_compat_asyncio_module(
     c.client.create_topic(topic, 1)
 
     async def main() -> None:
-        client = pulsar_asyncio.Client(c.coordinator.url, **_where_kafka_is(c))
+        client = pulsar_asyncio.Client(c.coordinator.url, **compat_options(c))
         producer = await client.create_producer(topic, batching_enabled=True)
         first = await producer.send(b"a", {"n": "1"})  # properties by position, as pulsar-client
         consumer = await client.subscribe(
@@ -300,7 +289,7 @@ def test_missing_topics_are_created_as_a_pulsar_broker_does_unless_turned_off(
     assert client.get_topic_partitions(f"auto_{uid}") == [f"persistent://public/default/auto_{uid}"]
     assert client.create_reader(f"auto_{uid}", pulsar.MessageId.earliest).read_next(10_000).data() == b"x"
     consumer.close()
-    strict = pulsar.Client(c.coordinator.url, auto_create_topics=False, **_where_kafka_is(c))
+    strict = pulsar.Client(c.coordinator.url, auto_create_topics=False, **compat_options(c))
     with pytest.raises(pulsar.TopicNotFound):
         strict.create_producer(f"absent_{uid}")
     strict.close()

@@ -18,24 +18,15 @@ from pulsar.schema import Bytes, CustomEnum, Record, String
 import pulsar_txn.compat as pulsar
 import pulsar_txn.compat.schema as cschema
 from pulsar_txn.compat import check
-from tests.conftest import Cluster
+from tests.conftest import compat_options
 
 PTXN = str(Path(sys.executable).with_name("pulsar-txn"))
-
-
-def _opts(c: Cluster) -> dict[str, Any]:
-    return {
-        "kafka": c.client.kafka,
-        "num_tcs": c.config.num_tcs,
-        "snapshot_topic": c.config.snapshot_topic,
-        "log_topic": c.config.log_topic,
-    }
 
 
 @pytest.mark.integration
 def test_closed_clients_producers_and_consumers_raise_already_closed(cluster: Any, uid: str) -> None:
     c = cluster()
-    client = pulsar.Client(c.coordinator.url, **_opts(c))
+    client = pulsar.Client(c.coordinator.url, **compat_options(c))
     topic = f"closed_{uid}"
     producer = client.create_producer(topic)
     consumer = client.subscribe(topic, f"s-{uid}")

@@ -22,7 +22,7 @@ import pytest
 import pulsar_txn.compat as pulsar
 import pulsar_txn.compat.asyncio as pulsar_asyncio
 from pulsar_txn.compat import check
-from tests.conftest import Cluster, wait_until
+from tests.conftest import Cluster, compat_options, wait_until
 
 PTXN = str(Path(sys.executable).with_name("pulsar-txn"))
 
@@ -33,13 +33,7 @@ def compat_client(cluster: Callable[..., Cluster]) -> Iterator[Callable[[], puls
     made: list[pulsar.Client] = []
 
     def make() -> pulsar.Client:
-        client = pulsar.Client(
-            c.coordinator.url or "",
-            kafka=c.kafka,
-            num_tcs=c.config.num_tcs,
-            log_topic=c.config.log_topic,
-            snapshot_topic=c.config.snapshot_topic,
-        )
+        client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
         made.append(client)
         return client
 

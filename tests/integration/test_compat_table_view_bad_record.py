@@ -10,7 +10,7 @@ from pulsar.schema import Integer, Record, String
 
 import pulsar_txn.compat as pulsar
 from pulsar_txn.schema import JsonSchema
-from tests.conftest import Cluster, wait_until
+from tests.conftest import Cluster, compat_options, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +28,7 @@ def test_a_table_view_goes_on_past_a_message_its_record_class_refuses(
     c = cluster()
     topic = f"tv_bad_{uid}"
     c.client.create_topic(topic, 1)
-    client = pulsar.Client(
-        c.coordinator.url or "",
-        kafka=c.kafka,
-        num_tcs=c.config.num_tcs,
-        log_topic=c.config.log_topic,
-        snapshot_topic=c.config.snapshot_topic,
-    )
+    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
     try:
         view = client.create_table_view(topic, schema=pulsar.schema.JsonSchema(Order))
         seen: list[tuple[str, Any]] = []

@@ -24,19 +24,11 @@ from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.pendingack.stats import split_metadata
 from pulsar_txn.subscription.cursor import Cursor
-from tests.conftest import Cluster, receive_all, wait_until
+from tests.conftest import Cluster, fill_topic, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
 ClusterFactory = Callable[..., Cluster]
-
-
-def _setup(c: Cluster, topic: str, n: int, partitions: int = 1) -> None:
-    c.client.create_topic(topic, partitions)
-    producer = c.client.create_producer(topic)
-    for i in range(n):
-        producer.send_async(f"m{i:04d}")
-    producer.flush()
 
 
 def _pa_watermarks(c: Cluster, topic: str, sub: str, partition: int) -> tuple[int, int]:
@@ -78,7 +70,7 @@ def test_an_open_transaction_pins_the_trim_and_a_restart_recovers_its_pending_ac
     monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     c = cluster()
     topic, sub = f"trim_{uid}", f"sub_{uid}"
-    _setup(c, topic, 60)
+    fill_topic(c, topic, 60)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = sorted((consumer.receive(5000) for _ in range(60)), key=lambda m: m.message_id.offset)
     _commit_each(c, consumer, msgs[:20], 2)  # ten committed transactions: records to trim
@@ -124,7 +116,7 @@ def test_committed_acks_the_cursor_cannot_persist_keep_their_records_through_tri
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
     c = cluster()
     topic, sub = f"trimcap_{uid}", f"sub_{uid}"
-    _setup(c, topic, 200)
+    fill_topic(c, topic, 200)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = sorted((consumer.receive(5000) for _ in range(200)), key=lambda m: m.message_id.offset)
     # Half of them, irregularly (the ranges compress poorly), the highest first: each transaction's
@@ -160,7 +152,7 @@ def test_an_owner_in_between_keeps_the_records_of_committed_txns_a_partition_bac
     monkeypatch.setattr(Cursor, "encode_ranges", lambda self, max_chars=3500: real(self, 40))
     c = cluster()
     topic, sub = f"rettrim_{uid}", f"sub_{uid}"
-    _setup(c, topic, 300, partitions=2)
+    fill_topic(c, topic, 300, partitions=2)
     tp = (TopicName.parse(topic).kafka_topic, 1)
 
     def committed() -> tuple[int, str | None]:
@@ -225,7 +217,7 @@ def test_pending_ack_stats_racing_a_trim_read_the_cursor_again(
     monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.0)
     c = cluster()
     topic, sub = f"strace_{uid}", f"sub_{uid}"
-    _setup(c, topic, 40, partitions=2)
+    fill_topic(c, topic, 40, partitions=2)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = [consumer.receive(5000) for _ in range(40)]
     tp = (TopicName.parse(topic).kafka_topic, 1)
@@ -267,7 +259,7 @@ def test_a_trim_held_back_by_the_interval_is_made_once_due_without_further_commi
     monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 2.0)
     c = cluster()
     topic, sub = f"trimidle_{uid}", f"sub_{uid}"
-    _setup(c, topic, 40)
+    fill_topic(c, topic, 40)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = sorted((consumer.receive(5000) for _ in range(40)), key=lambda m: m.message_id.offset)
     _commit_each(c, consumer, msgs[:2], 2)
@@ -287,7 +279,7 @@ def test_pending_ack_stats_of_a_log_cut_by_retention_still_answer(cluster: Clust
     with "try again" until some consumer committed a newer cursor."""
     c = cluster()
     topic, sub = f"pstale_{uid}", f"sub_{uid}"
-    _setup(c, topic, 10)
+    fill_topic(c, topic, 10)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = sorted((consumer.receive(5000) for _ in range(10)), key=lambda m: m.message_id.offset)
     held = c.client.transaction(300)
@@ -316,7 +308,7 @@ def test_a_failed_trim_is_tried_again_while_the_subscription_is_idle(
     monkeypatch.setattr(commits_module, "TRIM_INTERVAL_S", 0.5)
     c = cluster()
     topic, sub = f"pft_{uid}", f"sub_{uid}"
-    _setup(c, topic, 20)
+    fill_topic(c, topic, 20)
     consumer = c.client.subscribe(topic, sub, initial_position="Earliest")
     msgs = sorted((consumer.receive(5000) for _ in range(20)), key=lambda m: m.message_id.offset)
     real = c.client._admin.delete_records_before

@@ -11,17 +11,9 @@ import pytest
 
 import pulsar_txn.subscription._outcomes as outcomes_module
 from pulsar_txn import EARLIEST, DeadLetterPolicy, Timeout
-from tests.conftest import Cluster, receive_all
+from tests.conftest import fill_topic, receive_all
 
 pytestmark = pytest.mark.integration
-
-
-def _send(c: Cluster, topic: str, n: int) -> None:
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    for i in range(n):
-        producer.send_async(f"m{i:04d}".encode())
-    producer.flush()
 
 
 @pytest.mark.parametrize("how", ["individual", "cumulative"])
@@ -33,7 +25,7 @@ def test_an_acked_message_comes_back_after_a_seek_with_its_redelivery_count_rese
     to the dead-letter topic (max 1) without the application seeing it again."""
     c = cluster()
     topic, sub = f"rc_{how[:3]}_{uid}", f"sub_{uid}"
-    _send(c, topic, 1)
+    fill_topic(c, topic, 1)
     consumer = c.client.subscribe(
         topic,
         sub,
@@ -70,7 +62,7 @@ def test_a_seek_during_the_reread_of_an_aborted_ack_delivers_the_message_once(
     deliver m0000 too: it must come once, not twice."""
     c = cluster()
     topic, sub = f"rs_{uid}", f"sub_{uid}"
-    _send(c, topic, 5)
+    fill_topic(c, topic, 5)
     a = c.client.subscribe(topic, sub, initial_position="Earliest")
     first = [a.receive(5000) for _ in range(5)]
     txn = c.client.transaction(120)

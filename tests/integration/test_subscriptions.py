@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import signal
@@ -36,7 +37,7 @@ from pulsar_txn.pendingack.stats import pending_ack_stats
 from pulsar_txn.subscription.cursor import Cursor
 from pulsar_txn.transaction import TransactionState
 from pulsar_txn.txnid import TxnID
-from tests.conftest import REPO, Cluster, read_all, receive_all, wait_until
+from tests.conftest import REPO, Cluster, fill_topic, read_all, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +48,7 @@ def _values(msgs: list[Message]) -> list[str]:
     return sorted(m.data.decode() for m in msgs)
 
 
-def _setup(c: Cluster, topic: str, n: int, partitions: int = 1) -> None:
-    c.client.create_topic(topic, partitions)
-    producer = c.client.create_producer(topic)
-    for i in range(n):
-        producer.send_async(f"m{i:04d}", partition_key=str(i))
-    producer.flush()
+_setup = functools.partial(fill_topic, keyed=True)  # keys spread messages over partitions
 
 
 def _pending_total(consumer: Consumer) -> int:
