@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -26,6 +28,7 @@ from kafka_store.errors import (
 )
 
 log = logging.getLogger(__name__)
+_APPEND_SEQ = itertools.count()  # next() is atomic under the GIL
 
 Headers = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
 """(name, value) pairs, or a dict when names are unique: a dict of str -> bytes is never tracked by the
@@ -242,11 +245,12 @@ class Appender:
             d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: no such partition"))
             return
         d.appender = self
+        d.seq = next(_APPEND_SEQ)
         d.producer = self._ensure_started()
         d.deadline = time.monotonic() + self._timeout_s
         if self._held and self._hold(d, start=False):
             return  # records of its partition wait for a retry: it goes after them, never before
-        self._produce(d, False)
+        self._produce(d)
 
     def _hold(self, d: Delivery, *, start: bool = True) -> bool:
         """Queue ``d`` behind the records of its partition that wait for a retry, in order (False if
@@ -257,7 +261,13 @@ class Appender:
         with self._held_lock:
             queue = self._held.get(tp)
             if queue is not None:
-                queue.append(d)
+                # In append order, not arrival order: a record librdkafka queued before it knew the
+                # topic is refused later (in a delivery report) than the records appended after the
+                # metadata came, which are refused at once and may be held first.
+                if queue and queue[-1].seq > d.seq:
+                    queue.insert(bisect.bisect([q.seq for q in queue], d.seq), d)
+                else:
+                    queue.append(d)
                 return True
             if not start:
                 return False
@@ -270,6 +280,11 @@ class Appender:
     def _resend_held(self, tp: tuple[str, int]) -> None:
         while True:
             with self._held_lock:
+                refresh = tp in self._stale and not self._stop.is_set()
+            if refresh:
+                time.sleep(0.05)
+                self._refresh_metadata(self._ensure_started(), tp[0])
+            with self._held_lock:
                 queue = self._held[tp]
                 if not queue or self._stop.is_set():
                     # Closed: nothing may start a producer again (it would be left running, and
@@ -278,22 +293,25 @@ class Appender:
                     del self._held[tp]
                     self._stale.discard(tp)
                     break
-                d = queue[0]
-                refresh = tp in self._stale
+                d = queue[0]  # after the refresh: an earlier record may have been held meanwhile
             try:
-                sent = self._produce(d, refresh, held=True)
+                sent = self._produce(d, held=True)
             except Exception:  # a report handler's bug (run here when a held record fails)
                 log.exception("a delivery report handler failed")
                 sent = True  # settled (it raised in its handler): the next one must not wait on it
             if sent:
                 with self._held_lock:
-                    self._held[tp].popleft()
+                    queue = self._held[tp]
+                    if queue[0] is d:
+                        queue.popleft()
+                    else:  # an earlier record was held ahead of it meanwhile (see _hold)
+                        queue.remove(d)
                     self._stale.discard(tp)
             # else: its partition is not in the metadata yet (now marked stale): again, refreshed
         for d in left:
             _settle_closed(d)
 
-    def _produce(self, d: Delivery, refresh: bool, *, held: bool = False) -> bool:
+    def _produce(self, d: Delivery, *, held: bool = False) -> bool:
         """Queue ``d`` on the producer, or settle it with its error. False: it waits for a retry off
         this thread (handed to ``_hold``; when ``held``, this is the thread re-sending its partition's
         held records, which keeps it at their head): after a metadata refresh when its partition is
@@ -306,9 +324,6 @@ class Appender:
             # or a fatal error) while it waited, and a retired producer's delivery thread stops once
             # it has nothing in flight, so nobody would report the record.
             d.producer = self._ensure_started()
-        if refresh:
-            time.sleep(0.05)
-            self._refresh_metadata(d.producer, d.topic)
         while True:
             try:
                 d.producer.produce(
@@ -423,6 +438,7 @@ class Delivery:
         "key",
         "partition",
         "producer",
+        "seq",
         "topic",
         "value",
     )
@@ -435,6 +451,7 @@ class Delivery:
     key: bytes | None
     headers: Headers | None
     deadline: float
+    seq: int  # append order (across threads): a partition's held records are retried in it
 
     def delivered(self, offset: int | None, error: StoreError | None) -> None:
         """Called once: the record's offset, or the error it failed with."""
