@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 _MAX_REQUEST = 16 * 1024
 _WRITE_TIMEOUT_S = 10  # an answer not read by then is dropped with its connection
-_MAX_OPEN = 128  # connections answered at once; more are closed at once (a client asks again)
+_MAX_OPEN = 128  # connections answered at once; see _handle for who gives way to a new one
+_HEAD_TIMEOUT_S = 10  # a request's head must have come whole by then
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,11 @@ class AdminHttpServer:
         self._path_tokens = dict(path_tokens or {})
         self._server: asyncio.Server | None = None
         self._answering: set[asyncio.Task[Any]] = set()  # connections being answered
+        # Connections whose request has not come whole yet, oldest first: the first to give way.
+        self._reading: dict[asyncio.StreamWriter, None] = {}
         self.refused_connections = 0
+        self.evicted_connections = 0
+        self.refused_requests = 0  # answered 401
 
     @property
     def url(self) -> str:
@@ -83,7 +88,22 @@ class AdminHttpServer:
         await server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._answering) >= _MAX_OPEN:
+        if len(self._answering) >= _MAX_OPEN and self._reading:
+            # Full: the connection that has waited longest for its request gives way. Refusing the
+            # new one instead let anyone who never sends a whole request (no token needed) hold
+            # every place by reconnecting, and lock out health checks and scrapes with the token.
+            oldest = next(iter(self._reading))
+            del self._reading[oldest]
+            oldest.transport.abort()  # its handler ends on the reset (it counts until then)
+            self.evicted_connections += 1
+            if self.evicted_connections % 100 == 1:
+                log.warning(
+                    "admin connection without a whole request closed for a new one: %d open "
+                    "(%d closed so far)",
+                    _MAX_OPEN,
+                    self.evicted_connections,
+                )
+        elif len(self._answering) >= _MAX_OPEN:
             # Stats and metrics are cheap to ask again; a flood must not pin sockets and tasks.
             self.refused_connections += 1
             if self.refused_connections % 100 == 1:
@@ -107,12 +127,15 @@ class AdminHttpServer:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))
+        self._reading[writer] = None
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as exc:
             log.info("admin request from %s dropped: unreadable (%s)", peer, type(exc).__name__)
             writer.close()
             return
+        finally:
+            self._reading.pop(writer, None)
         status, body = self._respond(head[:_MAX_REQUEST], peer)
         if isinstance(body, TextBody):
             payload, content_type = body.text.encode(), body.content_type
@@ -154,7 +177,13 @@ class AdminHttpServer:
             # Every candidate compared (no early exit): the time taken says nothing about which matched.
             matches = [hmac.compare_digest(auth, f"Bearer {t}".encode()) for t in tokens]
             if not any(matches):
-                log.warning("admin request from %s refused: missing or wrong bearer token", peer)
+                self.refused_requests += 1
+                if self.refused_requests % 100 == 1:  # a flood must not flood the log too
+                    log.warning(
+                        "admin request from %s refused: missing or wrong bearer token (%d so far)",
+                        peer,
+                        self.refused_requests,
+                    )
                 return "401 Unauthorized", {"error": "missing or wrong bearer token"}
         if len(parts) != 3 or parts[0] != "GET":
             log.info("admin request from %s refused: not a GET (%r)", peer, lines[0][:80])

@@ -26,6 +26,7 @@ from pulsar_txn._gc import tune_for_service
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.pipeline.cli import add_arguments as pipeline_args
+from pulsar_txn.pipeline.cli import port_number
 
 if TYPE_CHECKING:
     from pulsar_txn.client import Client
@@ -310,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("standalone", help="embedded Kafka broker + coordinator in the foreground")
     p.add_argument("--data-dir", default=".noida", help="where the embedded broker keeps its data")
-    p.add_argument("--kafka-port", type=int, help="Kafka port (default: a free port)")
+    p.add_argument("--kafka-port", type=port_number, help="Kafka port (default: a free port)")
     _add_common(p)
     p.set_defaults(func=cmd_standalone)
 

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from pulsar_txn import _prometheus
+from pulsar_txn import _args, _prometheus
 from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread, TextBody
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.message import Message
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port_number,
         help="serve GET /metrics (Prometheus) on this port (0: any free one); bearer token from "
         "PULSAR_TXN_METRICS_TOKEN, else PULSAR_TXN_AUTH_TOKEN, if set",
     )
@@ -52,6 +52,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pulsar_txn.client import Client
 
+    # Checked before anything starts, as the coordinator checks its own: a token with a line break
+    # (as secret files end) could never match, and the endpoint would answer every scrape 401.
+    for name in ("PULSAR_TXN_AUTH_TOKEN", "PULSAR_TXN_METRICS_TOKEN"):
+        if os.environ.get(name):
+            _args.bearer_token(os.environ[name], name)
     client = Client(
         args.service_url,
         kafka={
@@ -120,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     """A TCP port number for argparse (0: any free one); out of range is a usage error, not a
     traceback from bind()."""
     try:

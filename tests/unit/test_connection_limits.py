@@ -71,34 +71,74 @@ def test_limits_come_from_the_coordinator_config_and_refuse_negatives() -> None:
         CoordinatorConfig(max_connections=-1)
 
 
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 2) == b""
+    except ConnectionResetError:  # aborted: an RST instead of a FIN
+        return True
+
+
 def test_the_admin_endpoint_answers_a_bounded_number_of_connections_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(admin_http, "_MAX_OPEN", 2)
+    big = admin_http.TextBody("x" * 50_000_000)  # far more than the socket buffers: drain waits
 
     async def scenario() -> None:
-        server = AdminHttpServer({"/admin/v2/health": lambda: {"ok": True}})
+        server = AdminHttpServer({"/admin/v2/health": lambda: {"ok": True}, "/big": lambda: big})
         await server.start()
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
         try:
-            # Two idle connections (no request yet) hold both places.
-            idle: list[Any] = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
-            await asyncio.sleep(0.1)
+            # Two clients being answered (neither reads its answer) hold both places.
+            slow: list[Any] = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+            for _, w in slow:
+                w.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.3)
             reader, writer = await asyncio.open_connection(host, int(port))
-            try:
-                got = await asyncio.wait_for(reader.read(), 2)
-            except ConnectionResetError:  # aborted: an RST instead of a FIN
-                got = b""
-            assert got == b""  # closed, nothing answered
+            assert await _closed(reader)  # closed, nothing answered
             writer.close()
             assert server.refused_connections == 1
-            for _, w in idle:
-                w.close()
-            await asyncio.sleep(0.2)  # their handlers end (unreadable request)
+            for _, w in slow:
+                w.transport.abort()
+            await asyncio.sleep(0.2)  # their handlers end (the answer cannot be written)
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(b"GET /admin/v2/health HTTP/1.1\r\nHost: x\r\n\r\n")
             answer = await asyncio.wait_for(reader.read(), 5)
             assert answer.startswith(b"HTTP/1.1 200")
+            writer.close()
+        finally:
+            await server.stop()
+
+    run(scenario())
+
+
+def test_connections_that_never_send_a_whole_request_give_way_to_new_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anyone can open connections and send half a request (no token needed): at the limit, the one
+    that waited longest is closed, so a client with a whole request (a health check) is answered."""
+    monkeypatch.setattr(admin_http, "_MAX_OPEN", 2)
+
+    async def scenario() -> None:
+        server = AdminHttpServer({"/admin/v2/health": lambda: {"ok": True}}, auth_token="t0ken")
+        await server.start()
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        try:
+            idle: list[Any] = []
+            for _ in range(2):
+                idle.append(await asyncio.open_connection(host, int(port)))
+                idle[-1][1].write(b"GET / HTTP/1.1\r\n")  # half a request, never finished
+                await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /admin/v2/health HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 5)
+            assert answer.startswith(b"HTTP/1.1 200")
+            assert await _closed(idle[0][0])  # the oldest gave way
+            assert server.evicted_connections == 1 and server.refused_connections == 0
+            idle[1][1].write(b"Host: x\r\n\r\n")  # the younger one is still served
+            assert (await asyncio.wait_for(idle[1][0].read(), 5)).startswith(b"HTTP/1.1 401")
+            for _, w in idle:
+                w.close()
             writer.close()
         finally:
             await server.stop()

@@ -48,3 +48,14 @@ def test_prometheus_scrapes_the_admin_port_of_every_compose_coordinator() -> Non
 def test_tb_topic_pattern_that_is_no_regular_expression_is_refused() -> None:
     with pytest.raises(ValidationError, match="tb_topic_pattern is not a regular expression"):
         CoordinatorConfig(tb_topic_pattern="orders-(")
+
+
+def test_every_secret_the_coordinator_reads_from_the_environment_reaches_its_containers() -> None:
+    from pulsar_txn import cli
+
+    compose = (DOCKER / "docker-compose.yml").read_text()
+    example = (DOCKER / ".env.example").read_text()
+    for name in [*cli._SECRET_ENV.values(), *cli._KAFKA_SECRET_ENV.values()]:
+        # Compose reads docker/.env only to fill ${...}: a variable not in `environment:` is lost.
+        assert f"    {name}: ${{{name}:-}}" in compose, name
+        assert re.search(rf"^{name}=", example, re.MULTILINE), name

@@ -42,3 +42,42 @@ def test_both_the_client_token_and_the_metrics_token_open_metrics(monkeypatch: p
         assert _status(url, "wrong") == 401
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("name", ["PULSAR_TXN_AUTH_TOKEN", "PULSAR_TXN_METRICS_TOKEN"])
+def test_a_token_no_request_could_carry_is_refused_before_the_pipeline_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """As the coordinator refuses it: with a trailing line break (as secret files end) the token
+    could never match, and every scrape was answered 401."""
+    from pulsar_txn import cli
+
+    monkeypatch.setenv(name, "scrape-token\n")
+    rc = cli.main(
+        [
+            "pipeline",
+            "--service-url",
+            "pulsar://127.0.0.1:1",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--metrics-port",
+            "0",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{name} holds a control character" in err
+    assert "scrape-token" not in err
+
+
+def test_standalone_refuses_a_kafka_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    from pulsar_txn import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["standalone", "--kafka-port", "70000"])
+    assert exited.value.code == 2
+    assert "port 70000 is not in 0-65535" in capsys.readouterr().err
