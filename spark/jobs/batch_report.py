@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
-from spark.jobs import secret_from_env
+from spark.jobs import positive_int, secret_from_env
 
 
 def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         help="HMAC secret markers are signed with (default: $PULSAR_TXN_MARKER_SECRET, which keeps it "
         "out of the process list)",
     )
-    parser.add_argument("--num-tcs", type=int, default=None, help="transaction coordinators (default: any)")
+    parser.add_argument(
+        "--num-tcs", type=positive_int, default=None, help="transaction coordinators (default: any)"
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     marker_secret = args.marker_secret or secret_from_env("marker_secret")
     if marker_secret:
         options["markerSecret"] = marker_secret
-    if args.num_tcs:
+    if args.num_tcs is not None:
         options["numTcs"] = str(args.num_tcs)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

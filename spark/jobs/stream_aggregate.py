@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from spark.jobs import secret_from_env
+from spark.jobs import positive_int, secret_from_env
 
 log = logging.getLogger("spark.jobs.stream_aggregate")
 
@@ -34,10 +34,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--input", required=True, help="topic to read (committed records only)")
     p.add_argument("--output", required=True, help="topic the running counts go to")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (keep it across restarts)")
-    p.add_argument("--num-tcs", type=int, default=None, help="number of TCs of the cluster")
+    p.add_argument("--num-tcs", type=positive_int, default=None, help="number of TCs of the cluster")
     p.add_argument("--snapshot-topic", default=None, help="TB snapshot topic, if not the default")
     p.add_argument("--progress-topic", default=None, help="progress topic of idempotent writes")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--max-offsets-per-trigger", type=positive_int, default=None)
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval")
     p.add_argument("--available-now", action="store_true", help="process what is there now, then exit")
     p.add_argument("--run-seconds", type=float, default=None, help="stop after this long (default: run)")
@@ -59,11 +59,11 @@ def build(spark: Any, args: argparse.Namespace) -> Any:
     if marker_secret:  # markers (and snapshots) are authenticated: the reader must check them too
         source_options["markerSecret"] = marker_secret
     source_options["startingOffsets"] = "earliest"
-    if args.num_tcs:
+    if args.num_tcs is not None:
         source_options["numTcs"] = str(args.num_tcs)
     if args.snapshot_topic:
         source_options["snapshotTopic"] = args.snapshot_topic
-    if args.max_offsets_per_trigger:
+    if args.max_offsets_per_trigger is not None:
         source_options["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
     counts = (
         spark.readStream.format("pulsar_txn")
