@@ -230,11 +230,13 @@ class TransactionalWriter:
             with _registry_lock:
                 _progress_counts[(self.settings.bootstrap_servers, name)] = count
         index = progress_partition(query_id, count)
-        key = (self.settings.bootstrap_servers, name, index)
+        options = client._buffer_options()
+        # The fold depends on the TC count and the marker secret too: a writer with other settings
+        # must not read its progress through a state another writer folded.
+        key = (self.settings.bootstrap_servers, name, index, options.num_tcs, options.marker_secret)
         with _registry_lock:
             part = _progress_parts.get(key)
             if part is None:
-                options = client._buffer_options()
                 state = TxnBufferState(
                     name,
                     index,
@@ -247,7 +249,7 @@ class TransactionalWriter:
 
 # Per driver process: the progress partitions scanned so far, and one lock per query so two writes of
 # one query in this process never interleave.
-_progress_parts: dict[tuple[str, str, int], ProgressPartition] = {}
+_progress_parts: dict[tuple[str, str, int, int | None, bytes | None], ProgressPartition] = {}
 _progress_counts: dict[tuple[str, str], int] = {}
 _query_locks: dict[str, threading.Lock] = {}
 _registry_lock = threading.Lock()
