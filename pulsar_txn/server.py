@@ -110,6 +110,7 @@ class CoordinatorServer:
         self.max_connections_per_ip = max_connections_per_ip
         self._per_ip: Counter[str] = Counter()
         self.refused_connections = 0
+        self.evicted_connections = 0  # closed without CONNECT to make room for a new connection
         self.api = api
         self.host = host
         self.max_frame_size = max_frame_size
@@ -172,11 +173,34 @@ class CoordinatorServer:
 
     def _over_limit(self, ip: str) -> str | None:
         """Which connection limit a new connection from ``ip`` would pass, or None."""
-        if self.max_connections and len(self._connections) >= self.max_connections:
+        if (
+            self.max_connections
+            and len(self._connections) >= self.max_connections
+            and not self._evict_unconnected()
+        ):
             return f"max_connections ({self.max_connections})"
         if self.max_connections_per_ip and self._per_ip[ip] >= self.max_connections_per_ip:
             return f"max_connections_per_ip ({self.max_connections_per_ip})"
         return None
+
+    def _evict_unconnected(self) -> bool:
+        """Close the oldest connection that has not sent CONNECT yet, to make room for a new one;
+        False if every connection is a client's. Refusing the new one instead let anyone (no token
+        needed) hold every place with connections that never authenticate, locking clients out."""
+        for conn in self._connections:  # oldest first
+            if not conn.connected and not conn.evicted:
+                conn.evict()
+                self.evicted_connections += 1
+                if self.evicted_connections % 100 == 1:
+                    log.warning(
+                        "connection from %s closed for a new one: max_connections (%d) reached and "
+                        "it sent no CONNECT (%d closed so far)",
+                        conn.peer,
+                        self.max_connections,
+                        self.evicted_connections,
+                    )
+                return True
+        return False
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -226,6 +250,7 @@ class _Connection:
         self._loop = asyncio.get_running_loop()
         self._last_received = self._loop.time()
         self._connected = False
+        self.evicted = False  # closed to make room (see CoordinatorServer._evict_unconnected)
         self._protocol_version = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight_bytes = 0  # of the requests in ``_tasks``
@@ -239,6 +264,15 @@ class _Connection:
             CommandType.LOOKUP: self._lookup,
             CommandType.PARTITIONED_METADATA: self._partitioned_metadata,
         }
+
+    @property
+    def connected(self) -> bool:
+        """Whether the client sent an accepted CONNECT."""
+        return self._connected
+
+    def evict(self) -> None:
+        self.evicted = True
+        self._writer.transport.abort()  # the read loop ends on it, and the clean-up runs
 
     async def run(self) -> None:
         keepalive = asyncio.create_task(self._keepalive())

@@ -49,6 +49,31 @@ def test_connections_over_max_connections_are_closed_and_a_freed_place_is_reused
     assert "max_connections (2)" in caplog.text
 
 
+def test_connections_that_never_send_connect_give_way_to_new_ones_at_the_limit() -> None:
+    """Anyone can open connections and never authenticate: at max_connections the oldest such one is
+    closed for a new connection, so they cannot lock out clients with the token."""
+
+    async def scenario() -> None:
+        async with serving_nothing(max_connections=2) as server:
+            silent = [await RawClient.open(server), await RawClient.open(server)]
+            await asyncio.sleep(0.1)
+            client = await RawClient.open(server)
+            await client.handshake()  # admitted: the oldest silent one gave way
+            assert await silent[0].recv_until_closed(timeout=2) == []
+            assert server.evicted_connections == 1 and server.refused_connections == 0
+            await client.ping_pong()
+            late = await RawClient.open(server)  # the other silent one gives way now
+            await late.handshake()
+            assert await silent[1].recv_until_closed(timeout=2) == []
+            refused = await RawClient.open(server)  # both are clients': refused
+            assert await _closed_at_once(refused)
+            assert server.refused_connections == 1
+            for c in (*silent, client, late, refused):
+                await c.close()
+
+    run(scenario())
+
+
 def test_connections_over_the_per_ip_limit_are_closed() -> None:
     async def scenario() -> None:
         async with serving_nothing(max_connections_per_ip=1) as server:
