@@ -5,6 +5,7 @@ or infinite timeout never turns a bounded wait into an endless one)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import TypeVar
 
 from pulsar_txn.errors import ConfigError
@@ -62,6 +63,18 @@ def text(value: object, what: str) -> str:
         raise ConfigError(f"{what} is a str, not {type(value).__name__} {value!r}")
     encoded(value, what)
     return value
+
+
+_GROUP_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def group_instance_id(value: object, what: str) -> str:
+    """A Kafka ``group.instance.id`` (static membership) as Kafka accepts it: 1-249 of
+    ``[A-Za-z0-9._-]``. An empty one would silently turn static membership off."""
+    name = text(value, what)
+    if not _GROUP_INSTANCE_ID.fullmatch(name) or name in {".", ".."}:
+        raise ConfigError(f"{what} {name!r:.60}: 1-249 characters of a-z, A-Z, 0-9, '.', '_' and '-'")
+    return name
 
 
 def instance(value: object, kind: type[E], what: str) -> E:

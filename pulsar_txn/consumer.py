@@ -169,6 +169,8 @@ class Consumer(
         if consumer_name is not None:
             _args.text(consumer_name, "consumer_name")
         subscribe_timeout = _args.seconds(subscribe_timeout, "subscribe_timeout")
+        if instance_id is not None:
+            _args.group_instance_id(instance_id, "instance_id")
         self._pattern = pattern
         self._discovery_period = _args.seconds(pattern_auto_discovery_period, "pattern_auto_discovery_period")
         self._next_discovery = time.monotonic() + self._discovery_period

@@ -77,6 +77,8 @@ class PipelineSettings:
             raise ConfigError("the pipeline's input and output topics must differ")
         # Checked here as subscribe checks it: refused there, every session failed the same way and
         # the pipeline restarted for ever.
+        # Always static membership: a restart must replace the killed run's group member at once.
+        _args.group_instance_id(self.instance_id, "instance_id")
         subscription = _args.text(self.subscription, "subscription")
         if bad_subscription_name(subscription):
             raise ConfigError(f"subscription {subscription!r:.100}: empty, or holds '/' or a space")

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-exit", type=float, help="exit after this many seconds without input")
     p.add_argument("--num-tcs", type=int, help="the cluster's number of TCs (default: read from Kafka)")
     p.add_argument("--snapshot-topic", help="transaction-buffer snapshot topic, if not the default")
-    p.add_argument("--work-ms", type=float, default=0.0, help="simulated processing time per message")
+    p.add_argument("--work-ms", type=_work_ms, default=0.0, help="simulated processing time per message")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument(
         "--metrics-port",
@@ -123,6 +123,18 @@ def run(args: argparse.Namespace) -> int:
             pipeline.close()
     print("done: " + _line(progress), flush=True)
     return 0
+
+
+def _work_ms(text: str) -> float:
+    """Milliseconds for argparse: finite and >= 0 (inf crashed the transform, nan and negatives were
+    silently taken as 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r:.40}") from None
+    if not 0 <= value <= 60_000:
+        raise argparse.ArgumentTypeError(f"{text!r:.40} is not in 0-60000 ms")
+    return value
 
 
 def port_number(text: str) -> int:

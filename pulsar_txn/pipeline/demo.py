@@ -26,6 +26,9 @@ from pulsar_txn.txnid import TxnID
 INPUT, OUTPUT, PARTITIONS = "demo-input", "demo-output", 3
 
 
+_LAST_RUN_S = 300.0  # the last (unkilled) run drains the rest of the input and exits when idle
+
+
 def run_pipeline_demo(data_dir: Path, *, messages: int = 20_000, kills: int = 2) -> int:
     print(f"starting the embedded Kafka broker (data in {data_dir}) ...", flush=True)
     broker = LocalBroker(data_dir / "broker")
@@ -92,8 +95,11 @@ def _run(client: Client, url: str, bootstrap: str, messages: int, kills: int) ->
         proc = subprocess.Popen(
             [*args, "--idle-exit", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        _echo_until(proc, progress_lines=None)
-        code = proc.wait(300)
+        _echo_until(proc, progress_lines=None, timeout=_LAST_RUN_S)
+        if proc.poll() is None:
+            print(f"[demo] the last run did not finish in {_LAST_RUN_S:.0f} s; stopping it", flush=True)
+            proc.kill()
+        code = proc.wait(30)
     finally:
         if proc is not None and proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): no orphan left
             proc.kill()
@@ -148,7 +154,8 @@ def _echo_until(
     proc: subprocess.Popen[str], progress_lines: int | None, timeout: float = 15.0
 ) -> threading.Thread:
     """Show the pipeline's output; return after ``progress_lines`` progress lines (or ``timeout``
-    seconds: a fast pipeline may have run out of input and print no more), or, with None, at exit."""
+    seconds: a fast pipeline may have run out of input and print no more), or, with None, at exit
+    (or ``timeout``)."""
     assert proc.stdout is not None
     stdout = proc.stdout
     enough = threading.Event()
@@ -171,7 +178,7 @@ def _echo_until(
     echo = threading.Thread(target=pump, name="demo-echo", daemon=True)
     echo.start()
     if progress_lines is None:
-        echo.join()
+        echo.join(timeout)
     else:
         enough.wait(timeout)
     return echo

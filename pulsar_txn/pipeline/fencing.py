@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 from kafka_store import StoreError, describe_group, group_admin, read_range
 from pulsar_txn.buffer.reader import load_state
 from pulsar_txn.errors import (
+    ConfigError,
     InvalidTxnStatusError,
     ProducerFenced,
     Timeout,
+    TopicNotFound,
     TransactionNotFound,
     from_store_error,
 )
@@ -52,8 +54,15 @@ def open_in_output(client: Client, output: TopicName, producer_prefix: str) -> s
     """Transactions open in ``output``'s partitions whose first message there is from a producer
     named ``producer_prefix...``."""
     found: set[TxnID] = set()
+    try:
+        partitions = client._partition_count(output)
+    except TopicNotFound:
+        # Not worth a new session (each would fail the same way): as for too few partitions.
+        raise ConfigError(
+            f"output topic {output} does not exist: create it with as many partitions as the input"
+        ) from None
     try:  # storage helpers, below the public API's error boundary: a Kafka hiccup restarts the session
-        for partition in range(client._partition_count(output)):
+        for partition in range(partitions):
             state, _ = load_state(
                 client.kafka,
                 output.kafka_topic,

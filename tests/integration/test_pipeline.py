@@ -132,6 +132,16 @@ def test_an_output_topic_with_fewer_partitions_than_the_input_is_a_config_error_
     pipeline.close()
 
 
+def test_a_missing_output_topic_is_a_config_error_not_a_retry_loop(cluster, uid: str) -> None:
+    c = cluster()
+    _fill(c, f"in_{uid}", 10)
+    pipeline = ExactlyOncePipeline(c.client, _settings(uid, retry_backoff_s=0.05))
+    with pytest.raises(ConfigError, match="does not exist: create it with as many partitions"):
+        pipeline.run()
+    assert pipeline.progress.sessions == 1
+    pipeline.close()
+
+
 def test_pipeline_rejects_same_input_and_output() -> None:
     with pytest.raises(ConfigError):
         PipelineSettings("t", "t")

@@ -25,6 +25,12 @@ from pulsar_txn.pipeline.app import PipelineSettings
         {"batch_size": 0},
         {"batch_size": True},
         {"batch_timeout_ms": 2.5},
+        # Always static membership: "" silently turned it off (a restart found ConsumerBusy).
+        {"instance_id": ""},
+        {"instance_id": None},
+        {"instance_id": 7},
+        {"instance_id": "a b"},
+        {"instance_id": "x" * 250},
     ],
 )
 def test_settings_that_cannot_work_are_a_config_error(bad: dict[str, object]) -> None:
@@ -73,3 +79,17 @@ def test_an_admin_http_server_refuses_an_out_of_range_port() -> None:
     for port in (65536, -1, True):
         with pytest.raises(ConfigError):
             AdminHttpServer({}, port=port)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "1e9", "soon"])
+def test_the_cli_refuses_a_work_time_it_cannot_apply(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``inf`` crashed the transform with a traceback; ``nan`` and negatives were taken as 0."""
+    from pulsar_txn.pipeline.cli import _work_ms
+
+    if value == "0":
+        assert _work_ms(value) == 0.0
+        return
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _work_ms(value)
