@@ -241,7 +241,11 @@ class ExactlyOncePipeline:
         ``overlap_commits`` its commit is chained behind the partition's earlier batches (issued once
         they have committed; aborted if one of them failed) and this returns at once; else it commits
         here."""
-        txn = self._begin()
+        try:
+            txn = self._begin()
+        except BaseException:
+            self.progress.failed_batches += 1  # it did not commit: no transaction to hold it
+            raise
         try:
             # Individual acks, in one call (one pending-ack record): with overlapping transactions a
             # cumulative ack would conflict with the previous batch's (Pulsar lets one transaction at

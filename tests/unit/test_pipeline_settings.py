@@ -93,3 +93,21 @@ def test_the_cli_refuses_a_work_time_it_cannot_apply(value: str, capsys: pytest.
 
     with pytest.raises(argparse.ArgumentTypeError):
         _work_ms(value)
+
+
+def test_a_batch_whose_transaction_cannot_begin_counts_as_failed() -> None:
+    """NEW_TXN failing (e.g. the coordinator is gone) fails the batch like any other failure: the
+    progress counts it, and the session restarts."""
+    from typing import Any, cast
+
+    from pulsar_txn.errors import Timeout
+    from pulsar_txn.pipeline.app import ExactlyOncePipeline
+
+    class NoCoordinator:
+        def transaction(self, _timeout: float) -> None:
+            raise Timeout("no coordinator answered")
+
+    pipeline = ExactlyOncePipeline(cast(Any, NoCoordinator()), PipelineSettings("in", "out"))
+    with pytest.raises(Timeout):
+        pipeline._process(cast(Any, None), 0, [], {})
+    assert pipeline.progress.failed_batches == 1
