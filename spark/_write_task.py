@@ -123,7 +123,8 @@ def write_partition(
         # attempt number: the driver checks that case, writer._retried_result_stage.)
         raise TransactionHasOperationFailed(
             f"task for partition {ctx.partitionId()} is attempt {ctx.attemptNumber()}: an earlier attempt "
-            f"may have produced into {txn_id}; the batch must be retried in a new transaction"
+            f"may have produced into {txn_id}; the batch must be retried in a new transaction (why the "
+            "first attempt failed is in its task's error: the stage's failed tasks in the Spark UI or log)"
         )
     client = client_for(settings)
     txn = client.resume_transaction(txn_id, txn_timeout_ms)
