@@ -38,6 +38,7 @@ from pulsar_txn.compat._api import (
     ConsumerDeadLetterPolicy,
     Producer,
     Reader,
+    ServiceInfo,
 )
 from pulsar_txn.compat._ids import Message, MessageId
 from pulsar_txn.compat._params import OperationNotSupported
@@ -222,6 +223,7 @@ __all__ = [
     "Reader",
     "RegexSubscriptionMode",
     "Result",
+    "ServiceInfo",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",
     "TableView",

@@ -30,6 +30,34 @@ _H = TypeVar("_H", "Consumer[Any]", "Reader[Any]", "TableView[Any]")
 
 
 @dataclass(frozen=True)
+class ServiceInfo:
+    """pulsar-client's ``ServiceInfo``: a cluster endpoint (no TLS to the coordinator here)."""
+
+    service_url: str
+    authentication: Any = None
+    tls_trust_certs_file_path: str | None = None
+
+    @property
+    def use_tls(self) -> bool:
+        return False
+
+
+def _check_service_url(service_url: object) -> None:
+    """pulsar-client URLs this client cannot use, refused as not supported (a clear
+    ``OperationNotSupported``, not the generic ``ConfigError`` of the URL parser)."""
+    if isinstance(service_url, str):
+        if service_url.startswith(("pulsar+ssl://", "https://")):
+            raise _params.OperationNotSupported(
+                f"{service_url!r:.80}: TLS to the coordinator is not supported (use pulsar://host:port)"
+            )
+        if "," in service_url:
+            raise _params.OperationNotSupported(
+                f"{service_url!r:.80}: one coordinator address is needed (pulsar://host:port); any "
+                "coordinator of the cluster serves every transaction through lookups"
+            )
+
+
+@dataclass(frozen=True)
 class ConsumerDeadLetterPolicy:
     """pulsar-client's dead-letter policy; ``initial_subscription_name`` is not supported."""
 
@@ -58,6 +86,17 @@ class BatchReceivePolicy:
     timeout_ms: int = 100
 
 
+_NO_LIMIT_MS = 365 * 24 * 3600 * 1000  # a batch receive timeout "without limit"
+
+
+def _no_null_value(content: object) -> None:
+    if content is None:
+        raise _params.OperationNotSupported(
+            "a null value (pulsar-client's tombstone for compaction) is not supported: records "
+            "without a value are not delivered to readers here"
+        )
+
+
 class Client:
     """``pulsar.Client(service_url, authentication=None, operation_timeout_seconds=30, ...)`` on Kafka.
 
@@ -66,6 +105,7 @@ class Client:
     in-process. Transactions as in Pulsar's Java client: ``client.new_transaction()...build()``."""
 
     def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+        _check_service_url(service_url)
         self._auto_create = bool(kwargs.pop("auto_create_topics", True))
         own = {k: kwargs.pop(k) for k in list(kwargs) if k in _params.NATIVE_CLIENT_OPTIONS}
         given = _params.CLIENT.positional(args, kwargs)
@@ -81,6 +121,10 @@ class Client:
             **own,
         )
         """The ``pulsar_txn.Client`` underneath."""
+
+    def get_service_info(self) -> ServiceInfo:
+        """Where this client connects (pulsar-client's ``get_service_info``)."""
+        return ServiceInfo(self.native.service_url)
 
     @classmethod
     def embedded(cls, *args: Any, **kwargs: Any) -> Client:
@@ -263,6 +307,7 @@ class Producer(Generic[T]):
         """Send and wait until stored; returns its MessageId. ``txn=``: inside that transaction."""
         given = _params.SEND.positional(args, kwargs)
         _params.SEND.check(given)
+        _no_null_value(content)
         mid = self.native.send(content, txn=txn, **_send_options(given))
         self._last_sequence_id += 1
         return MessageId.wrap(mid)
@@ -279,6 +324,7 @@ class Producer(Generic[T]):
         pulsar-client (``Result.Ok``, ``Result.Timeout``, ...). ``txn=``: inside that transaction."""
         given = _params.SEND_ASYNC.positional(args, kwargs)
         _params.SEND_ASYNC.check(given)
+        _no_null_value(content)
 
         def done(result: Result | PulsarTxnError, mid: _message.MessageId | None) -> None:
             if callback is not None:
@@ -358,7 +404,9 @@ class Consumer(Generic[T]):
         """Up to the batch receive policy's count of messages, within its timeout."""
         self._no_listener("batch_receive")
         count = self._batch.max_num_message if self._batch.max_num_message > 0 else 100
-        return [self._names.wrap(m) for m in self.native.batch_receive(count, self._batch.timeout_ms)]
+        # pulsar-client: a timeout below 0 means no limit (the batch fills up first).
+        timeout = self._batch.timeout_ms if self._batch.timeout_ms >= 0 else _NO_LIMIT_MS
+        return [self._names.wrap(m) for m in self.native.batch_receive(count, timeout)]
 
     def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:
         """Acknowledge a message or id; with ``txn``, inside that transaction."""

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pulsar_txn import compat
-from pulsar_txn.compat import _params
+from pulsar_txn.compat import _api, _params
 from pulsar_txn.compat import asyncio as _compat_asyncio
 
 _UNSUPPORTED_MEMBERS = {
@@ -212,14 +212,48 @@ class _Visitor(ast.NodeVisitor):
         path = self._pulsar_path(func)
         if path in ("Client", "asyncio.Client"):
             self._check_args(node, _params.CLIENT)
+            url = (
+                node.args[0]
+                if node.args
+                else next((kw.value for kw in node.keywords if kw.arg == "service_url"), None)
+            )
+            if isinstance(url, ast.Constant) and isinstance(url.value, str):
+                try:
+                    _api._check_service_url(url.value)
+                except _params.OperationNotSupported as exc:
+                    self.add(url, "unsupported", f"Client(service_url=...): {exc}")
             if not any(kw.arg in ("bootstrap_servers", "kafka") or kw.arg is None for kw in node.keywords):
                 self.add(
                     node, "change", "Client(...) needs where Kafka is: bootstrap_servers=... or kafka={...}"
                 )
         elif path == "schema.AvroSchema" or path == "schema.JsonSchema":
             pass
+        elif path == "ConsumerDeadLetterPolicy":
+            initial = (
+                node.args[2]
+                if len(node.args) > 2
+                else next((kw.value for kw in node.keywords if kw.arg == "initial_subscription_name"), None)
+            )
+            if initial is not None:
+                known = _static_value(initial, (None,), self)
+                if known is not True:
+                    self.add(
+                        initial,
+                        "unsupported" if known is False else "check",
+                        "ConsumerDeadLetterPolicy(initial_subscription_name=...) raises "
+                        "OperationNotSupported at subscribe unless None",
+                    )
         elif isinstance(func, ast.Attribute) and self.modules | self.names.keys() | self.schema_modules:
             table = _params.TABLES.get(func.attr) if func.attr != "Client" else None  # methods only
+            first = node.args[0] if node.args else None
+            if (
+                func.attr in ("send", "send_async")
+                and isinstance(first, ast.Constant)
+                and first.value is None
+            ):
+                self.add(
+                    first, "unsupported", f"{func.attr}(None): null values (tombstones) are not supported"
+                )
             if table is not None:
                 self._check_args(node, table, strict=func.attr not in ("send", "send_async", "subscribe"))
             elif func.attr in _params.UNSUPPORTED_CALLS:

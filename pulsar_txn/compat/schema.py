@@ -3,8 +3,8 @@
 
 ``record_cls`` may be one of this library's record types (a dataclass, a pydantic model, ``dict``) or
 a ``pulsar.schema.Record`` subclass of pulsar-client (keep pulsar-client installed for those): its
-``schema()`` gives the Avro schema, and values are built with ``record_cls(**fields)``. Flat records
-only; nested ``Record`` fields are not converted. Schema objects of pulsar-client itself are accepted
+``schema()`` gives the Avro schema, and values are built with ``record_cls(**fields)`` (nested
+records too, also in arrays and maps). Schema objects of pulsar-client itself are accepted
 wherever a schema is (``to_native``)."""
 
 from __future__ import annotations
@@ -42,8 +42,19 @@ class _PulsarRecords(_schema.Schema[Any]):
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, self._cls):
-            value = {name: self._field(getattr(value, name)) for name in self._names}
+            value = {name: self._plain(getattr(value, name)) for name in self._names}
         return self._inner.encode(value)
+
+    def _plain(self, value: Any) -> Any:
+        """A field's value with nested records (also in arrays and maps) as dicts, as pulsar-client
+        writes them; its ``Record(**fields)`` builds nested records back from dicts."""
+        if _is_pulsar_record(type(value)):
+            return {name: self._plain(getattr(value, name)) for name in type(value)._fields}
+        if isinstance(value, list):
+            return [self._plain(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self._plain(item) for key, item in value.items()}
+        return self._field(value)
 
     def _field(self, value: Any) -> Any:
         """A field's value as pulsar-client writes it (its record classes take either form back)."""

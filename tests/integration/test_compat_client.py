@@ -401,3 +401,33 @@ def test_send_async_callback_gets_the_result_code_of_a_failure(cluster: ClusterF
     producer.close()
     assert not producer.is_connected() and producer.native.closed
     client.close()
+
+
+def test_a_batch_receive_policy_without_a_timeout_waits_for_a_full_batch(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """pulsar-client: a timeout below 0 means no limit. Before, every batch_receive raised ConfigError."""
+    topic = f"compat_batch_{uid}"
+    client = _with_topics(cluster(), {topic: 1})
+    consumer = client.subscribe(
+        topic,
+        f"sub_{uid}",
+        initial_position=pulsar.InitialPosition.Earliest,
+        batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(3, 10 * 1024 * 1024, -1),
+    )
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    assert [m.data() for m in consumer.batch_receive()] == [b"m0", b"m1", b"m2"]
+    client.close()
+
+
+def test_a_null_value_is_refused_as_not_supported(cluster: ClusterFactory, uid: str) -> None:
+    topic = f"compat_null_{uid}"
+    client = _with_topics(cluster(), {topic: 1})
+    producer = client.create_producer(topic)
+    with pytest.raises(pulsar.OperationNotSupported, match="null value"):
+        producer.send(None)
+    with pytest.raises(pulsar.OperationNotSupported, match="null value"):
+        producer.send_async(None, None)
+    client.close()
