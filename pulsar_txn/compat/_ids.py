@@ -27,7 +27,8 @@ class MessageId:
         if entry_id < 0 and ledger_id < 0:
             self._id = _message.EARLIEST
         else:
-            self._id = _message.MessageId("", partition, entry_id)
+            # pulsar-client's ids of a non-partitioned topic say partition -1; on Kafka it is 0.
+            self._id = _message.MessageId("", max(partition, 0), entry_id)
 
     @classmethod
     def wrap(cls, mid: _message.MessageId) -> MessageId:

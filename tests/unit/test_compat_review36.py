@@ -90,3 +90,11 @@ def test_get_service_info_says_where_the_client_connects() -> None:
         assert info.use_tls is False and info.tls_trust_certs_file_path is None
     finally:
         client.close()
+
+
+def test_an_id_made_for_a_non_partitioned_topic_means_kafka_partition_0() -> None:
+    """pulsar-client gives partition -1 for a non-partitioned topic; programs rebuild ids with it."""
+    import pulsar_txn.compat as pulsar
+
+    assert pulsar.MessageId(-1, 0, 5).native.partition == 0
+    assert pulsar.MessageId(2, 0, 5).native.partition == 2
