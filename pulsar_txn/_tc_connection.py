@@ -60,6 +60,11 @@ CLIENT_VERSION = "pulsar-txn-tc-client-0.1"
 _READ_SIZE = 64 * 1024
 _READ_WAKE_S = 0.25  # the reader checks for close and expiry at least this often
 _EXPIRY_STEP_S = 0.05
+# A write that makes no progress this long (the peer stopped reading and the kernel's send buffer is
+# full) gives the connection up. It blocks its caller meanwhile, and that may be the client's event
+# loop (every TC call of the client) or the reader thread (pings, expiry): the connect timeout (10 s)
+# it was before froze them that long. A peer that reads at all never comes near it.
+_WRITE_STALL_S = 2.0
 _PONG = encode_command(wrap(CommandPong()))
 _PING = encode_command(wrap(CommandPing()))
 DEFAULT_KEEP_ALIVE_S = 30.0  # Pulsar's keepAliveIntervalSeconds
@@ -86,7 +91,8 @@ class TcConnection:
         self._pinged = False
         self._loop = asyncio.get_running_loop()
         self._wsock = sock  # writes, under _write_lock; closed only by _close_sockets
-        self._wsock.settimeout(write_timeout)  # a peer that stops reading cannot hold a writer forever
+        # A peer that stops reading cannot hold a writer (see _WRITE_STALL_S).
+        self._wsock.settimeout(min(write_timeout, _WRITE_STALL_S))
         self._rsock = sock.dup()  # the reader thread's own object (its own timeout for recv)
         self._rsock.settimeout(_READ_WAKE_S)
         self._write_lock = threading.Lock()
