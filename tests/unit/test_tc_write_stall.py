@@ -81,7 +81,8 @@ class _StallingCoordinator:
                     req = cmd.new_txn.request_id
                     out = wrap(CommandNewTxnResponse(request_id=req, txnid_most_bits=0, txnid_least_bits=seq))
                 elif cmd.type == CommandType.ADD_PARTITION_TO_TXN:
-                    out = wrap(CommandAddPartitionToTxnResponse(request_id=cmd.add_partition_to_txn.request_id))
+                    req = cmd.add_partition_to_txn.request_id
+                    out = wrap(CommandAddPartitionToTxnResponse(request_id=req))
                 else:
                     continue
                 conn.sendall(encode_command(out))
