@@ -348,7 +348,8 @@ class TcConnection:
             self._deadlines = {}
         self._close_sockets()
         self._on_loop(_reject_quietly, self._handshake, exc)
-        for waiter in pending.values():
+        # A copy taken at once (atomic): the reader thread may still pop from the old dict.
+        for waiter in list(pending.values()):
             if isinstance(waiter, asyncio.Future):
                 self._on_loop(_fail, waiter, exc)
             else:
