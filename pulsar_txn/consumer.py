@@ -318,8 +318,9 @@ class Consumer(
 
     def assigned_partitions(self) -> list[TP]:
         """The (Kafka topic, partition) pairs this consumer holds now."""
-        with self._lock:
-            return sorted(self._parts)
+        # No lock: copying a dict's keys is atomic under the GIL, and the asyncio consumer calls
+        # this on its event loop, which must not wait for a lock a recovery may hold for seconds.
+        return sorted(list(self._parts))
 
     def close(self) -> None:
         """Persist the cursor and leave the subscription (it stays; see ``unsubscribe``)."""
