@@ -62,8 +62,9 @@ _READ_WAKE_S = 0.25  # the reader checks for close and expiry at least this ofte
 _EXPIRY_STEP_S = 0.05
 # A write that makes no progress this long (the peer stopped reading and the kernel's send buffer is
 # full) gives the connection up. It blocks its caller meanwhile, and that may be the client's event
-# loop (every TC call of the client) or the reader thread (pings, expiry): the connect timeout (10 s)
-# it was before froze them that long. A peer that reads at all never comes near it.
+# loop (every TC call of the client) or the reader thread (pings, expiry): with only the total limit
+# (the connect timeout, 10 s) a stalled peer froze them that long. A peer that reads never comes
+# near it: it bounds each wait for room, not the whole frame.
 _WRITE_STALL_S = 2.0
 _PONG = encode_command(wrap(CommandPong()))
 _PING = encode_command(wrap(CommandPing()))
@@ -91,8 +92,10 @@ class TcConnection:
         self._pinged = False
         self._loop = asyncio.get_running_loop()
         self._wsock = sock  # writes, under _write_lock; closed only by _close_sockets
-        # A peer that stops reading cannot hold a writer (see _WRITE_STALL_S).
+        # A peer that stops reading cannot hold a writer: each wait for room is bounded
+        # (_WRITE_STALL_S), and so is a whole frame (write_timeout), as a peer may read slowly.
         self._wsock.settimeout(min(write_timeout, _WRITE_STALL_S))
+        self._write_timeout = write_timeout
         self._rsock = sock.dup()  # the reader thread's own object (its own timeout for recv)
         self._rsock.settimeout(_READ_WAKE_S)
         self._write_lock = threading.Lock()
@@ -122,13 +125,15 @@ class TcConnection:
         connect_timeout: float,
         max_frame: int,
         keep_alive: float = DEFAULT_KEEP_ALIVE_S,
+        write_timeout: float | None = None,
     ) -> TcConnection:
+        """``write_timeout``: the most one frame may take to write (default: ``connect_timeout``)."""
         try:
             async with asyncio.timeout(connect_timeout):
                 sock = await _connect_socket(host, port)
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {url}: {exc or 'timed out'}") from exc
-        conn = cls(url, sock, max_frame, connect_timeout, keep_alive)
+        conn = cls(url, sock, max_frame, write_timeout or connect_timeout, keep_alive)
         conn._reader.start()
         try:
             connect = CommandConnect(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION)
@@ -227,7 +232,7 @@ class TcConnection:
             if self._wsock.fileno() < 0:
                 raise ConnectionClosed(f"connection to {self.url} is closed")
             try:
-                self._wsock.sendall(data)
+                self._write_all(data)
             except TimeoutError:
                 failure = ConnectionClosed(f"connection to {self.url}: no write progress in time")
             except OSError as exc:
@@ -237,6 +242,17 @@ class TcConnection:
             # as its rest. The connection is unusable; drop it (its waiters fail, callers reconnect).
             self._fail_all(failure)
             raise failure
+
+    def _write_all(self, data: bytes) -> None:
+        """``sendall`` with two bounds: ``send`` waits for room at most the socket's timeout (a
+        ``sendall`` timeout bounds the whole call instead, since Python 3.5, which would give up on a
+        peer reading a large frame steadily), and the frame at most ``write_timeout``."""
+        view = memoryview(data)
+        deadline = time.monotonic() + self._write_timeout
+        while view:
+            if time.monotonic() > deadline:
+                raise TimeoutError("frame not written within the write timeout")
+            view = view[self._wsock.send(view) :]
 
     def _close_sockets(self) -> None:
         with contextlib.suppress(OSError):

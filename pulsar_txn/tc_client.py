@@ -330,7 +330,15 @@ class TcClient:
                 await conn.close()
             host, port = service_host_port(url)
             conn = await TcConnection.open(
-                host, port, url, self._token, self._connect_timeout, self._max_frame, self._keep_alive
+                host,
+                port,
+                url,
+                self._token,
+                self._connect_timeout,
+                self._max_frame,
+                self._keep_alive,
+                # A frame's write never outlasts a call (it blocks its caller: maybe the event loop).
+                write_timeout=min(self._connect_timeout, self._operation_timeout),
             )
             if self._closed:  # close() ran while we were connecting
                 await conn.close()

@@ -39,6 +39,7 @@ class ServiceInfo:
 
     @property
     def use_tls(self) -> bool:
+        """Always False: connections to the coordinator are plain TCP."""
         return False
 
 

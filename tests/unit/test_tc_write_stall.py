@@ -129,3 +129,46 @@ def test_a_coordinator_that_stops_reading_holds_a_write_for_at_most_the_stall_li
         stop.set()
         server.close()
         client.close()
+
+
+def test_a_peer_reading_a_large_frame_slowly_is_not_given_up() -> None:
+    """The stall limit bounds each wait for room, not the whole frame (a ``sendall`` timeout bounds
+    the whole call): a frame that takes longer than it to be read, steadily, still goes through."""
+    from types import SimpleNamespace
+
+    from pulsar_txn import _tc_connection
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    ours = socket.create_connection(listener.getsockname())
+    peer, _ = listener.accept()
+    listener.close()
+    for s in (ours, peer):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    ours.settimeout(_tc_connection._WRITE_STALL_S)  # as TcConnection sets it
+    frame = b"x" * (5 * 1024 * 1024)
+    got = bytearray()
+
+    def read_slowly() -> None:  # ~2.5-3 MB/s: the frame takes twice the stall limit
+        while len(got) < len(frame):
+            try:
+                chunk = peer.recv(64 * 1024)
+            except OSError:  # closed by the test (it failed)
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+            time.sleep(0.025)
+
+    reading = threading.Thread(target=read_slowly, daemon=True)
+    reading.start()
+    try:
+        conn = SimpleNamespace(_wsock=ours, _write_timeout=30.0)
+        started = time.monotonic()
+        _tc_connection.TcConnection._write_all(conn, frame)  # type: ignore[arg-type]
+        reading.join(30)
+        assert len(got) == len(frame)
+        assert time.monotonic() - started > _tc_connection._WRITE_STALL_S  # outlasted the limit
+    finally:
+        ours.close()
+        peer.close()
