@@ -173,14 +173,15 @@ class CoordinatorServer:
 
     def _over_limit(self, ip: str) -> str | None:
         """Which connection limit a new connection from ``ip`` would pass, or None."""
+        # The per-IP limit first: a connection refused anyway must not close another one.
+        if self.max_connections_per_ip and self._per_ip[ip] >= self.max_connections_per_ip:
+            return f"max_connections_per_ip ({self.max_connections_per_ip})"
         if (
             self.max_connections
             and len(self._connections) >= self.max_connections
             and not self._evict_unconnected()
         ):
             return f"max_connections ({self.max_connections})"
-        if self.max_connections_per_ip and self._per_ip[ip] >= self.max_connections_per_ip:
-            return f"max_connections_per_ip ({self.max_connections_per_ip})"
         return None
 
     def _evict_unconnected(self) -> bool:

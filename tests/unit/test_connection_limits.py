@@ -74,6 +74,21 @@ def test_connections_that_never_send_connect_give_way_to_new_ones_at_the_limit()
     run(scenario())
 
 
+def test_a_connection_over_its_per_ip_limit_closes_no_other_connection() -> None:
+    async def scenario() -> None:
+        async with serving_nothing(max_connections=1, max_connections_per_ip=1) as server:
+            other = await RawClient.open(server)  # has not sent CONNECT yet
+            await asyncio.sleep(0.1)
+            refused = await RawClient.open(server)  # over both limits: refused, evicting nobody
+            assert await _closed_at_once(refused)
+            assert server.evicted_connections == 0
+            await other.handshake()  # untouched
+            for c in (other, refused):
+                await c.close()
+
+    run(scenario())
+
+
 def test_connections_over_the_per_ip_limit_are_closed() -> None:
     async def scenario() -> None:
         async with serving_nothing(max_connections_per_ip=1) as server:
