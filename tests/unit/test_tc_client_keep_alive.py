@@ -25,12 +25,18 @@ from tests.unit.test_protocol_server import FakeApi, run, serving, tc_client
 
 class FreezingOwner:
     """Answers the handshake, TC_CLIENT_CONNECT and the first NEW_TXN, then freezes: keeps the
-    socket open and reads, but never answers again (as a SIGSTOPped coordinator does)."""
+    socket open and reads, but never answers again (as a SIGSTOPped coordinator does).
+    ``stop_reading()``: it stops reading too, so the client's writes fill the socket buffers."""
 
     def __init__(self) -> None:
         self.frozen = False
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
+        self._reading = asyncio.Event()
+        self._reading.set()
+
+    def stop_reading(self) -> None:
+        self._reading.clear()
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -39,7 +45,7 @@ class FreezingOwner:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
         decoder = FrameDecoder()
-        while data := await reader.read(65536):
+        while (await self._reading.wait()) and (data := await reader.read(65536)):
             for frame in decoder.feed(data):
                 cmd = frame.command
                 if self.frozen:
