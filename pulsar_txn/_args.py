@@ -4,13 +4,16 @@ or infinite timeout never turns a bounded wait into an endless one)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
+from collections.abc import Callable
 from typing import TypeVar
 
 from pulsar_txn.errors import ConfigError
 
 E = TypeVar("E")
+N = TypeVar("N", int, float)
 
 # Longer than any wait an application means (~31 years), short enough for time.monotonic() arithmetic
 # and for datetime/time_t conversions not to overflow.
@@ -63,6 +66,24 @@ def text(value: object, what: str) -> str:
         raise ConfigError(f"{what} is a str, not {type(value).__name__} {value!r}")
     encoded(value, what)
     return value
+
+
+def cli_number(parse: Callable[[str], N], what: str, low: N, high: N | None = None) -> Callable[[str], N]:
+    """An argparse ``type`` for a number in ``low``..``high`` (no upper bound if None): text that is
+    not a number, or one out of range (NaN included), is a usage error naming ``what``, never a
+    value silently taken as "not given" or a traceback from where it is used."""
+
+    def convert(text: str) -> N:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}: not a number: {text!r:.40}") from None
+        if not (low <= value and (high is None or value <= high)):
+            bound = f"in {low:g}-{high:g}" if high is not None else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"{what} {text:.40} is not {bound}")
+        return value
+
+    return convert
 
 
 _GROUP_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -125,28 +125,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _work_ms(text: str) -> float:
-    """Milliseconds for argparse: finite and >= 0 (inf crashed the transform, nan and negatives were
-    silently taken as 0)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r:.40}") from None
-    if not 0 <= value <= 60_000:
-        raise argparse.ArgumentTypeError(f"{text!r:.40} is not in 0-60000 ms")
-    return value
-
-
-def port_number(text: str) -> int:
-    """A TCP port number for argparse (0: any free one); out of range is a usage error, not a
-    traceback from bind()."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r:.40}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
-    return port
+# Argparse types: a value out of range is a usage error. A work time of inf crashed the transform,
+# nan and negatives were silently taken as 0; a port out of range was a traceback from bind().
+_work_ms = _args.cli_number(float, "work time (ms)", 0.0, 60_000.0)
+port_number = _args.cli_number(int, "port", 0, 65535)  # 0: any free one
 
 
 def _metrics_server(args: argparse.Namespace, pipeline: ExactlyOncePipeline) -> AdminHttpThread | None:
