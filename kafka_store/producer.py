@@ -264,10 +264,7 @@ class Appender:
                 # In append order, not arrival order: a record librdkafka queued before it knew the
                 # topic is refused later (in a delivery report) than the records appended after the
                 # metadata came, which are refused at once and may be held first.
-                if queue and queue[-1].seq > d.seq:
-                    queue.insert(bisect.bisect([q.seq for q in queue], d.seq), d)
-                else:
-                    queue.append(d)
+                bisect.insort(queue, d, key=_append_order)
                 return True
             if not start:
                 return False
@@ -412,6 +409,10 @@ def _settle_closed(d: Delivery) -> None:
         d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}]: the appender is closed"))
     except Exception:  # a report handler's bug must not stop the others from being settled
         log.exception("a delivery report handler failed")
+
+
+def _append_order(d: Delivery) -> int:
+    return d.seq
 
 
 def _on_event_loop() -> bool:
