@@ -212,11 +212,7 @@ class _Visitor(ast.NodeVisitor):
         path = self._pulsar_path(func)
         if path in ("Client", "asyncio.Client"):
             self._check_args(node, _params.CLIENT)
-            url = (
-                node.args[0]
-                if node.args
-                else next((kw.value for kw in node.keywords if kw.arg == "service_url"), None)
-            )
+            url = _argument(node, 0, "service_url")
             if isinstance(url, ast.Constant) and isinstance(url.value, str):
                 try:
                     _api._check_service_url(url.value)
@@ -229,11 +225,7 @@ class _Visitor(ast.NodeVisitor):
         elif path == "schema.AvroSchema" or path == "schema.JsonSchema":
             pass
         elif path == "ConsumerDeadLetterPolicy":
-            initial = (
-                node.args[2]
-                if len(node.args) > 2
-                else next((kw.value for kw in node.keywords if kw.arg == "initial_subscription_name"), None)
-            )
+            initial = _argument(node, 2, "initial_subscription_name")
             if initial is not None:
                 known = _static_value(initial, (None,), self)
                 if known is not True:
@@ -292,6 +284,13 @@ class _Visitor(ast.NodeVisitor):
                 )
             elif status == "unknown" and strict and arg not in _params.NATIVE_CLIENT_OPTIONS:
                 self.add(value, "missing", f"{table.call}() has no parameter {arg!r}")
+
+
+def _argument(node: ast.Call, index: int, name: str) -> ast.expr | None:
+    """The expression a call passes for a parameter, by position or by keyword (None if neither)."""
+    if len(node.args) > index:
+        return node.args[index]
+    return next((kw.value for kw in node.keywords if kw.arg == name), None)
 
 
 def _static_value(node: ast.expr, allowed: tuple[object, ...], visitor: _Visitor) -> bool | None:
