@@ -36,8 +36,6 @@ FETCH_QUEUE_BACKOFF_MS = 10
 _POLL_SLICE_S = 0.01  # an idle-gated reader polls in slices this long, to notice when it is caught up
 _OPEN_WINDOW_S = 0.01  # at most this long, a call that opens the idle gate polls for it to close again
 
-RawRecord = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
-
 
 class StoredRecord(NamedTuple):
     """One Kafka record as read back (a tuple: cheap to build on hot read paths)."""
@@ -65,25 +63,28 @@ _NO_HEADERS: Sequence[tuple[str, bytes]] = ()
 _new_tuple = tuple.__new__  # builds a StoredRecord without the namedtuple's Python-level __new__
 
 
-def _to_record(msg: Any) -> StoredRecord:
-    # Called once per record read: kept to plain loops and C calls.
-    headers = msg.headers()
-    if headers:
-        # A tuple, not the client's list: a record of tuples, str and bytes only can be untracked by
-        # the garbage collector, so records a reader holds a while (its window) stop being re-scanned
-        # by every later collection.
-        headers = tuple(headers)
-        for _name, value in headers:
-            if value is None:  # rare (foreign producers); readers treat b"" like a missing value
-                headers = tuple((k, v if v is not None else b"") for k, v in headers)
+def _last_offsets(
+    items: list[Any], records: bool, assigned: dict[tuple[str, int], None]
+) -> dict[tuple[str, int], int]:
+    """The offset of each partition's last item in ``items`` (client messages, or ``StoredRecord``s
+    with ``records``). Items come in offset order per partition: walked from the end, the walk stops
+    once every partition in ``assigned`` has been seen, so it looks at a few items, not every one."""
+    out: dict[tuple[str, int], int] = {}
+    left = len(assigned)
+    for i in range(len(items) - 1, -1, -1):
+        item = items[i]
+        if records:
+            tp, offset = (item[0], item[1]), item[2]
+        else:
+            tp, offset = (item.topic() or "", item.partition() or 0), item.offset() or 0
+        if tp in out:
+            continue
+        out[tp] = offset
+        if tp in assigned:
+            left -= 1
+            if not left:
                 break
-    else:
-        headers = _NO_HEADERS
-    record: StoredRecord = _new_tuple(
-        StoredRecord,
-        (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]),
-    )
-    return record
+    return out
 
 
 class PartitionReader:
@@ -125,6 +126,9 @@ class PartitionReader:
         self._idle_since: float | None = None  # partitions paused by the idle gate since then
         self._eof_seen: dict[tuple[str, int], int] = {}  # end-of-partition events since the gate opened
         self._next: dict[tuple[str, int], int] = {}  # the gate's record of where reading goes on
+        # The assignment as this reader made it: asking the client (``assignment()``) is a round trip
+        # to its main thread, ~0.2 ms here, and the idle gate needs it at every poll.
+        self._assigned: dict[tuple[str, int], None] = {}
 
     @property
     def consumer(self) -> Consumer:
@@ -135,6 +139,7 @@ class PartitionReader:
     def assign(self, positions: dict[tuple[str, int], int]) -> None:
         tps = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         self.consumer.assign(tps)
+        self._assigned = dict.fromkeys(positions)
         # librdkafka keeps a partition's pause flag across unassign and assign: one paused by the idle
         # gate before would stay paused for good.
         self.consumer.resume(tps)
@@ -148,6 +153,7 @@ class PartitionReader:
             self.consumer.incremental_assign([TopicPartition(topic, partition, offset)])
         except KafkaException as exc:  # e.g. assigned already
             raise _translate(exc, f"assignment of {topic}[{partition}]") from None
+        self._assigned[(topic, partition)] = None
         self._eof.pop((topic, partition), None)
         self._next[(topic, partition)] = offset
         if self._idle_since is not None:
@@ -162,6 +168,7 @@ class PartitionReader:
         polls, and at its end on a broker that answers empty fetches at once that is a busy loop."""
         if self._consumer is not None:
             self._consumer.unassign()
+        self._assigned.clear()
         self._eof.clear()
         self._eof_seen.clear()
         self._next.clear()
@@ -171,6 +178,7 @@ class PartitionReader:
             self.consumer.incremental_unassign([TopicPartition(topic, partition)])
         except KafkaException as exc:  # e.g. not assigned
             raise _translate(exc, f"unassignment of {topic}[{partition}]") from None
+        self._assigned.pop((topic, partition), None)
         self._next.pop((topic, partition), None)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -217,31 +225,18 @@ class PartitionReader:
 
     def poll_batch(self, max_records: int = 1000, timeout: float = 0.1) -> list[StoredRecord]:
         """Records in offset order per partition; empty on timeout. Records end-of-partition events."""
-        msgs = self._poll_messages(max_records, timeout)
-        # Each client message is let go once converted: a batch of thousands kept whole while its
-        # records were built outlived young collections and was promoted to the oldest generation,
-        # whose growth then set off full collections (~20% of a read-committed read's CPU).
-        msgs.reverse()
-        take = msgs.pop
-        return [_to_record(take()) for _ in range(len(msgs))]
-
-    def poll_raw(self, max_records: int = 1000, timeout: float = 0.1) -> list[RawRecord]:
-        """Like ``poll_batch`` but only (topic, partition, offset, key, value): for hot paths that need
-        no headers or timestamps."""
-        return [
-            (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
-            for msg in self._poll_messages(max_records, timeout)
-        ]
+        return self._poll_messages(max_records, timeout, True)
 
     def poll_messages(self, max_records: int = 1000, timeout: float = 0.1) -> list[Any]:
         """Like ``poll_batch`` but the client's own message objects (``offset()``, ``key()``,
         ``value()``, ``headers()``, ``timestamp()``), for bulk readers that build columns without a
         record object per message (the Spark source). Errors are handled as in ``poll_batch``."""
-        return self._poll_messages(max_records, timeout)
+        return self._poll_messages(max_records, timeout, False)
 
-    def _poll_messages(self, max_records: int, timeout: float) -> list[Any]:
+    def _poll_messages(self, max_records: int, timeout: float, records: bool) -> list[Any]:
+        """Client messages, or (``records``) ``StoredRecord``s."""
         if not self._idle_backoff:
-            return self._poll_now(max_records, timeout)
+            return self._poll_now(max_records, timeout, records)
         # The idle gate: fetch in short open windows, paused in between while nothing arrives.
         deadline = time.monotonic() + timeout
         wait_until = deadline
@@ -264,16 +259,15 @@ class PartitionReader:
                 settling = True
                 wait_until = max(deadline, time.monotonic() + _OPEN_WINDOW_S)
             out = self._poll_now(
-                max_records - len(got), min(max(wait_until - time.monotonic(), 0.0), _POLL_SLICE_S)
+                max_records - len(got), min(max(wait_until - time.monotonic(), 0.0), _POLL_SLICE_S), records
             )
-            for msg in out:  # in offset order per partition; never back below an end reached
-                key = (msg.topic(), msg.partition())
-                self._next[key] = max(self._next.get(key, 0), msg.offset() + 1)
+            for tp, offset in _last_offsets(out, records, self._assigned).items():
+                self._next[tp] = max(self._next.get(tp, 0), offset + 1)  # never back below an end reached
             got.extend(out)
             # Pause once every partition has reported, since the gate opened, an end we have consumed
             # up to: then nothing fetched can be waiting, however slow the broker is. Checked after
             # records too: a reader that gets a few new records at every poll must still pause.
-            assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+            assignment = self._assigned
             if assignment and all(
                 tp in self._eof_seen and self._eof_seen[tp] <= self._next.get(tp, -1) for tp in assignment
             ):
@@ -289,7 +283,7 @@ class PartitionReader:
         return self._idle_since is not None
 
     def _set_idle_gate(self, closed: bool) -> None:
-        assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        assignment = list(self._assigned)
         if closed:
             self.pause(assignment)
             self._idle_since = time.monotonic()
@@ -304,35 +298,75 @@ class PartitionReader:
             self._idle_since = None
             self._eof_seen.clear()
 
-    def _poll_now(self, max_records: int, timeout: float) -> list[Any]:
-        out = []
-        for msg in poll_ready(self.consumer, max_records, timeout):
-            err = msg.error()
-            if err is None:
-                out.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                tp = (msg.topic() or "", msg.partition() or 0)
-                self._eof[tp] = msg.offset() or 0
-                if self._idle_backoff:
-                    end = msg.offset() or 0
-                    self._eof_seen[tp] = end
-                    # Reading goes on from the end: offsets below it that no record was delivered
-                    # for (below the log start, trailing control records) must not keep the gate
-                    # open for good (the end event comes after the partition's records).
-                    self._next[tp] = max(self._next.get(tp, end), end)
-            elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
-            elif err.fatal():
-                raise translate_kafka_error(err, "read")
+    def _poll_now(self, max_records: int, timeout: float, records: bool) -> list[Any]:
+        msgs = poll_ready(self.consumer, max_records, timeout)
+        out: list[Any] = []
+        add = out.append
+        # Each client message is let go once converted: a batch of thousands kept whole while its
+        # records were built outlived young collections and was promoted to the oldest generation,
+        # whose growth then set off full collections (~20% of a read-committed read's CPU).
+        msgs.reverse()
+        take = msgs.pop
+        for _ in range(len(msgs)):
+            msg = take()
+            if msg.error() is not None:
+                self._on_error(msg)
+            elif records:
+                # Kept to plain loops and C calls: this runs once per record read.
+                headers = msg.headers()
+                if headers:
+                    # A tuple, not the client's list: a tuple of tuples, str and bytes only can be
+                    # untracked by the garbage collector.
+                    headers = tuple(headers)
+                    for _name, value in headers:
+                        if value is None:  # rare (foreign producers); readers treat b"" as no value
+                            headers = tuple((k, v if v is not None else b"") for k, v in headers)
+                            break
+                else:
+                    headers = _NO_HEADERS
+                add(
+                    _new_tuple(
+                        StoredRecord,
+                        (
+                            msg.topic(),
+                            msg.partition(),
+                            msg.offset(),
+                            msg.key(),
+                            msg.value(),
+                            headers,
+                            msg.timestamp()[1],
+                        ),
+                    )
+                )
             else:
-                log.debug("consumer error (will retry): %s", err.str())
+                add(msg)
         if out and self._eof:
-            for msg in out:  # data at or past a recorded end: that end is stale
-                tp = (msg.topic() or "", msg.partition() or 0)
+            for tp, offset in _last_offsets(out, records, self._assigned).items():
                 end = self._eof.get(tp)
-                if end is not None and end <= (msg.offset() or 0):
+                if end is not None and end <= offset:  # data at or past a recorded end: it is stale
                     del self._eof[tp]
         return out
+
+    def _on_error(self, msg: Any) -> None:
+        """An error event of the client's: an end of partition is recorded, the rest raised or
+        logged."""
+        err = msg.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            tp = (msg.topic() or "", msg.partition() or 0)
+            self._eof[tp] = msg.offset() or 0
+            if self._idle_backoff:
+                end = msg.offset() or 0
+                self._eof_seen[tp] = end
+                # Reading goes on from the end: offsets below it that no record was delivered
+                # for (below the log start, trailing control records) must not keep the gate
+                # open for good (the end event comes after the partition's records).
+                self._next[tp] = max(self._next.get(tp, end), end)
+        elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+            raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
+        elif err.fatal():
+            raise translate_kafka_error(err, "read")
+        else:
+            log.debug("consumer error (will retry): %s", err.str())
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         for last_try in (False, True):

@@ -51,6 +51,8 @@ _DELETED_CHECK_S = 5.0
 # A partition whose end has not moved below what its state scanned is checked against the record at
 # the state's anchor this often (a topic deleted and created again under its name).
 _SAME_CHECK_EVERY_S = 30.0
+# Records per partition the client keeps fetched ahead of the scans (librdkafka's default: 100,000).
+_PREFETCH_RECORDS = 10_000
 
 
 UNKNOWN_NUM_TCS = 1 << 16
@@ -68,7 +70,11 @@ class BufferOptions:
     # And at most this many value bytes: behind a transaction that stays open, a window of large
     # records would otherwise hold up to window_max_records of them (50 GB of 1 MB records).
     window_max_bytes: int = 64 * 1024 * 1024
-    fetch_batch: int = 5_000
+    # Records taken from the client per scan. Small: every record read lives from its scan until the
+    # application drops it, and a scan of 5,000 kept ~15,000 tracked objects alive across dozens of
+    # young collections, which promoted them and set off full collections (a 200k-record read spent
+    # 0.14 s of its 0.74 s of CPU in the collector; 0.02 s in scans of 500, where it reads fastest).
+    fetch_batch: int = 500
     # With several partitions, delivery takes at most this many records from one before the next has
     # its turn (Pulsar's multi-partition consumer interleaves partitions as their messages arrive).
     delivery_chunk: int = 100
@@ -283,7 +289,7 @@ class CommittedReader:
             self._kafka,
             fetch_wait_ms=20,
             idle_backoff_ms=idle_backoff_ms,
-            extra={"queued.min.messages": 2 * self._opts.fetch_batch},
+            extra={"queued.min.messages": max(_PREFETCH_RECORDS, 2 * self._opts.fetch_batch)},
         )
 
     def _open(self, tp: TopicPartition, start: int) -> None:
@@ -567,20 +573,31 @@ class CommittedReader:
                 if take == len(window):
                     chunk, kept = window, verdicts
                     part.window, part.verdicts = deque(), deque()
+                    part.window_bytes = 0
                 else:
                     chunk, kept = deque(), deque()
                     for _ in range(take):
                         chunk.append(window.popleft())
                         kept.append(verdicts.popleft())
+                    part.window_bytes -= sum([len(r.value) for r in chunk if r.value is not None])
+                # ``deliverable`` inlined for the commonest verdicts: True (plain) and a TxnID (a
+                # message of a transaction that has ended; delivered unless aborted).
+                aborted = part.state.aborted
                 out.extend(
                     [
                         rec
                         for rec, verdict in zip(chunk, kept, strict=True)
                         if verdict is True
-                        or (verdict is not False and deliverable(rec.offset, rec.headers, verdict))
+                        or (
+                            verdict is not False
+                            and (
+                                deliverable(rec.offset, rec.headers, verdict)
+                                if verdict is None
+                                else not aborted or verdict not in aborted
+                            )
+                        )
                     ]
                 )
-                part.window_bytes -= sum([len(r.value) for r in chunk if r.value is not None])
                 position = chunk[-1].offset + 1
                 window, verdicts = part.window, part.verdicts
                 room = max_records - len(out)

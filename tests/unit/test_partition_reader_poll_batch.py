@@ -8,19 +8,28 @@ from typing import Any
 
 import pytest
 
+from confluent_kafka import KafkaError
+
+import kafka_store.reader as reader_module
 from kafka_store import KafkaConfig, PartitionReader
 from kafka_store.errors import TopicNotFoundError
+from kafka_store.reader import _last_offsets
 
 
 class _Msg:
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, partition: int = 0, error: KafkaError | None = None) -> None:
         self._offset = offset
+        self._partition = partition
+        self._error = error
+
+    def error(self) -> KafkaError | None:
+        return self._error
 
     def topic(self) -> str:
         return "t"
 
     def partition(self) -> int:
-        return 0
+        return self._partition
 
     def offset(self) -> int:
         return self._offset
@@ -44,13 +53,14 @@ def test_each_poll_returns_everything_the_client_handed_over_and_errors_come_on_
     reader = PartitionReader(KafkaConfig(bootstrap_servers="127.0.0.1:1"))
     calls: list[int] = []
 
-    def fake_poll(max_records: int, timeout: float) -> list[Any]:
+    def fake_poll(_consumer: Any, max_records: int, timeout: float) -> list[Any]:
         calls.append(max_records)
         if len(calls) == 1:
             return [_Msg(o) for o in range(700)]
-        raise TopicNotFoundError("t[0] deleted")
+        return [_Msg(700, error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))]
 
-    monkeypatch.setattr(reader, "_poll_messages", fake_poll)
+    monkeypatch.setattr(reader_module, "poll_ready", fake_poll)
+    monkeypatch.setattr(PartitionReader, "consumer", None)
     first = reader.poll_batch(5000, 0.1)
     assert [r.offset for r in first] == list(range(700))
     assert first[1].headers == (("h", b"1"),) and first[0].headers == ()
@@ -58,3 +68,16 @@ def test_each_poll_returns_everything_the_client_handed_over_and_errors_come_on_
     with pytest.raises(TopicNotFoundError):
         reader.poll_batch(5000, 0.1)
     assert calls == [5000, 5000]
+
+
+def test_last_offsets_are_each_partitions_last_item_found_from_the_end() -> None:
+    msgs = [_Msg(o, p) for o, p in [(5, 0), (9, 1), (6, 0), (7, 0), (10, 1), (3, 2)]]
+    assigned = dict.fromkeys([("t", 0), ("t", 1), ("t", 2)])
+    assert _last_offsets(msgs, False, assigned) == {("t", 0): 7, ("t", 1): 10, ("t", 2): 3}
+    # Stops once every assigned partition is seen: partition 0's earlier items are not looked at.
+    assert _last_offsets(msgs, False, dict.fromkeys([("t", 1), ("t", 2)])) == {("t", 1): 10, ("t", 2): 3}
+    # A partition not (or no longer) assigned does not end the walk early.
+    assert _last_offsets(msgs, False, dict.fromkeys([("t", 0)])) == {("t", 2): 3, ("t", 1): 10, ("t", 0): 7}
+    assert _last_offsets(msgs, False, {}) == {("t", 0): 7, ("t", 1): 10, ("t", 2): 3}
+    records = [("t", p, o) for o, p in [(1, 0), (2, 0), (4, 1)]]
+    assert _last_offsets(records, True, dict.fromkeys([("t", 0), ("t", 1)])) == {("t", 0): 2, ("t", 1): 4}
