@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from pulsar_txn.errors import InvalidTxnID
@@ -21,6 +21,9 @@ class TxnID:
 
     most_bits: int
     least_bits: int
+    # Computed once: TxnIDs key the hot dicts (open, aborted and pending transactions), and the
+    # generated __hash__ builds a tuple at every lookup. Not compared, not shown.
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         most, least = self.most_bits, self.least_bits
@@ -28,6 +31,10 @@ class TxnID:
             raise InvalidTxnID(f"TxnID bits are ints, not ({most!r}, {least!r})")
         if not (0 <= most <= _U64 and 0 <= least <= _U64):
             raise InvalidTxnID(f"TxnID bits out of range: ({most},{least})")
+        object.__setattr__(self, "_hash", hash((most, least)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def tc_id(self) -> int:
