@@ -86,6 +86,11 @@ class BatchReceivePolicy:
     max_num_bytes: int = 10 * 1024 * 1024
     timeout_ms: int = 100
 
+    def __post_init__(self) -> None:
+        if self.max_num_message <= 0 and self.max_num_bytes <= 0 and self.timeout_ms <= 0:
+            # pulsar-client refuses it so (its std::invalid_argument, a ValueError in Python).
+            raise ValueError("At least one of maxNumMessages, maxNumBytes and timeoutMs must be specified.")
+
 
 _NO_LIMIT_MS = 365 * 24 * 3600 * 1000  # a batch receive timeout "without limit"
 
@@ -405,8 +410,8 @@ class Consumer(Generic[T]):
         """Up to the batch receive policy's count of messages, within its timeout."""
         self._no_listener("batch_receive")
         count = self._batch.max_num_message if self._batch.max_num_message > 0 else 100
-        # pulsar-client: a timeout below 0 means no limit (the batch fills up first).
-        timeout = self._batch.timeout_ms if self._batch.timeout_ms >= 0 else _NO_LIMIT_MS
+        # pulsar-client: a timeout of 0 or below means no limit (the batch fills up first).
+        timeout = self._batch.timeout_ms if self._batch.timeout_ms > 0 else _NO_LIMIT_MS
         return [self._names.wrap(m) for m in self.native.batch_receive(count, timeout)]
 
     def acknowledge(self, message: Any, txn: Transaction | None = None) -> None:

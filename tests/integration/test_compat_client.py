@@ -403,23 +403,38 @@ def test_send_async_callback_gets_the_result_code_of_a_failure(cluster: ClusterF
     client.close()
 
 
+@pytest.mark.parametrize("timeout_ms", [-1, 0])
 def test_a_batch_receive_policy_without_a_timeout_waits_for_a_full_batch(
-    cluster: ClusterFactory, uid: str
+    cluster: ClusterFactory, uid: str, timeout_ms: int
 ) -> None:
-    """pulsar-client: a timeout below 0 means no limit. Before, every batch_receive raised ConfigError."""
+    """pulsar-client: a timeout of 0 or below means no limit. Before, every batch_receive raised
+    ConfigError (below 0), or returned at once with what had arrived (0)."""
     topic = f"compat_batch_{uid}"
     client = _with_topics(cluster(), {topic: 1})
     consumer = client.subscribe(
         topic,
         f"sub_{uid}",
         initial_position=pulsar.InitialPosition.Earliest,
-        batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(3, 10 * 1024 * 1024, -1),
+        batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(3, 10 * 1024 * 1024, timeout_ms),
     )
     producer = client.create_producer(topic)
-    for i in range(3):
-        producer.send(f"m{i}".encode())
+    producer.send(b"m0")
+
+    def send_the_rest() -> None:
+        time.sleep(0.5)  # batch_receive is waiting by then: it must go on waiting for a full batch
+        for i in (1, 2):
+            producer.send(f"m{i}".encode())
+
+    sender = threading.Thread(target=send_the_rest)
+    sender.start()
     assert [m.data() for m in consumer.batch_receive()] == [b"m0", b"m1", b"m2"]
+    sender.join()
     client.close()
+
+
+def test_a_batch_receive_policy_with_no_limit_at_all_is_refused_as_pulsar_client_does() -> None:
+    with pytest.raises(ValueError, match="At least one of"):
+        pulsar.ConsumerBatchReceivePolicy(-1, 0, 0)
 
 
 def test_a_null_value_is_refused_as_not_supported(cluster: ClusterFactory, uid: str) -> None:

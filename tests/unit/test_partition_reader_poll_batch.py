@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from confluent_kafka import KafkaError
 
 import kafka_store.reader as reader_module
