@@ -107,11 +107,15 @@ class Appender:
         self._retired: list[Producer] = []
 
     def _ensure_started(self) -> Producer:
+        """The current producer, made if there is none; ``_Closed`` once ``close`` has begun: a
+        producer made then would be left running with nobody to report its records."""
         producer = self._producer
         if producer is not None:
             return producer
         with self._lock:
             if self._producer is None:
+                if self._stop.is_set():
+                    raise _Closed
                 made: list[Producer] = []
                 conf = dict(self._conf, error_cb=lambda err: self._on_error(err, made))
                 made.append(make_client(Producer, conf, "Kafka producer"))
@@ -246,7 +250,11 @@ class Appender:
             return
         d.appender = self
         d.seq = next(_APPEND_SEQ)
-        d.producer = self._ensure_started()
+        try:
+            d.producer = self._ensure_started()
+        except _Closed:  # closed since the check above
+            _settle_closed(d)
+            return
         d.deadline = time.monotonic() + self._timeout_s
         if self._held and self._hold(d, start=False):
             return  # records of its partition wait for a retry: it goes after them, never before
@@ -280,7 +288,8 @@ class Appender:
                 refresh = tp in self._stale and not self._stop.is_set()
             if refresh:
                 time.sleep(0.05)
-                self._refresh_metadata(self._ensure_started(), tp[0])
+                with contextlib.suppress(_Closed):  # closed meanwhile: the check below settles them
+                    self._refresh_metadata(self._ensure_started(), tp[0])
             with self._held_lock:
                 queue = self._held[tp]
                 if not queue or self._stop.is_set():
@@ -320,7 +329,11 @@ class Appender:
             # The current producer: the one the record was queued on may have been set aside (renew,
             # or a fatal error) while it waited, and a retired producer's delivery thread stops once
             # it has nothing in flight, so nobody would report the record.
-            d.producer = self._ensure_started()
+            try:
+                d.producer = self._ensure_started()
+            except _Closed:
+                _settle_closed(d)
+                return True
         while True:
             try:
                 d.producer.produce(
@@ -346,7 +359,11 @@ class Appender:
                 if err.code() == KafkaError._FATAL and time.monotonic() < d.deadline:
                     # Never sent: this producer had a fatal error. Queue it on a new one.
                     self._retire(d.producer, err.str())
-                    d.producer = self._ensure_started()
+                    try:
+                        d.producer = self._ensure_started()
+                    except _Closed:
+                        _settle_closed(d)
+                        return True
                     continue
                 if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < d.deadline:
                     # A topic created (or grown) moments ago: metadata lags. Retried off this
@@ -401,7 +418,12 @@ class Appender:
         self._stop.set()  # records held for a retry are failed by their retry thread (_resend_held)
         for thread in self._threads:
             thread.join(timeout)
-        self._producer = None
+        with self._lock:  # after stop, under the lock: no thread makes a producer again (_Closed)
+            self._producer = None
+
+
+class _Closed(Exception):
+    """``Appender._ensure_started`` after ``close`` began (internal: callers settle the record)."""
 
 
 def _settle_closed(d: Delivery) -> None:

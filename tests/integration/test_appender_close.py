@@ -4,10 +4,12 @@ out (found by review, session 34; each test failed before its fix)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+import kafka_store.producer as producer_module
 from kafka_store import Appender, KafkaConfig, StoreError, TopicAdmin, free_port
 
 pytestmark = pytest.mark.integration
@@ -58,3 +60,42 @@ def test_a_failing_report_handler_on_the_retry_thread_does_not_block_its_partiti
         assert appender.append(topic, 3, b"y").result(15) >= 0  # queued behind the dead one for ever
     finally:
         appender.close(1)
+
+
+def test_a_retry_thread_waking_after_close_starts_no_producer(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry thread checks for close, sleeps briefly before refreshing metadata, then asked for
+    the producer: a close that finished in between had it start a new one, left running after close
+    (seen once in a CI run). Here its sleep is held until close has returned."""
+    topic = f"held_late_{uid}"
+    admin.ensure_topic(topic, 1, {})
+    closed = threading.Event()
+    in_sleep = threading.Event()
+    real_sleep = time.sleep
+
+    class _Clock:
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            if threading.current_thread().name.startswith("appender-retry-"):
+                in_sleep.set()
+                closed.wait(10)
+            real_sleep(seconds)
+
+    monkeypatch.setattr(producer_module, "time", _Clock())
+    appender = Appender(kafka, delivery_timeout_ms=3000)
+    appender.append(topic, 0, b"ok").result(10)
+    future = appender.append(topic, 5, b"x")  # no partition 5: held, its retry thread refreshes
+    assert in_sleep.wait(10)
+    appender.close(timeout=0.5)
+    closed.set()
+    with pytest.raises(StoreError):
+        future.result(10)
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("appender-retry-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the retry thread did not end"
+        real_sleep(0.02)
+    assert appender._producer is None
