@@ -127,6 +127,16 @@ class Appender:
                 thread.start()
             return self._producer
 
+    def _use_current_producer(self, d: Delivery) -> bool:
+        """``d.producer`` = the current producer (made if needed); False, with ``d`` settled as
+        closed, once ``close`` has begun."""
+        try:
+            d.producer = self._ensure_started()
+        except _Closed:
+            _settle_closed(d)
+            return False
+        return True
+
     def _on_error(self, err: KafkaError, made: list[Producer]) -> None:
         if err.fatal() and made:
             self._retire(made[0], err.str())
@@ -250,10 +260,7 @@ class Appender:
             return
         d.appender = self
         d.seq = next(_APPEND_SEQ)
-        try:
-            d.producer = self._ensure_started()
-        except _Closed:  # closed since the check above
-            _settle_closed(d)
+        if not self._use_current_producer(d):  # closed since the check above
             return
         d.deadline = time.monotonic() + self._timeout_s
         if self._held and self._hold(d, start=False):
@@ -329,10 +336,7 @@ class Appender:
             # The current producer: the one the record was queued on may have been set aside (renew,
             # or a fatal error) while it waited, and a retired producer's delivery thread stops once
             # it has nothing in flight, so nobody would report the record.
-            try:
-                d.producer = self._ensure_started()
-            except _Closed:
-                _settle_closed(d)
+            if not self._use_current_producer(d):
                 return True
         while True:
             try:
@@ -359,10 +363,7 @@ class Appender:
                 if err.code() == KafkaError._FATAL and time.monotonic() < d.deadline:
                     # Never sent: this producer had a fatal error. Queue it on a new one.
                     self._retire(d.producer, err.str())
-                    try:
-                        d.producer = self._ensure_started()
-                    except _Closed:
-                        _settle_closed(d)
+                    if not self._use_current_producer(d):
                         return True
                     continue
                 if err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < d.deadline:
