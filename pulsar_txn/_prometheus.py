@@ -90,6 +90,11 @@ _TB_COUNTERS = (
     ("pulsar_txn_tb_committed_total", "committed_txns", "Commit markers folded in."),
     ("pulsar_txn_tb_aborted_total", "aborted_txns", "Abort markers folded in."),
     ("pulsar_txn_tb_forged_markers_total", "forged_markers", "Markers ignored: authentication failed."),
+    (
+        "pulsar_txn_tb_forged_txn_messages_total",
+        "forged_txn_messages",
+        "Transaction messages skipped: authentication failed.",
+    ),
     ("pulsar_txn_tb_corrupt_markers_total", "corrupt_markers", "Markers ignored: malformed."),
     ("pulsar_txn_tb_corrupt_txn_headers_total", "corrupt_txn_headers", "Records with a malformed TxnID."),
     (

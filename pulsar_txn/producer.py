@@ -19,7 +19,7 @@ from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._future import StartedFuture
 from pulsar_txn._meta_header import META_HEADER, check_event_time, encode_meta
-from pulsar_txn.buffer.marker import TXN_HEADER
+from pulsar_txn.buffer.marker import TXN_HEADER, TXN_MAC_HEADER
 from pulsar_txn.errors import (
     AlreadyClosed,
     ConfigError,
@@ -199,6 +199,9 @@ class Producer(Generic[T]):
         )
         if txn is not None:
             headers[TXN_HEADER] = txn.txn_id_bytes
+            secret = self._client._secret
+            if secret is not None:  # lets the transaction open in the partition (readers check it)
+                headers[TXN_MAC_HEADER] = txn._message_mac(self.topic.kafka_topic, partition, secret)
             send.registered = txn.begin_send(self._partition_name(partition))  # commit waits for it
         registered = send.registered
         hook: Future[None] | None = None  # a registration that must start the queue when done

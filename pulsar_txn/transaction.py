@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_txn import _args
 from pulsar_txn._future import LazyFuture, settle
+from pulsar_txn.buffer.marker import txn_message_mac
 from pulsar_txn.errors import (
     InvalidTxnStatusError,
     PulsarTxnError,
@@ -74,6 +75,7 @@ class Transaction:
         self._end_token = os.urandom(8)
         self.txn_id_bytes = txn_id.to_bytes()
         """The id as stored in each message's header (made once, used per send)."""
+        self._macs: dict[tuple[str, int], bytes] = {}  # txn_message_mac per partition, made once
         self._inflight = 0  # sends and acks counted by begin_send / begin_ack, not finished
         self._inflight_error: BaseException | None = None
         self._sends_waiters: list[Callable[[], None]] = []  # ends waiting for the sends in flight
@@ -119,6 +121,14 @@ class Transaction:
                 self._partitions[partition] = fut
             self._inflight += 1
             return fut
+
+    def _message_mac(self, topic: str, partition: int, secret: bytes) -> bytes:
+        """The authentication header of this transaction's messages to ``topic[partition]``."""
+        key = (topic, partition)
+        mac = self._macs.get(key)
+        if mac is None:
+            mac = self._macs[key] = txn_message_mac(secret, self.txn_id_bytes, topic, partition)
+        return mac
 
     def _require_open(self, what: str) -> None:
         """``InvalidTxnStatusError`` unless OPEN; the caller holds ``_lock``."""

@@ -3,7 +3,10 @@
 Storage contract (docs/storage-format.md): a marker is a Kafka record with header
 ``ptxn.ctl = b"marker"``, header ``ptxn.txn`` = the 16-byte TxnID, no key, and a ``TxnMarker`` value.
 With a marker secret configured, ``mac`` is HMAC-SHA256 over the marker's identity and placement, so a
-marker copied to another partition or forged by a plain producer does not verify.
+marker copied to another partition or forged by a plain producer does not verify; and every message of
+a transaction carries header ``ptxn.txn.mac`` (``txn_message_mac``), without which a reader does not
+let a transaction open in a partition (a plain producer could otherwise hold readers back for good
+with a message of a TxnID its TC never allocated).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 CTL_HEADER = "ptxn.ctl"
 TXN_HEADER = "ptxn.txn"
+TXN_MAC_HEADER = "ptxn.txn.mac"
 MARKER_CTL = b"marker"
 
 TXN_MARKER = REGISTRY.register(
@@ -76,6 +80,15 @@ def sign(marker: TxnMarker, topic: str, partition: int, secret: bytes) -> TxnMar
 def verify(marker: TxnMarker, topic: str, partition: int, secret: bytes) -> bool:
     expected = hmac.new(secret, _mac_input(marker, topic, partition), hashlib.sha256).digest()
     return hmac.compare_digest(expected, marker.mac)
+
+
+def txn_message_mac(secret: bytes, txn_raw: bytes, topic: str, partition: int) -> bytes:
+    """HMAC-SHA256 binding a transaction (its 16-byte id) to one partition: the same for all of its
+    messages there, so a producer computes it once per partition and a reader checks it once, on the
+    message that opens the transaction. It authenticates the opening, not the payloads: a plain
+    producer can append to an open transaction (as it can write plain messages), never open one."""
+    data = b"\x00".join((b"txn-message", txn_raw, topic.encode(), str(partition).encode()))
+    return hmac.new(secret, data, hashlib.sha256).digest()
 
 
 def encode_marker(marker: TxnMarker) -> tuple[bytes, list[tuple[str, bytes]]]:

@@ -25,7 +25,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError, StoredRecord
-from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, decode_marker, verify
+from pulsar_txn._record_mac import has_valid_mac
+from pulsar_txn.buffer.marker import (
+    CTL_HEADER,
+    MARKER_CTL,
+    TXN_HEADER,
+    TXN_MAC_HEADER,
+    decode_marker,
+    txn_message_mac,
+    verify,
+)
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -55,6 +64,7 @@ class BufferCounters:
     aborted_txns: int = 0
     duplicate_markers: int = 0
     forged_markers: int = 0
+    forged_txn_messages: int = 0  # a transaction's message without its authentication (secret set)
     corrupt_markers: int = 0
     corrupt_txn_headers: int = 0
     unknown_tc_records: int = 0
@@ -154,7 +164,7 @@ class TxnBufferState:
                 self._marker(offset, value)
             return False  # control records are never delivered, whatever they are
         if txn_raw is not None:
-            return self._message(offset, txn_raw)
+            return self._message(offset, txn_raw, headers)
         return True
 
     def apply_batch(self, records: Sequence[StoredRecord]) -> list[Verdict]:
@@ -216,7 +226,7 @@ class TxnBufferState:
             txn = ids[raw] = TxnID.from_bytes(raw)
         return txn
 
-    def _message(self, offset: int, raw: bytes) -> Verdict:
+    def _message(self, offset: int, raw: bytes, headers: Headers) -> Verdict:
         if not raw or len(raw) != 16:
             self.counters.corrupt_txn_headers += 1
             log.warning(
@@ -248,6 +258,22 @@ class TxnBufferState:
                     self.changes += 1
             else:
                 self._discard(offset)
+            return False
+        if self.marker_secret is not None and not has_valid_mac(
+            headers or (),
+            TXN_MAC_HEADER,
+            txn_message_mac(self.marker_secret, raw, self.topic, self.partition),
+        ):
+            # Only the opening message is checked: later ones of an open transaction are its own.
+            self.counters.forged_txn_messages += 1
+            log.warning(
+                "%s[%d]@%d: message of %s failed authentication; skipped",
+                self.topic,
+                self.partition,
+                offset,
+                txn,
+            )
+            self._discard(offset)
             return False
         with self._heap_lock:
             self.ongoing[txn] = offset

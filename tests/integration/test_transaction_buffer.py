@@ -548,6 +548,37 @@ def test_forged_marker_cannot_reveal_uncommitted_data_when_marker_authentication
     assert _values(read_all(c.client.create_reader(topic))) == ["plain-after"]
 
 
+def test_a_forged_txn_message_cannot_hold_readers_back_when_marker_authentication_is_on(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """A plain Kafka producer writes a message of a TxnID its TC never allocated: without the
+    secret's ``ptxn.txn.mac`` it opens nothing, so it neither pins maxReadPosition (no marker would
+    ever end it) nor is delivered; signed transactions around it work as before."""
+    c = cluster(marker_secret="correct horse battery staple")
+    topic = f"forge_open_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as txn:
+        producer.send("committed-before", txn=txn)
+    app = Appender(kafka)
+    app.append(topic, 0, b"forged", headers=[(TXN_HEADER, TxnID(0, 10**12).to_bytes())]).result(10)
+    app.close()
+    open_txn = c.client.transaction(60)
+    producer.send("open", txn=open_txn)  # signed: it pins as before
+    producer.send("plain-held")
+    assert _values(read_all(c.client.create_reader(topic), 800)) == ["committed-before"]
+    open_txn.commit()
+    producer.send("plain-after")
+    assert _values(read_all(c.client.create_reader(topic))) == [
+        "committed-before",
+        "open",
+        "plain-held",
+        "plain-after",
+    ]
+    state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
+    assert state.counters.forged_txn_messages == 1 and not state.ongoing
+
+
 def test_a_forged_snapshot_cannot_reveal_uncommitted_data_when_marker_authentication_is_on(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:

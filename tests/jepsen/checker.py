@@ -99,6 +99,7 @@ def check(
     drained: bool = False,
     uncommitted: Mapping[tuple[str, int], list[Read]] | None = None,
     raw: Mapping[tuple[str, int], list[tuple[int, str]]] | None = None,
+    forged: Iterable[str] = (),
 ) -> Report:
     """``final``: per (topic, partition), the committed messages in offset order, read after the run.
     ``inputs``: values written to ``input_topic`` before the run (the transfers' other inputs are
@@ -106,7 +107,8 @@ def check(
     produce group; each must hold every input exactly once. ``drained``: the transfers ran until
     nothing was left to process. ``uncommitted``: what READ_UNCOMMITTED consumers delivered, per
     (consumer, incarnation); ``raw``: every data record of their partitions (see
-    ``_check_uncommitted``)."""
+    ``_check_uncommitted``). ``forged``: values of data records the forger wrote (a READ_UNCOMMITTED
+    consumer delivers them; nobody else may)."""
     ops = list(ops)
     report = Report()
     where: dict[str, list[Location]] = defaultdict(list)
@@ -122,7 +124,7 @@ def check(
     _check_observations(observations, final, ops, report)
     _check_txn_ids(ops, report)
     if uncommitted:
-        written = inputs | {w[2] for op in ops for w in op.writes}
+        written = inputs | {w[2] for op in ops for w in op.writes} | set(forged)
         _check_uncommitted(uncommitted, final, written, raw, report)
     if input_topic is not None:
         for (topic, _p), messages in final.items():

@@ -19,6 +19,7 @@ Bounded: the fault phase is ``seconds`` long, each wait below has a limit. All o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -33,7 +34,7 @@ from typing import Any, Literal
 
 from kafka_store import Appender, KafkaConfig, end_offsets, free_port, read_range
 from pulsar_txn import Client, PulsarTxnError, Timeout, TransactionsAdmin, TxnAction, TxnID
-from pulsar_txn.buffer.marker import TxnMarker, marker_record
+from pulsar_txn.buffer.marker import TXN_HEADER, TxnMarker, marker_record
 from pulsar_txn.buffer.reader import is_control
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.naming import TopicName, pending_ack_topic
@@ -66,6 +67,7 @@ class Result:
     crashes: list[str] = field(default_factory=list)  # workers that died of an untyped exception
     torn_lines: int = 0
     forged: int = 0  # forged markers written
+    forged_open: list[str] = field(default_factory=list)  # values of forged transaction messages
     drained: bool = False
     workdir: Path = Path()
 
@@ -75,7 +77,8 @@ class Result:
             kinds[what.split()[0]] = kinds.get(what.split()[0], 0) + 1
         lines = [
             self.report.summary(),
-            f"nemesis: {kinds}; forged markers: {self.forged}; torn history lines: {self.torn_lines};"
+            f"nemesis: {kinds}; forged markers: {self.forged}; forged txn messages: {len(self.forged_open)};"
+            f" torn history lines: {self.torn_lines};"
             f" drained: {self.drained}",
         ]
         lines += [f"untyped crash: {c}" for c in self.crashes]
@@ -186,11 +189,20 @@ def _recent_txns(history: Path, count: int) -> list[tuple[str, list[tuple[str, i
     return out
 
 
-def _forge(appender: Appender, history: Path, subscriptions: list[str], input_topic: str, parts: int) -> int:
+def _forge(
+    appender: Appender,
+    history: Path,
+    subscriptions: list[str],
+    input_topic: str,
+    parts: int,
+    opened: list[str],
+) -> int:
     """Markers a plain Kafka producer could write, none signed with the secret: COMMIT for the latest
     transactions in their data partitions and in the subscription's pending-ack log (if trusted,
     uncommitted data would show and aborted acks would stick), and per TC an ABORT with a huge low
-    watermark (if trusted, readers would discard that TC's later data). Returns how many."""
+    watermark (if trusted, readers would discard that TC's later data). Also, per data partition,
+    a message of a TxnID its TC will not allocate (if trusted, it would hold the partition's readers
+    back for good); their values are added to ``opened``. Returns how many markers."""
     now = int(time.time() * 1000)
     records: list[tuple[str, int, TxnMarker, bytes | None]] = []
     pa_logs = [pending_ack_topic(TopicName.parse(input_topic), sub) for sub in subscriptions]
@@ -206,6 +218,12 @@ def _forge(appender: Appender, history: Path, subscriptions: list[str], input_to
     for topic, partition, marker, secret in records:
         value, headers = marker_record(marker, topic, partition, secret)
         futures.append(appender.append(topic, partition, value, headers=headers))
+    for topic, partition in {(t, p) for _txn, tps in _recent_txns(history, 1) for t, p in tps}:
+        forged = TxnID(len(opened) % NUM_TCS, (1 << 40) + len(opened))
+        opened.append(f"forged-open-{len(opened)}")
+        headers = [(TXN_HEADER, forged.to_bytes())]
+        with contextlib.suppress(Exception):  # not written: nothing to hold readers back
+            appender.append(topic, partition, opened[-1].encode(), headers=headers).result(10)
     written = 0
     for fut in futures:
         try:
@@ -378,7 +396,9 @@ def run(
                 time.sleep(rng.uniform(0.2, 1.5))
                 coordinator.start()
             elif fault == "forge-markers":
-                forged = _forge(forger, history, [crash_sub[0], churn_sub[0]], input_topic, in_parts)
+                forged = _forge(
+                    forger, history, [crash_sub[0], churn_sub[0]], input_topic, in_parts, result.forged_open
+                )
                 result.forged += forged
                 event(f"{fault} {forged}")
             elif fault == "churn-xfer":
@@ -441,6 +461,7 @@ def run(
             drained=result.drained,
             uncommitted=uncommitted,
             raw=raw,
+            forged=result.forged_open,
         )
         timeline = "\n".join(f"  {t:7.2f}s {what}" for t, what in result.events)
         (workdir / "report.txt").write_text(f"{result.summary()}\nfaults:\n{timeline}\n")

@@ -8,7 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_store import REGISTRY
-from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TXN_MARKER, TxnMarker, encode_marker
+from pulsar_txn.buffer.marker import (
+    CTL_HEADER,
+    MARKER_CTL,
+    TXN_HEADER,
+    TXN_MAC_HEADER,
+    TXN_MARKER,
+    TxnMarker,
+    encode_marker,
+    txn_message_mac,
+)
 from pulsar_txn.buffer.state import Headers, TxnBufferState
 from pulsar_txn.txnid import TxnAction, TxnID
 
@@ -67,7 +76,10 @@ def test_a_well_formed_marker_with_a_negative_txn_id_is_counted_corrupt_and_skip
     assert state.apply(0, [(CTL_HEADER, MARKER_CTL), (TXN_HEADER, b"\0" * 16)], forged) is False
     assert state.counters.corrupt_markers == 1 and state.counters.markers == 0
     # The fold goes on as if the record were not there.
-    assert state.apply(1, _msg(txn), b"t") == txn
+    opening = _msg(txn)
+    if secret is not None:
+        opening.append((TXN_MAC_HEADER, txn_message_mac(secret, txn.to_bytes(), "t", 0)))
+    assert state.apply(1, opening, b"t") == txn
     assert state.apply(2, PLAIN, b"plain") is True
     assert state.ongoing == {txn: 1} and state.max_read_position == 1
 
