@@ -102,6 +102,8 @@ class Deployment:
             tb_snapshot_interval_ms=200,
             tb_snapshot_max_changes=5,
             end_txn_reply=self.end_txn_reply,
+            # The clients' secret (PULSAR_TXN_MARKER_SECRET): the coordinator signs what they check.
+            marker_secret=self.marker_secret,
         )
         self._start_coordinator()
         self.service_url = self._coordinator.url
