@@ -246,6 +246,11 @@ _PIPELINE_COUNTERS = (
         "Sessions (subscribe + fence): 1 + restarts after failures.",
     ),
     ("pulsar_txn_pipeline_fenced_total", "fenced", "Transactions of a previous run aborted at start-up."),
+    (
+        "pulsar_txn_pipeline_foreign_restarts_total",
+        "foreign_restarts",
+        "Sessions restarted: input held by a transaction they did not begin.",
+    ),
 )
 
 

@@ -23,7 +23,13 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName, bad_subscription_name, check_subscription
-from pulsar_txn.pipeline.fencing import PipelineFenced, TakeoverWatch, abort_leftovers, leftover_transactions
+from pulsar_txn.pipeline.fencing import (
+    ForeignTransaction,
+    PipelineFenced,
+    TakeoverWatch,
+    abort_leftovers,
+    leftover_transactions,
+)
 from pulsar_txn.transaction import TransactionState
 
 if TYPE_CHECKING:
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from pulsar_txn.consumer import Consumer
     from pulsar_txn.producer import Producer
     from pulsar_txn.transaction import Transaction
+    from pulsar_txn.txnid import TxnID
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +102,7 @@ class PipelineProgress:
     failed_batches: int = 0  # batches whose transaction did not commit (aborted, or its end failed)
     sessions: int = 0  # subscribe + fence cycles (1 + restarts after failures)
     fenced: int = 0  # transactions of a previous run aborted at start-up
+    foreign_restarts: int = 0  # sessions restarted: input held by a transaction they did not begin
     started: float = field(default_factory=time.monotonic)
     last_commit_at: float | None = None  # wall-clock time (time.time()) of the last committed batch
 
@@ -124,6 +132,10 @@ class ExactlyOncePipeline:
         self._ahead: deque[tuple[Future[Transaction], float]] = deque()  # next batches' txns, begun early
         self._watch: TakeoverWatch | None = None  # the session's: has another instance taken over?
         self._client_ids: set[str] = set()  # of this pipeline's consumers (sessions) so far
+        # The session's own transactions (begun to process a batch), with when: any other one found
+        # holding input is a replaced instance's (ForeignTransaction). Forgotten once surely ended.
+        self._own: set[TxnID] = set()
+        self._own_since: deque[tuple[float, TxnID]] = deque()
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -160,6 +172,8 @@ class ExactlyOncePipeline:
             self._client, consumer, s.instance_id, s.fence_check_interval_s, ours=self._client_ids
         )
         self._client_ids.add(consumer._client_id)
+        self._own.clear()
+        self._own_since.clear()
         interrupted = False
         try:
             watch.start()
@@ -172,6 +186,8 @@ class ExactlyOncePipeline:
                 if watch.fenced.is_set():
                     raise watch.error()
                 got = consumer.batch_receive(s.batch_size, s.batch_timeout_ms)
+                if got:
+                    self._check_no_foreign(consumer)
                 for msg in got:
                     held.setdefault(msg.message_id.partition, []).append(msg)
                 # Full batches go at once; once the input is caught up (a short receive), the rest too.
@@ -303,11 +319,32 @@ class ExactlyOncePipeline:
                 _discard(begun)
         if txn is None:
             txn = self._client.transaction(s.transaction_timeout_s)
+        self._own.add(txn.txn_id)
+        self._own_since.append((time.monotonic(), txn.txn_id))
         if s.overlap_commits:
             while len(self._ahead) < _BEGUN_AHEAD:
                 builder = self._client.new_transaction().with_transaction_timeout(s.transaction_timeout_s)
                 self._ahead.append((builder.build_async(), time.monotonic()))
         return txn
+
+    def _check_no_foreign(self, consumer: Consumer[bytes]) -> None:
+        """Raise ``ForeignTransaction`` if a transaction this session did not begin holds input (the
+        consumer skipped its messages when delivering): checked after each receive, before anything
+        received is processed, so no later input of that partition is committed ahead of it."""
+        own, since = self._own, self._own_since
+        # Ours end within their timeout (commit, or the coordinator's abort), and their pending acks
+        # are released soon after: one still held long after that is treated like anyone else's.
+        cutoff = time.monotonic() - 2 * self.settings.transaction_timeout_s - 30
+        while since and since[0][0] < cutoff:
+            own.discard(since.popleft()[1])
+        foreign = [t for t in consumer.pending_transactions() if t not in own]
+        if foreign:
+            self.progress.foreign_restarts += 1
+            names = ", ".join(sorted(map(str, foreign)))
+            raise ForeignTransaction(
+                f"input of subscription {self.settings.subscription!r} is held by {names}, not begun "
+                "by this session (a replaced instance's late ack): restarting the session to fence it"
+            )
 
     def _discard_ahead(self) -> None:
         while self._ahead:

@@ -159,6 +159,7 @@ def _line(p: PipelineProgress) -> str:
     return (
         f"processed {p.processed} ({p.rate:,.0f} msg/s), transactions {p.transactions}, "
         f"failed batches {p.failed_batches}, sessions {p.sessions}, fenced {p.fenced}"
+        + (f", foreign restarts {p.foreign_restarts}" if p.foreign_restarts else "")
     )
 
 

@@ -29,6 +29,7 @@ from pulsar_txn.errors import (
     ProducerFenced,
     Timeout,
     TopicNotFound,
+    TransactionConflict,
     TransactionNotFound,
     from_store_error,
 )
@@ -107,6 +108,15 @@ def abort_leftovers(client: Client, consumer: Consumer[bytes], txns: set[TxnID],
             looked_up = now
         time.sleep(0.05)
     return aborted
+
+
+class ForeignTransaction(TransactionConflict):
+    """Input of this pipeline is held by a transaction its session did not begin: a replaced instance,
+    paused mid-batch, stored its batch's ack record after this session's fencing scan. The consumer
+    skips those inputs while the transaction is open; processing later ones would put them out of
+    order, so the session restarts instead (retriable), and its fencing aborts the transaction."""
+
+    retriable = True
 
 
 class PipelineFenced(ProducerFenced):
