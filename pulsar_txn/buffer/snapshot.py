@@ -352,7 +352,7 @@ class SnapshotStore:
             "aborted_segments": len(aborted_stored),
             **sets,
             "lwm": {str(k): v for k, v in state.lwm.items()},
-            "counters": state.counters.as_dict(),
+            "counters": _counters_of(state),
             "anchor_offset": anchor_offset,
             "anchor_fingerprint": anchor_fingerprint,
         }
@@ -673,7 +673,21 @@ def _state_of(
         if hasattr(counters, name):
             setattr(counters, name, int(value))
     state.counters = counters
+    armed = head["counters"].get(_TXN_AUTH_FROM)
+    state.txn_auth_from = int(armed) if armed is not None else None
     return state
+
+
+# Where a snapshot keeps ``txn_auth_from`` (when set): in its counters map, which builds before
+# session 38 load without it (they take only the counters they know), so no new schema version.
+_TXN_AUTH_FROM = "txn_auth_from"
+
+
+def _counters_of(state: TxnBufferState) -> dict[str, int]:
+    counters = state.counters.as_dict()
+    if state.txn_auth_from is not None:
+        counters[_TXN_AUTH_FROM] = state.txn_auth_from
+    return counters
 
 
 _SEGMENT_BYTES = 100 * 1024 * 1024

@@ -88,6 +88,10 @@ class TxnBufferState:
     lwm: dict[int, int] = field(default_factory=dict)
     discarded: list[list[int]] = field(default_factory=list)
     counters: BufferCounters = field(default_factory=BufferCounters)
+    # With a marker secret: the offset of the first transaction here opened by a signed message
+    # (``ptxn.txn.mac``), from which on an unsigned one opens nothing; None before (history written
+    # by producers of earlier versions stays readable).
+    txn_auth_from: int | None = None
     changes: int = 0  # state changes folded in (drives snapshot cadence)
     _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
     _ids: dict[bytes, TxnID] = field(default_factory=dict, repr=False, compare=False)
@@ -259,21 +263,7 @@ class TxnBufferState:
             else:
                 self._discard(offset)
             return False
-        if self.marker_secret is not None and not has_valid_mac(
-            headers or (),
-            TXN_MAC_HEADER,
-            txn_message_mac(self.marker_secret, raw, self.topic, self.partition),
-        ):
-            # Only the opening message is checked: later ones of an open transaction are its own.
-            self.counters.forged_txn_messages += 1
-            log.warning(
-                "%s[%d]@%d: message of %s failed authentication; skipped",
-                self.topic,
-                self.partition,
-                offset,
-                txn,
-            )
-            self._discard(offset)
+        if self.marker_secret is not None and not self._opening_allowed(offset, txn, raw, headers):
             return False
         with self._heap_lock:
             self.ongoing[txn] = offset
@@ -288,6 +278,26 @@ class TxnBufferState:
                 self._oldest = rebuilt
         self.changes += 1
         return txn
+
+    def _opening_allowed(self, offset: int, txn: TxnID, raw: bytes, headers: Headers) -> bool:
+        """With a marker secret: may this message open ``txn`` here? A signed one may (the first arms
+        the check); an unsigned one only before that, as producers before session 38 wrote them.
+        Only the opening message is checked: later ones of an open transaction are its own."""
+        assert self.marker_secret is not None
+        mac = txn_message_mac(self.marker_secret, raw, self.topic, self.partition)
+        if has_valid_mac(headers or (), TXN_MAC_HEADER, mac):
+            if self.txn_auth_from is None:
+                self.txn_auth_from = offset
+                self.changes += 1
+            return True
+        if self.txn_auth_from is None:
+            return True
+        self.counters.forged_txn_messages += 1
+        log.warning(
+            "%s[%d]@%d: message of %s failed authentication; skipped", self.topic, self.partition, offset, txn
+        )
+        self._discard(offset)
+        return False
 
     def _marker(self, offset: int, value: bytes | None) -> None:
         try:

@@ -579,6 +579,61 @@ def test_a_forged_txn_message_cannot_hold_readers_back_when_marker_authenticatio
     assert state.counters.forged_txn_messages == 1 and not state.ongoing
 
 
+def test_transactions_written_before_message_signing_stay_readable(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producers before session 38 wrote no ``ptxn.txn.mac``: with a secret, their committed
+    transactions must stay readable when the partition is folded again from its start (a new
+    reader, a Spark job's progress topic), up to the partition's first signed opening."""
+    from pulsar_txn import producer as producer_module
+
+    c = cluster(marker_secret="correct horse battery staple")
+    topic = f"presign_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    monkeypatch.setattr(producer_module, "TXN_MAC_HEADER", "ptxn.not-signed-by-this-build")
+    with c.client.transaction(60) as old:
+        producer.send("old", txn=old)
+    monkeypatch.undo()
+    with c.client.transaction(60) as new:
+        producer.send("new", txn=new)
+    assert _values(read_all(c.client.create_reader(topic))) == ["old", "new"]
+    state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
+    assert state.txn_auth_from == 2 and state.counters.forged_txn_messages == 0  # old, its marker, new
+
+
+def test_the_txn_message_check_armed_in_a_partition_is_carried_by_its_snapshot(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """The check is armed by the partition's first signed opening (unsigned ones before it are
+    history from earlier producers). A reader starting from a snapshot taken after that point must
+    refuse an unsigned opening too, as a full scan does: the snapshot carries ``txn_auth_from``."""
+    secret = "correct horse battery staple"
+    c = cluster(marker_secret=secret, tb_service_enabled=False)
+    topic = f"armsnap_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as txn:
+        producer.send("signed", txn=txn)
+    options = c.client._buffer_options()
+    armed, _ = load_state(kafka, topic, 0, options=options)
+    assert armed.txn_auth_from == 0
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    try:
+        store.write(armed).result(10)
+        app = Appender(kafka)
+        app.append(topic, 0, b"forged", headers=[(TXN_HEADER, TxnID(0, 10**12).to_bytes())]).result(10)
+        app.close()
+        producer.send("plain-after")
+        state, snapshot_at = load_state(kafka, topic, 0, store=store, options=options)
+        assert snapshot_at == armed.scanned_to  # folded on from the snapshot, not from the start
+        assert state.txn_auth_from == 0 and not state.ongoing
+        assert state.counters.forged_txn_messages == 1
+    finally:
+        store.close()
+    assert _values(read_all(c.client.create_reader(topic))) == ["signed", "plain-after"]
+
+
 def test_a_forged_snapshot_cannot_reveal_uncommitted_data_when_marker_authentication_is_on(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str
 ) -> None:
