@@ -20,6 +20,7 @@ from pulsar_txn.errors import (
     InvalidTopicName,
     PulsarTxnError,
     TopicNotFound,
+    TransactionNotFound,
 )
 from pulsar_txn.message import Message
 from pulsar_txn.naming import TopicName, bad_subscription_name, check_subscription
@@ -136,6 +137,9 @@ class ExactlyOncePipeline:
         # holding input is a replaced instance's (ForeignTransaction). Forgotten once surely ended.
         self._own: set[TxnID] = set()
         self._own_since: deque[tuple[float, TxnID]] = deque()
+        # Batches whose commit failed without saying how it ended (e.g. no answer in time): the next
+        # session asks the coordinator's log, and counts the ones that committed.
+        self._unsure: list[tuple[TxnID, int]] = []
         self.progress = PipelineProgress()
 
     # ------------------------------------------------------------------ running
@@ -181,6 +185,7 @@ class ExactlyOncePipeline:
             self.progress.fenced += abort_leftovers(
                 self._client, consumer, leftovers, self._client.operation_timeout_seconds
             )
+            self._resolve_unsure()
             idle_since = time.monotonic()
             while not stop.is_set():
                 if watch.fenced.is_set():
@@ -281,7 +286,11 @@ class ExactlyOncePipeline:
                 refused = self._refused()
                 if refused is not None:
                     raise refused
-                txn.commit()
+                try:
+                    txn.commit()
+                except BaseException:
+                    self._unsure.append((txn.txn_id, len(batch)))
+                    raise
             else:
                 # The ack record and the ownership check go out now, while the previous batch of the
                 # partition commits; the chained commit then only sends END_TXN.
@@ -327,6 +336,32 @@ class ExactlyOncePipeline:
                 self._ahead.append((builder.build_async(), time.monotonic()))
         return txn
 
+    def _resolve_unsure(self) -> None:
+        """Count the batches whose commit failed but which committed all the same (an answer lost,
+        a timeout after the decision): their inputs are acked, so no later session processes them.
+        Asked after fencing, which aborted any of them still open. A lookup that fails is tried
+        again by the next session."""
+        if not self._unsure:
+            return
+        from pulsar_txn.admin import TransactionsAdmin  # admin is not needed on the hot path
+
+        admin = TransactionsAdmin(self._client, log_topic=self._client._log_topic)
+        unsure, self._unsure = self._unsure, []
+        for txn_id, size in unsure:
+            try:
+                status = admin.transaction_status(txn_id)
+            except TransactionNotFound:
+                log.warning("%s: how it ended is no longer in its TC's log; not counted", txn_id)
+                continue
+            except PulsarTxnError as exc:
+                log.warning("%s: looking up how it ended failed (%s); retried next session", txn_id, exc)
+                self._unsure.append((txn_id, size))
+                continue
+            if status in ("COMMITTED", "COMMITTING"):  # COMMITTING: decided, markers on their way
+                log.info("%s committed although its commit reported a failure: counted", txn_id)
+                self.progress.failed_batches -= 1
+                self._committed(size)
+
     def _check_no_foreign(self, consumer: Consumer[bytes]) -> None:
         """Raise ``ForeignTransaction`` if a transaction this session did not begin holds input (the
         consumer skipped its messages when delivering): checked after each receive, before anything
@@ -368,6 +403,7 @@ class ExactlyOncePipeline:
             committing.future.result()
         except BaseException:
             self.progress.failed_batches += 1
+            self._unsure.append((committing.txn.txn_id, committing.size))
             raise
         self._committed(committing.size, committing.ended_at)
 

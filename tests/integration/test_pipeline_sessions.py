@@ -5,14 +5,17 @@ while fencing at start-up restarts the session instead of ending ``run``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
 from kafka_store import BrokerUnavailableError
 from pulsar_txn.consumer import Consumer
-from pulsar_txn.errors import ConnectError
+from pulsar_txn.errors import ConnectError, Timeout
 from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineSettings, fencing, verify_exactly_once
 from pulsar_txn.pipeline.app import upper
+from pulsar_txn.transaction import Transaction
 from tests.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -103,3 +106,35 @@ def test_a_kafka_error_while_fencing_restarts_the_session(cluster, uid: str, mon
     assert progress.sessions == 2 and progress.processed == 60, progress
     verdict = verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper)
     assert verdict.ok, str(verdict)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_commit_that_landed_but_reported_a_timeout_is_counted_once_resolved(
+    cluster: Callable[..., Cluster], uid: str, monkeypatch: pytest.MonkeyPatch, overlap: bool
+) -> None:
+    """The coordinator committed, but the answer was lost (the client saw ``Timeout``): the session
+    restarts, and its inputs are not redelivered (they are acked). Before session 38 they were never
+    counted as processed; the next session now asks the coordinator's log how it ended."""
+    c = cluster()
+    _fill(c, f"in_{uid}", 1, 120)
+    c.client.create_topic(f"out_{uid}", 1)
+    real_commit = Transaction.commit_async
+    lost: list[Transaction] = []
+
+    def commit_with_the_answer_lost(txn: Transaction) -> Future[None]:
+        landed = real_commit(txn)
+        if lost:
+            return landed
+        lost.append(txn)
+        landed.result(30)  # it commits ...
+        answer: Future[None] = Future()
+        answer.set_exception(Timeout(f"{txn.txn_id}: no answer in time (injected)"))  # ... unseen
+        return answer
+
+    monkeypatch.setattr(Transaction, "commit_async", commit_with_the_answer_lost)
+    pipeline = ExactlyOncePipeline(c.client, _settings(uid, batch_size=40, overlap_commits=overlap))
+    progress = pipeline.run()
+    pipeline.close()
+    assert lost and progress.sessions == 2, progress
+    assert verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper).ok
+    assert progress.processed == 120 and progress.transactions == 3, progress
