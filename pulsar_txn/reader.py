@@ -162,7 +162,11 @@ class Reader(Generic[T]):
             tp = (self.topic.kafka_topic, p)
             with self._poll_lock:
                 self._check_open()
-                self._committed.add_partition(*tp, 0)
+                try:
+                    self._committed.add_partition(*tp, 0)
+                except StoreError as exc:  # nothing was added: the next due time tries again
+                    log.info("reader of %s: partition %d not opened yet: %s", self.topic, p, exc)
+                    return
             self._tps.append(tp)
             log.info("reader of %s: reading partition %d, added to the topic", self.topic, p)
 

@@ -313,13 +313,17 @@ class CommittedReader:
         # folded in already (apply passes it over) and waits in the window like any other record.
         read_to = min(position, state.scanned_to)
         part = _Partition(state, position, window_start=position, read_to=read_to)
-        self._parts[tp] = part
         self._scanner.add(tp[0], tp[1], read_to)
+        self._parts[tp] = part  # only once the scanner reads it: a failed open leaves no trace
 
     def add_partition(self, topic: str, partition: int, start: int) -> None:
-        self._starts[(topic, partition)] = start
+        """Read ``topic[partition]`` from ``start`` too; raises ``StoreError`` (nothing changed) if
+        opening it fails. Its start is published only once it is open: callers on other threads
+        (``readable_end`` ...) open what is started but not open, and must not open it meanwhile."""
+        tp = (topic, partition)
         if self._scanner is not None:
-            self._open((topic, partition), start)
+            self._open(tp, start)
+        self._starts[tp] = start
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self._starts.pop((topic, partition), None)
