@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -131,12 +132,17 @@ class PartitionReader:
         # to its main thread (~9 us when that thread is idle, more when busy), and the idle gate
         # needs it at every poll.
         self._assigned: dict[tuple[str, int], None] = {}
+        self._make_lock = threading.Lock()
 
     @property
     def consumer(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = make_client(Consumer, self._conf, "Kafka consumer")
-        return self._consumer
+        consumer = self._consumer
+        if consumer is None:
+            with self._make_lock:  # two threads' first uses must not make two clients
+                if self._consumer is None:
+                    self._consumer = make_client(Consumer, self._conf, "Kafka consumer")
+                consumer = self._consumer
+        return consumer
 
     def assign(self, positions: dict[tuple[str, int], int]) -> None:
         tps = [TopicPartition(t, p, o) for (t, p), o in positions.items()]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -267,18 +268,25 @@ class CommittedReader:
         self._next_deleted_check = time.monotonic() + _DELETED_CHECK_S
         self._same_due: dict[TopicPartition, float] = {}  # next anchor check (_check_created_again)
         self._probe: PartitionReader | None = None  # reads the records at states' anchors
+        self._open_lock = threading.Lock()  # held while the scanner is made or a partition opened
 
     # ------------------------------------------------------------------ setup
     def _ensure_started(self) -> None:
-        if self._scanner is None:
-            self._scanner = self._partition_reader(idle_backoff_ms=self._kafka.idle_fetch_backoff_ms)
-        if len(self._parts) < len(self._starts):
-            # First use, or an open failed (a storage error loading its snapshot or watermarks):
-            # open what is not open yet, so a failure is retried by the next call instead of leaving
-            # the partition unread for good.
-            for tp, start in list(self._starts.items()):
-                if tp not in self._parts:
-                    self._open(tp, start)
+        if self._scanner is not None and len(self._parts) >= len(self._starts):
+            return
+        # Callers on several threads get here (a subscription's receive under its read lock, its
+        # acks under its consumer lock): one opens, the others wait and find it open (two opens of
+        # one partition made the second assignment fail).
+        with self._open_lock:
+            if self._scanner is None:
+                self._scanner = self._partition_reader(idle_backoff_ms=self._kafka.idle_fetch_backoff_ms)
+            if len(self._parts) < len(self._starts):
+                # First use, or an open failed (a storage error loading its snapshot or watermarks):
+                # open what is not open yet, so a failure is retried by the next call instead of
+                # leaving the partition unread for good.
+                for tp, start in list(self._starts.items()):
+                    if tp not in self._parts:
+                        self._open(tp, start)
 
     def _partition_reader(self, idle_backoff_ms: int = 0) -> PartitionReader:
         """A reader for the scanner or a gap. librdkafka prefetches up to 100,000 messages per
@@ -321,9 +329,10 @@ class CommittedReader:
         opening it fails. Its start is published only once it is open: callers on other threads
         (``readable_end`` ...) open what is started but not open, and must not open it meanwhile."""
         tp = (topic, partition)
-        if self._scanner is not None:
-            self._open(tp, start)
-        self._starts[tp] = start
+        with self._open_lock:
+            if self._scanner is not None:
+                self._open(tp, start)
+            self._starts[tp] = start
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self._starts.pop((topic, partition), None)

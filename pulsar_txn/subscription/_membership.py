@@ -176,16 +176,15 @@ class Membership(ConsumerBase[T]):
         retained = self._retained.pop(tp, None)
         if retained is not None and self._untouched_since(retained, committed):
             # Our last commit before the rebalance failed; what we hold is newer than what Kafka has.
-            with self._read_lock:
+            with self._read_lock, self._lock, self._pa_lock:
                 try:
                     self._reader.add_partition(topic, partition, retained.cursor.mark_delete)
                 except BaseException:
                     self._retained[tp] = retained  # newer than Kafka's cursor: kept for the retry
                     raise
-                with self._lock, self._pa_lock:
-                    self._parts[tp] = retained
-                    if (retained.pa_topic, partition) in self._pa_topics_ready:
-                        self._pa().add(retained.pa_topic, partition, retained.fold.next_offset)
+                self._parts[tp] = retained
+                if (retained.pa_topic, partition) in self._pa_topics_ready:
+                    self._pa().add(retained.pa_topic, partition, retained.fold.next_offset)
             retained.dirty = True
             self._flush_part(retained, in_callback=True)
             return
@@ -199,15 +198,14 @@ class Membership(ConsumerBase[T]):
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
         self._note_pa_partitions(pa_topic, self._pa_partition_count(pa_topic))
         part = Part(tp, cursor, pending, fold, pa_topic, committed=committed)
-        # The reader's opening may read (a snapshot, the watermarks): under the read lock only, not
-        # under the lock that acks and stats take (the asyncio consumer takes it on its event loop).
-        # Receives wait for the read lock, so none sees the partition read but not in _parts.
-        with self._read_lock:
+        # Under every lock, the consumer's too, although the reader's opening may read (a snapshot,
+        # the watermarks): acks read the reader's state under the consumer lock alone (session 38
+        # tried without it; a review found an ack opening the partition a second time meanwhile).
+        with self._read_lock, self._lock, self._pa_lock:
             self._reader.add_partition(topic, partition, cursor.mark_delete)
-            with self._lock, self._pa_lock:
-                self._parts[tp] = part
-                if (pa_topic, partition) in self._pa_topics_ready:
-                    self._pa().add(pa_topic, partition, fold.next_offset)
+            self._parts[tp] = part
+            if (pa_topic, partition) in self._pa_topics_ready:
+                self._pa().add(pa_topic, partition, fold.next_offset)
         self._flush_part(part, in_callback=True)
         log.info(
             "%s: %s[%d] from %d (%d acked ranges, %d pending acks)",

@@ -1,7 +1,5 @@
-"""A partition being opened (its reader may load a snapshot and ask for watermarks: network round
-trips) holds the subscription's read lock, not the lock that acks and stats take: the asyncio
-consumer calls ``stats()`` and ``pending_transactions()`` on its event loop, which a slow open
-blocked for as long as it took (session 38)."""
+"""Opening a partition's reader while other threads use the subscription (session 38, found in
+review): a partition is opened once, by one thread, and a failed open leaves nothing half-done."""
 
 from __future__ import annotations
 
@@ -14,49 +12,10 @@ import pytest
 
 from kafka_store import StoreError
 from pulsar_txn.errors import NotAllowedError
+from pulsar_txn.message import new_message_id
 from tests.conftest import Cluster, fill_topic, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def test_a_slow_partition_opening_does_not_block_stats(
-    cluster: Any, uid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    c: Cluster = cluster()
-    topic, sub = f"slowopen_{uid}", f"fo_{uid}"
-    fill_topic(c, topic, 8, partitions=2, keyed=True)
-    f1 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
-    f2 = c.client.subscribe(topic, sub, consumer_type="Failover", initial_position="Earliest")
-    wait_until(
-        lambda: len(f1.assigned_partitions()) == 1 and len(f2.assigned_partitions()) == 1,
-        30,
-        what="split",
-    )
-    mine = receive_all(f1, 800)
-    entered, release = threading.Event(), threading.Event()
-    real_add = f1._reader.add_partition
-
-    def slow_add(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        release.wait(10)  # a snapshot load or a watermark request on a slow broker
-        return real_add(*args, **kwargs)
-
-    monkeypatch.setattr(f1._reader, "add_partition", slow_add)
-    f2.close()  # f1 is given f2's partition and opens it
-    assert entered.wait(30), "f1 never opened the partition"
-    try:
-        t0 = time.monotonic()
-        stats = f1.stats()
-        pending = f1.pending_transactions()
-        took = time.monotonic() - t0
-    finally:
-        release.set()
-    assert took < 3.0, f"stats() and pending_transactions() waited {took:.1f} s for the opening partition"
-    assert pending == {} and len(stats["partitions"]) <= 1  # the rebalance revoked what f1 held
-    wait_until(lambda: len(f1.assigned_partitions()) == 2, 30, what="f1 holds both partitions")
-    # Nothing was acknowledged: after the rebalance f1 gets all 8 (its own 4 again, unacked).
-    assert mine and sorted(m.data for m in receive_all(f1)) == [f"m{i:04d}".encode() for i in range(8)]
-    f1.close()
 
 
 def _split(c: Cluster, uid: str, prefix: str) -> tuple[Any, Any]:
@@ -83,10 +42,9 @@ def _all_eight(f1: Any, n: int = 8) -> list[bytes]:
 def test_an_ack_while_a_partition_opens_does_not_open_it_a_second_time(
     cluster: Any, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Found in review of the change above: acks read the reader's state under the consumer lock
-    only, and the reader opened a partition whose start was published but not open yet from there,
-    on the application's thread, racing the group thread's open: the loser's assignment failed and
-    the partition stayed unread for good."""
+    """Acks read the reader's state under the consumer lock only: with the open moved out of that
+    lock (tried in session 38), an ack opened the partition a second time from the application's
+    thread, the loser's assignment failed and the partition stayed unread for good."""
     c: Cluster = cluster()
     f1, f2 = _split(c, uid, "ackopen")
     held = f1.assigned_partitions()[0]
@@ -141,3 +99,47 @@ def test_a_partition_whose_open_failed_once_is_opened_by_the_retry(
     assert _all_eight(f1) == [f"m{i:04d}".encode() for i in range(8)]
     assert len(f1.assigned_partitions()) == 2
     f1.close()
+
+
+def test_a_first_receive_and_an_ack_open_the_reader_once(
+    cluster: Any, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription's reader opens its partitions at first use: a receive (under the read lock)
+    and an ack of a message id the application already holds (under the consumer lock) both got
+    there and opened the partition twice; the receive failed (already assigned)."""
+    c: Cluster = cluster()
+    topic = f"lazy_{uid}"
+    fill_topic(c, topic, 4, partitions=1)
+    consumer = c.client.subscribe(topic, f"ex_{uid}", initial_position="Earliest")
+    assert consumer._reader._scanner is None  # nothing read yet: the reader opens at first use
+    real_open = consumer._reader._open
+    opens: list[str] = []
+    receiver_opening = threading.Event()
+
+    def slow_open(tp: Any, start: int) -> Any:
+        opens.append(threading.current_thread().name)
+        if threading.current_thread().name == "receiver":
+            receiver_opening.set()
+            time.sleep(1.5)  # a snapshot load
+        return real_open(tp, start)
+
+    monkeypatch.setattr(consumer._reader, "_open", slow_open)
+    got: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def receive() -> None:
+        try:
+            got.extend(m.data for m in receive_all(consumer, 1500))
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+
+    receiver = threading.Thread(target=receive, name="receiver")
+    receiver.start()
+    assert receiver_opening.wait(10)
+    consumer.acknowledge(new_message_id(topic, 0, 0))
+    receiver.join(30)
+    consumer.close()
+    assert not errors, errors
+    assert opens == ["receiver"]
+    # m0000 may come before its ack lands (both are fine); the rest come once each.
+    assert sorted(set(got) - {b"m0000"}) == [b"m0001", b"m0002", b"m0003"] and len(got) == len(set(got))
