@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kafka_store import REGISTRY, RecordKind
 from kafka_store.errors import CorruptRecordError
+from pulsar_txn._record_mac import record_mac
 from pulsar_txn.txnid import TxnAction, TxnID
 
 CTL_HEADER = "ptxn.ctl"
@@ -87,8 +88,7 @@ def txn_message_mac(secret: bytes, txn_raw: bytes, topic: str, partition: int) -
     messages there, so a producer computes it once per partition and a reader checks it once, on the
     message that opens the transaction. It authenticates the opening, not the payloads: a plain
     producer can append to an open transaction (as it can write plain messages), never open one."""
-    data = b"\x00".join((b"txn-message", txn_raw, topic.encode(), str(partition).encode()))
-    return hmac.new(secret, data, hashlib.sha256).digest()
+    return record_mac(secret, b"txn-message", txn_raw, topic.encode(), str(partition).encode())
 
 
 def encode_marker(marker: TxnMarker) -> tuple[bytes, list[tuple[str, bytes]]]:

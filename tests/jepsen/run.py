@@ -211,14 +211,15 @@ def _forge(
         for topic, partition in partitions:
             records.append((topic, partition, marker, b"not the secret"))
         records += [(pa_log, p, marker, None) for pa_log in pa_logs for p in range(parts)]
-    for topic, partition in {(t, p) for _txn, tps in _recent_txns(history, 1) for t, p in tps}:
+    latest = {(t, p) for _txn, tps in _recent_txns(history, 1) for t, p in tps}
+    for topic, partition in latest:
         for tc in range(NUM_TCS):
             records.append((topic, partition, TxnMarker(TxnID(tc, 0), TxnAction.ABORT, 1 << 40, now), None))
     futures = []
     for topic, partition, marker, secret in records:
         value, headers = marker_record(marker, topic, partition, secret)
         futures.append(appender.append(topic, partition, value, headers=headers))
-    for topic, partition in {(t, p) for _txn, tps in _recent_txns(history, 1) for t, p in tps}:
+    for topic, partition in latest:
         forged = TxnID(len(opened) % NUM_TCS, (1 << 40) + len(opened))
         opened.append(f"forged-open-{len(opened)}")
         headers = [(TXN_HEADER, forged.to_bytes())]
