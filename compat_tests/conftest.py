@@ -62,7 +62,7 @@ class Deployment:
         self.embedded = opt("--service-url") is None
         self.log_topic: str = opt("--log-topic")
         self.snapshot_topic: str = opt("--snapshot-topic")
-        self.auth_token: str | None = opt("--auth-token") or os.environ.get("PULSAR_TXN_AUTH_TOKEN")
+        self.auth_token: str | None = opt("--auth-token") or os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None
         self.marker_secret = os.environ.get("PULSAR_TXN_MARKER_SECRET")
         self.end_txn_reply: Literal["after_markers", "after_decision"] = opt("--end-txn-reply")
         self._stop_cmd: str | None = opt("--coordinator-stop-cmd")

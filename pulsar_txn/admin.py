@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from kafka_store import StoreError, TopicNotFoundError
 from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
+from pulsar_txn.client import Client
 from pulsar_txn.errors import (
     AuthenticationError,
     ConfigError,
@@ -33,7 +34,6 @@ from pulsar_txn.txnid import TxnID
 
 if TYPE_CHECKING:
     from pulsar_txn.buffer.reader import LoadedState
-    from pulsar_txn.client import Client
     from pulsar_txn.coordinator.records import TxnMeta
     from pulsar_txn.message import MessageId
     from pulsar_txn.pendingack.log import PendingAckFold
@@ -95,22 +95,33 @@ def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) ->
 @public_errors
 class TransactionsAdmin:
     """``TransactionsAdmin(client, admin_url="http://coord:8080")``; ``admin_url`` is needed only for
-    ``coordinator_stats``. ``log_topic`` must match the coordinators' ``log_topic`` setting."""
+    ``coordinator_stats`` and ``metrics``, the only calls that work with ``client=None``.
+    ``log_topic`` must match the coordinators' ``log_topic`` setting."""
 
     def __init__(
         self,
-        client: Client,
+        client: Client | None,
         *,
         admin_url: str | None = None,
         auth_token: str | None = None,
         log_topic: str = DEFAULT_LOG_TOPIC,
         timeout_seconds: float = 10.0,
     ) -> None:
-        self._client = client
+        # None: only the coordinator's HTTP calls (stats, metrics) are available.
+        self.__client = None if client is None else _args.instance(client, Client, "client")
         self.admin_url = _args.text(admin_url, "admin_url").rstrip("/") if admin_url is not None else None
         self._token = _args.bearer_token(auth_token, "auth_token") if auth_token is not None else None
         self.log_topic = _args.text(log_topic, "log_topic")
         self._timeout = _args.seconds(timeout_seconds, "timeout_seconds")
+
+    @property
+    def _client(self) -> Client:
+        """The client, ``AlreadyClosed`` once it is closed (as its own calls are)."""
+        client = self.__client
+        if client is None:
+            raise ConfigError("this TransactionsAdmin was made without a Client: only its HTTP calls work")
+        client._check_open()
+        return client
 
     # ------------------------------------------------------------------ coordinator (HTTP)
     def coordinator_stats(self) -> dict[int, dict[str, Any]]:

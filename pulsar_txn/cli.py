@@ -76,12 +76,15 @@ def build_configs(
     coord: dict[str, Any] = dict(data.get("coordinator", {}))
     if bootstrap or getattr(args, "bootstrap_servers", None):
         kafka["bootstrap_servers"] = bootstrap or args.bootstrap_servers
-    for field, env in _KAFKA_SECRET_ENV.items():
-        if os.environ.get(env):
-            kafka[field] = os.environ[env]
-    for field, env in _SECRET_ENV.items():
-        if os.environ.get(env):
-            coord[field] = os.environ[env]
+    for settings, names in ((kafka, _KAFKA_SECRET_ENV), (coord, _SECRET_ENV)):
+        for field, env in names.items():
+            value = os.environ.get(env)
+            if value:
+                settings[field] = value
+            elif value is not None and field not in settings:
+                # Unset, not refused: docker compose passes `${VAR:-}` as an empty value. Said aloud,
+                # since an empty secret file would otherwise turn authentication off silently.
+                log.warning("%s is set but empty: taken as unset (no %s)", env, field)
     for flag in ("host", "port", "advertised_url", "num_tcs", "admin_port", "ownership", "group_instance_id"):
         value = getattr(args, flag, None)
         if value is not None:

@@ -38,7 +38,13 @@ from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName, from_kafka, names_of_kafka_topic
+from pulsar_txn.naming import (
+    DEFAULT_LOG_TOPIC,
+    TopicName,
+    from_kafka,
+    names_of_kafka_topic,
+    system_topic_setting,
+)
 from pulsar_txn.producer import Producer
 from pulsar_txn.reader import Reader, last_message_ids
 from pulsar_txn.schema import Schema
@@ -137,11 +143,14 @@ class Client:
         self._keep_alive = _args.seconds(keep_alive_interval_seconds, "keep_alive_interval_seconds")
         if isinstance(authentication, AuthenticationToken):
             authentication = authentication.token
+        if authentication is not None:  # a coordinator refuses such tokens in its own config too
+            authentication = _args.bearer_token(authentication, "authentication")
         self._auth = authentication
         self._num_tcs = num_tcs
         self._secret = _marker_key(marker_secret)
-        self._snapshot_topic = snapshot_topic
-        self._log_topic = log_topic  # the coordinators' transaction log (consumers look things up there)
+        self._snapshot_topic = system_topic_setting(snapshot_topic, "snapshot_topic")
+        # The coordinators' transaction log (consumers look things up there).
+        self._log_topic = system_topic_setting(log_topic, "log_topic")
         self._lock = threading.Lock()
         self._tc_client: SyncTcClient | None = None
         self._tc_lock = threading.Lock()  # one coordinator connect at a time (not under _lock)
@@ -319,7 +328,11 @@ class Client:
             if not names:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
         elif topic:
-            names = [TopicName.parse(t) for t in ([topic] if isinstance(topic, str) else topic)]
+            given: dict[str, TopicName] = {}  # a topic named twice (by either name) is subscribed once
+            for t in [topic] if isinstance(topic, str) else topic:
+                name = TopicName.parse(t)
+                given.setdefault(name.kafka_topic, name)
+            names = list(given.values())
         else:
             raise ConfigError("subscribe needs a topic, a list of topics, or pattern=")
         consumer = Consumer(
@@ -400,6 +413,7 @@ class Client:
         self._check_open()
         _check_schema(schema)
         _args.instance(start_message_id, MessageId, "start_message_id")
+        _args.instance(start_message_id_inclusive, bool, "start_message_id_inclusive")
         return self._opened_handle(
             Reader(self, topic, start_message_id, schema=schema, inclusive=start_message_id_inclusive)
         )
@@ -579,6 +593,7 @@ class Client:
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create a (partitioned) topic; a no-op if it exists. (Pulsar does this with its admin API;
         here it is a Kafka topic with that many partitions.)"""
+        self._check_open()
         name = TopicName.parse(topic)
         _args.integer(partitions, "partitions", minimum=1, maximum=_MAX_PARTITIONS)
         self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
@@ -592,6 +607,8 @@ class Client:
         transaction log, snapshots, owners, pending-ack logs, any ``__`` topic), as Pulsar refuses to
         delete system topics. Transactions that produced to it still end: the
         coordinator gives up their markers there once the topic has been missing for a grace period."""
+        self._check_open()
+        _args.instance(force, bool, "force")
         result = delete_topic(
             self.kafka,
             self._admin,

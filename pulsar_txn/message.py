@@ -36,6 +36,22 @@ class MessageId:
     partition: int
     offset: int
 
+    def __post_init__(self) -> None:
+        # Only ids an application builds come here (received ones are made by new_message_id): an
+        # id naming no message, or of the wrong types, would ack or seek something never named.
+        topic, partition, offset = self.topic, self.partition, self.offset
+        if not isinstance(topic, str):
+            raise ConfigError(f"a MessageId's topic is a str ('' for none), not {topic!r:.100}")
+        for name, value in (("partition", partition), ("offset", offset)):
+            if type(value) is not int:
+                raise ConfigError(f"a MessageId's {name} is an int, not {value!r:.100}")
+        sentinel = topic == "" and partition == -1 and offset in (-1, -2)  # EARLIEST / LATEST
+        if (partition < 0 or offset < 0) and not sentinel:
+            raise ConfigError(
+                f"MessageId({topic!r}, {partition}, {offset}) names no message: partition and "
+                "offset are >= 0 (or use EARLIEST / LATEST)"
+            )
+
     def __str__(self) -> str:
         return f"{self.topic}:{self.partition}:{self.offset}"
 
@@ -57,9 +73,12 @@ class MessageId:
             raise ConfigError(f"a MessageId's printed form is a str, not {type(text).__name__} {text!r}")
         try:
             topic, partition, offset = text.rsplit(":", 2)
-            return cls(topic, int(partition), int(offset))
+            mid = cls(topic, int(partition), int(offset))
+        except ConfigError:
+            raise
         except ValueError:
             raise ConfigError(f"not a MessageId: {text!r:.200} (expected 'topic:partition:offset')") from None
+        return mid
 
 
 EARLIEST = MessageId("", -1, -2)

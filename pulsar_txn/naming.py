@@ -184,6 +184,16 @@ def check_subscription(topic: str, subscription: str) -> None:
         )
 
 
+def system_topic_setting(value: object, what: str) -> str:
+    """A system topic's Kafka name given as a setting (``ConfigError`` for one Kafka would refuse at
+    its first use, deep inside the Kafka client)."""
+    if not isinstance(value, str) or not _KAFKA_OK.match(value) or value in (".", ".."):
+        raise ConfigError(
+            f"{what} {value!r:.200} is not a Kafka topic name (1-249 of letters, digits, '.', '_', '-')"
+        )
+    return value
+
+
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 """Bind addresses that mean every interface: no client can connect to one."""
 

@@ -165,6 +165,8 @@ class Producer(Generic[T]):
             event_time = int(event_timestamp)
         if txn is not None and not isinstance(txn, Transaction):
             raise ConfigError(f"txn is a Transaction, not {type(txn).__name__} {txn!r}")
+        if callback is not None and not callable(callback):  # else it failed later, only logged
+            raise ConfigError(f"callback is a function (result, msg_id), not {type(callback).__name__}")
         if properties is not None and not isinstance(properties, Mapping):
             raise ConfigError(f"properties map str to str: a mapping, not {type(properties).__name__}")
         partition = self._choose_partition(key)

@@ -48,6 +48,7 @@ from pulsar_txn.errors import (
     ServerError,
     Timeout,
     TopicNotFound,
+    TransactionCoordinatorNotFoundError,
 )
 from pulsar_txn.naming import service_host_port
 from pulsar_txn.protocol import (
@@ -310,6 +311,11 @@ class TcClient:
                 url = response.broker_service_url
                 authoritative = response.authoritative
                 continue
+            if response.error == ServerError.TopicNotFound:  # e.g. the TC of a made-up TxnID
+                raise TransactionCoordinatorNotFoundError(
+                    f"TC {tc_id} does not exist at {url} (its assign topic has no such partition)",
+                    retriable=False,
+                )
             raise_for(
                 response.error if response.error is not None else ServerError.UnknownError, response.message
             )

@@ -66,6 +66,9 @@ class _Waiter:
             while True:
                 if self._pending is None:
                     self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
+                    # A slice left by a cancelled call may end in an error nobody awaits (the
+                    # consumer closed): asyncio logged "Task exception was never retrieved".
+                    self._pending.add_done_callback(_retrieved)
                 try:
                     msg = await asyncio.shield(self._pending)
                 except asyncio.CancelledError:
@@ -86,6 +89,11 @@ class _Waiter:
         if pending is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(pending)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # marks it retrieved; whoever awaits it still gets it
 
 
 class Client:

@@ -66,3 +66,31 @@ def test_a_receive_error_ends_its_own_slice_only() -> None:
         return out
 
     assert asyncio.run(main()) == ["PersistenceError", "msg2", "msg3"]
+
+
+def test_a_slice_left_by_a_cancelled_receive_that_fails_is_not_logged_as_never_retrieved() -> None:
+    """Cancel a compat ``receive()``, then close the consumer: the slice left running ended in
+    AlreadyClosed that nobody awaited, and asyncio logged "Task exception was never retrieved"
+    (session 39's docs review)."""
+    from pulsar_txn.errors import AlreadyClosed
+
+    def next_message(_ms: int) -> Any:
+        time.sleep(0.1)
+        raise AlreadyClosed("consumer is closed")
+
+    unretrieved: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unretrieved.append(ctx))
+        waiter = _Waiter(next_message)
+        receive = asyncio.ensure_future(waiter.next())
+        await asyncio.sleep(0.02)
+        receive.cancel()
+        await asyncio.sleep(0.3)  # the slice ends with its error
+        del waiter, receive
+        import gc
+
+        gc.collect()  # an unretrieved exception is reported when its future is collected
+
+    asyncio.run(main())
+    assert unretrieved == []

@@ -43,6 +43,24 @@ OFFLINE: dict[str, Callable[[], object]] = {
     "MessageId.parse('junk')": lambda: MessageId.parse("junk"),
     "MessageId.parse('t:a:b')": lambda: MessageId.parse("t:a:b"),
     "MessageId.parse(5)": lambda: MessageId.parse(5),  # type: ignore[arg-type]
+    # Ids an application builds (session 39's review: these acked a message never named, corrupted a
+    # cursor with a float offset, or failed inside confluent_kafka at the next commit).
+    "MessageId(t, 0, 1.5)": lambda: MessageId("t", 0, 1.5),  # type: ignore[arg-type]
+    "MessageId(t, 0, 'x')": lambda: MessageId("t", 0, "x"),  # type: ignore[arg-type]
+    "MessageId(None, 0, 0)": lambda: MessageId(None, 0, 0),  # type: ignore[arg-type]
+    "MessageId(t, False, True)": lambda: MessageId("t", False, True),
+    "MessageId(t, 0, -5)": lambda: MessageId("t", 0, -5),
+    "MessageId(t, -1, 3)": lambda: MessageId("t", -1, 3),
+    "MessageId('', -1, 0)": lambda: MessageId("", -1, 0),
+    "MessageId.parse('a:-1:-1')": lambda: MessageId.parse("a:-1:-1"),
+    "Client(authentication=5)": lambda: Client("pulsar://h:6650", bootstrap_servers="h:9", authentication=5),  # type: ignore[arg-type]
+    "Client(authentication='a\\nb')": lambda: Client(
+        "pulsar://h:6650", bootstrap_servers="h:9", authentication="a\nb"
+    ),
+    "Client(snapshot_topic=5)": lambda: Client("pulsar://h:6650", bootstrap_servers="h:9", snapshot_topic=5),  # type: ignore[arg-type]
+    "Client(log_topic='a b')": lambda: Client("pulsar://h:6650", bootstrap_servers="h:9", log_topic="a b"),
+    "TransactionsAdmin('x')": lambda: TransactionsAdmin("x"),  # type: ignore[arg-type]
+    "TransactionsAdmin(None).transaction_status": lambda: TransactionsAdmin(None).transaction_status("(0,1)"),
     "JsonSchema(5)": lambda: JsonSchema(5),  # type: ignore[arg-type]
     "JsonSchema({an avro schema})": lambda: JsonSchema({"type": "record", "name": "r", "fields": []}),  # type: ignore[arg-type]
 }
@@ -60,6 +78,28 @@ def test_txn_ids_of_the_wrong_type_are_invalid_txn_ids() -> None:
     with pytest.raises(InvalidTxnID):
         TxnID("0", 1)  # type: ignore[arg-type]
     assert TxnID.parse("(0,3)") == TxnID(0, 3)
+
+
+def test_message_ids_naming_a_position_or_a_sentinel_are_still_made() -> None:
+    from pulsar_txn import EARLIEST, LATEST
+
+    assert MessageId.parse(str(EARLIEST)) == EARLIEST and MessageId.parse(str(LATEST)) == LATEST
+    assert MessageId("", 0, 0).offset == 0 and MessageId("t", 2, 1 << 62).partition == 2
+
+
+def test_a_closed_client_makes_no_topics_and_its_admin_refuses_kafka_calls() -> None:
+    from pulsar_txn import AlreadyClosed
+
+    c = Client("pulsar://127.0.0.1:6650", bootstrap_servers="127.0.0.1:9")
+    admin = TransactionsAdmin(c)
+    c.close()
+    # Before: create_topic made the topic (the client's admin client was still usable).
+    with pytest.raises(AlreadyClosed):
+        c.create_topic("t")
+    with pytest.raises(AlreadyClosed):
+        c.delete_topic("t")
+    with pytest.raises(AlreadyClosed):
+        admin.list_transactions(0)
 
 
 def test_message_id_parse_still_reads_topics_with_colons() -> None:

@@ -99,3 +99,19 @@ def test_a_server_bound_to_every_interface_advertises_the_host_name() -> None:
 
     assert started("0.0.0.0").url == f"pulsar://{socket.gethostname()}:6650"
     assert started("127.0.0.1").url == "pulsar://127.0.0.1:6650"
+
+
+def test_an_empty_secret_variable_is_taken_as_unset_and_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docker compose passes an unset variable as empty (``${VAR:-}``), so empty means unset; but an
+    empty secret file then turned authentication off without a word (session 39's docs review)."""
+    path = tmp_path / "c.toml"
+    path.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9092"\n')
+    monkeypatch.setenv("PULSAR_TXN_AUTH_TOKEN", "")
+    monkeypatch.setenv("PULSAR_TXN_MARKER_SECRET", "s3cret-mac")
+    with caplog.at_level("WARNING", logger="pulsar_txn.cli"):
+        _kafka, coord = build_configs(_args(path))
+    assert coord.auth_token is None and coord.marker_secret is not None
+    assert "PULSAR_TXN_AUTH_TOKEN is set but empty" in caplog.text
+    assert "s3cret-mac" not in caplog.text and "MARKER_SECRET" not in caplog.text

@@ -25,7 +25,6 @@ from pulsar_txn.errors import (
     ServerError,
     ServiceNotReady,
     Timeout,
-    TopicNotFound,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
@@ -897,10 +896,10 @@ def test_client_answers_server_pings_so_its_connection_survives() -> None:
     run(scenario())
 
 
-def test_client_reports_an_unknown_tc_assign_topic_as_topic_not_found() -> None:
+def test_client_reports_an_unknown_tc_as_coordinator_not_found() -> None:
     async def scenario() -> None:
         async with serving(FakeApi(num_tcs=2)) as server, tc_client(server.url, num_tcs=5) as client:
-            with pytest.raises(TopicNotFound):
+            with pytest.raises(TransactionCoordinatorNotFoundError, match="TC 4 does not exist"):
                 await client.new_txn(0, tc_id=4)
 
     run(scenario())
