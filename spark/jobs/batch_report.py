@@ -74,24 +74,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", required=True, help="Kafka topic (or comma-separated topics)")
     parser.add_argument("--snapshot-topic", default=DEFAULT_SNAPSHOT_TOPIC)
-    parser.add_argument(
-        "--marker-secret",
-        default=None,
-        help="HMAC secret markers are signed with (default: $PULSAR_TXN_MARKER_SECRET, which keeps it "
-        "out of the process list)",
-    )
+    # Refused, not taken: a secret on a command line is in the process list for every user to read.
+    parser.add_argument("--marker-secret", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--num-tcs", type=positive_int, default=None, help="transaction coordinators (default: any)"
     )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.marker_secret is not None:
+        parser.error(
+            "--marker-secret is not taken on the command line (ps shows it to every user): "
+            "set PULSAR_TXN_MARKER_SECRET"
+        )
     options = {
         "kafka.bootstrap.servers": args.bootstrap_servers,
         "subscribe": args.topic,
         "snapshotTopic": args.snapshot_topic,
     }
-    marker_secret = args.marker_secret or secret_from_env("marker_secret")
+    marker_secret = secret_from_env("marker_secret")
     if marker_secret:
         options["markerSecret"] = marker_secret
     if args.num_tcs is not None:

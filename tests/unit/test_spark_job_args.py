@@ -31,3 +31,22 @@ def test_the_batch_job_refuses_zero_tcs(capsys: pytest.CaptureFixture[str]) -> N
         batch_report.main(["--bootstrap-servers", "h:9092", "--topic", "t", "--num-tcs", "0"])
     assert exited.value.code == 2
     assert "argument --num-tcs" in capsys.readouterr().err
+
+
+def test_the_batch_job_takes_the_marker_secret_from_the_environment_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--marker-secret`` put the secret in the process list for the whole job (session 39's security
+    review): it is refused, naming the variable, and the value is not echoed."""
+    with pytest.raises(SystemExit) as exited:
+        batch_report.main(["--bootstrap-servers", "h:9092", "--topic", "t", "--marker-secret", "s3cret-x"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "PULSAR_TXN_MARKER_SECRET" in err and "s3cret-x" not in err
+    assert "--marker-secret" not in batch_report_help(capsys)
+
+
+def batch_report_help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        batch_report.main(["--help"])
+    return capsys.readouterr().out
