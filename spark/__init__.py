@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register"]
+from spark._errors import typed_error
+
+__all__ = ["register", "typed_error"]
 
 
 def register(session: Any) -> None:

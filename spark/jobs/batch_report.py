@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
-from spark.jobs import positive_int, secret_from_env
+from spark.jobs import exit_code_of, positive_int, secret_from_env
 
 
 def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
@@ -56,9 +56,11 @@ def _table(rows: list[dict[str, Any]]) -> str:
         "committed_txns",
         "first_offset",
         "last_offset",
+        "first_time",
+        "last_time",
     ]
     cells = [[str(r[c]) for c in cols] for r in rows]
-    total = ["total", "", *(str(sum(int(r[c]) for r in rows)) for c in cols[2:6]), "", ""]
+    total = ["total", "", *(str(sum(int(r[c]) for r in rows)) for c in cols[2:6]), "", "", "", ""]
     widths = [max(len(x) for x in col) for col in zip(cols, *cells, total, strict=True)]
     lines = [
         " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [cols, *cells, total]
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     session.sparkContext.setLogLevel("ERROR")
     try:
         rows = report(session, options)
+    except Exception as exc:
+        return exit_code_of(exc, parser.prog)
     finally:
         session.stop()
     print(json.dumps(rows, indent=2) if args.json else _table(rows))

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from spark.jobs import positive_int, secret_from_env
+from spark.jobs import exit_code_of, positive_int, secret_from_env
 
 log = logging.getLogger("spark.jobs.stream_aggregate")
 
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             query.awaitTermination()
         return 0
+    except Exception as exc:
+        return exit_code_of(exc, "python -m spark.jobs.stream_aggregate")
     finally:
         spark.stop()
 

@@ -142,12 +142,13 @@ def test_bad_options_raise_typed_errors(spark: Any, kafka: KafkaConfig, uid: str
     from pyspark.errors import PySparkException
 
     from pulsar_txn.errors import ConfigError
+    from spark import typed_error
     from spark._options import parse_options
 
     with pytest.raises(ConfigError, match="subscribe"):
         parse_options({"kafka.bootstrap.servers": kafka.bootstrap_servers}, streaming=False)
-    # Through Spark, the typed error's message reaches the user.
-    with pytest.raises(PySparkException, match="startingOffsets cannot be latest"):
+    # Through Spark, the typed error's message reaches the user, and spark.typed_error gives it back.
+    with pytest.raises(PySparkException, match="startingOffsets cannot be latest") as wrapped:
         _batch(
             spark,
             {
@@ -156,6 +157,9 @@ def test_bad_options_raise_typed_errors(spark: Any, kafka: KafkaConfig, uid: str
                 "startingOffsets": "latest",
             },
         )
+    typed = typed_error(wrapped.value)
+    assert isinstance(typed, ConfigError) and "startingOffsets cannot be latest" in str(typed)
+    assert typed.__cause__ is wrapped.value
 
 
 def test_sql_kafka_plan_keeps_exactly_what_the_source_delivers_on_real_rows(
