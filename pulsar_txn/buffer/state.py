@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
+import os
 import threading
 import zlib
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,18 @@ def record_fingerprint(headers: Headers, value: bytes | None) -> int:
     return crc
 
 
+UNSIGNED_TXN_HISTORY_ENV = "PULSAR_TXN_UNSIGNED_TXN_HISTORY"
+"""Set to 1 in every process of a cluster (coordinators, clients, Spark driver and executors) whose
+partitions hold transactions written with a marker secret by producers before session 38, which did
+not sign them (docs/operations.md, "Upgrading")."""
+
+
+def unsigned_txn_history_default() -> bool:
+    """Whether ``UNSIGNED_TXN_HISTORY_ENV`` asks folds to accept unsigned openings until a partition's
+    first signed one."""
+    return os.environ.get(UNSIGNED_TXN_HISTORY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 @dataclass
 class BufferCounters:
     markers: int = 0
@@ -88,10 +101,13 @@ class TxnBufferState:
     lwm: dict[int, int] = field(default_factory=dict)
     discarded: list[list[int]] = field(default_factory=list)
     counters: BufferCounters = field(default_factory=BufferCounters)
-    # With a marker secret: the offset of the first transaction here opened by a signed message
-    # (``ptxn.txn.mac``), from which on an unsigned one opens nothing; None before (history written
-    # by producers of earlier versions stays readable).
+    # With a marker secret: the offset from which on only a signed message (``ptxn.txn.mac``) opens
+    # a transaction here. 0 (the default): from the partition's start. With ``unsigned_txn_history``
+    # (a cluster that ran a secret before session 38, whose producers did not sign), it is armed by
+    # the first signed opening and None before, so that history stays readable; a forged opening
+    # before that arming holds the partition's readers for good (Jepsen seed 3902, session 39).
     txn_auth_from: int | None = None
+    unsigned_txn_history: bool = field(default_factory=unsigned_txn_history_default, repr=False)
     changes: int = 0  # state changes folded in (drives snapshot cadence)
     _oldest: list[tuple[int, TxnID]] = field(default_factory=list, repr=False)
     _ids: dict[bytes, TxnID] = field(default_factory=dict, repr=False, compare=False)
@@ -109,6 +125,10 @@ class TxnBufferState:
     # Unguarded, two readers seeing the same stale top popped it and the open transaction's entry
     # below it, and the partition read on past that transaction's first offset.
     _heap_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.marker_secret is not None and not self.unsigned_txn_history and self.txn_auth_from is None:
+            self.txn_auth_from = 0
 
     # ------------------------------------------------------------------ derived
     @property

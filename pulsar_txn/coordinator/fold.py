@@ -113,6 +113,8 @@ class TcLogFold:
                     offset, f"{meta.txn_id} cannot go from {known.status.value} to {meta.status.value}"
                 )
                 return None
+            if known is not None:
+                _keep_known(meta, known)
         self.epoch = epoch  # a record newer than any claim seen: its claim was lost, trust its epoch
         if meta is not None:
             seq = meta.txn_id.least_bits
@@ -141,6 +143,20 @@ class TcLogFold:
     def _skip(self, offset: int, why: str) -> None:
         self.skipped_records += 1
         log.warning("TC %d log offset %d skipped: %s", self.tc_id, offset, why)
+
+
+def _keep_known(meta: TxnMeta, known: TxnMeta) -> None:
+    """A transaction's partitions and subscriptions only ever grow: a record naming fewer than an
+    earlier one is taken with the earlier ones kept. Copied into the log again (signing does not stop
+    copies), the transaction's first OPEN record named none, and a new owner committed it with no
+    markers: its data was held back or discarded as aborted (session 39's review). A partition
+    kept so is at worst one that a write reported failed but stored: its marker changes nothing."""
+    if known.partitions and known.partitions != meta.partitions:
+        have = set(meta.partitions)
+        meta.partitions.extend(p for p in known.partitions if p not in have)
+    if known.subscriptions and known.subscriptions != meta.subscriptions:
+        subs = set(meta.subscriptions)
+        meta.subscriptions.extend(s for s in known.subscriptions if s not in subs)
 
 
 def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int, secret: bytes | None = None) -> TcLogFold:

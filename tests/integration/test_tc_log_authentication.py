@@ -123,3 +123,48 @@ def test_a_copied_signed_claim_does_not_fence_the_owner(cluster: ClusterFactory)
     assert 0 in c.coordinator.owned_tcs()
     fold = read_tc_log(c.kafka, log_topic, 0, SECRET.encode())
     assert fold.epoch == claim.offset and fold.skipped_records == 1
+
+
+def test_a_copied_open_record_does_not_make_a_failover_commit_skip_partitions(
+    cluster: ClusterFactory, kafka: KafkaConfig, embedded: Callable[..., EmbeddedCoordinator], uid: str
+) -> None:
+    """Signing stops forged content, not copies: the transaction's first OPEN record (no partitions)
+    written to the log again after its ADD_PARTITIONs made the next owner commit it with no markers
+    (session 39's review: one partition's committed message held back, the other's aborted)."""
+    from pulsar_txn.client import Client
+
+    c = cluster(marker_secret=SECRET, tb_service_enabled=False)
+    log_topic = c.config.log_topic
+    ta, tb = f"cpA_{uid}", f"cpB_{uid}"
+    c.client.create_topic(ta, 1)
+    c.client.create_topic(tb, 1)
+    pa, pb = c.client.create_producer(ta), c.client.create_producer(tb)
+    txn = c.client.transaction(300)
+    pa.send(b"a-committed", txn=txn)
+    pb.send(b"b-committed", txn=txn)
+    tc, seq = txn.txn_id.most_bits, txn.txn_id.least_bits
+    first = next(
+        r
+        for r in read_range(kafka, log_topic, tc)
+        if r.key and r.key.startswith(f"txn/{tc}/{seq}@".encode()) and r.value
+    )
+    appender = Appender(kafka)  # byte for byte, its signature included
+    appender.append(log_topic, tc, first.value, key=first.key, headers=list(first.headers)).result(10)
+    appender.close()
+    assert len(read_tc_log(kafka, log_topic, tc, SECRET.encode()).txns[seq].partitions) == 2
+    c.coordinator.stop()  # a failover: the next owner folds the log
+    successor = embedded(c.config, serve=True)
+    client = Client(
+        successor.url or "",
+        kafka=kafka,
+        num_tcs=c.config.num_tcs,
+        marker_secret=SECRET,
+        snapshot_topic=c.config.snapshot_topic,
+        log_topic=log_topic,
+    )
+    try:
+        client.resume_transaction(txn.txn_id).commit()
+        assert [m.data for m in read_all(client.create_reader(ta))] == [b"a-committed"]
+        assert [m.data for m in read_all(client.create_reader(tb))] == [b"b-committed"]
+    finally:
+        client.close()

@@ -25,13 +25,14 @@ from pulsar_txn.buffer.marker import (
     CTL_HEADER,
     MARKER_CTL,
     TXN_HEADER,
+    TXN_MAC_HEADER,
     TxnMarker,
     decode_marker,
     encode_marker,
 )
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
-from pulsar_txn.buffer.state import TxnBufferState
+from pulsar_txn.buffer.state import UNSIGNED_TXN_HISTORY_ENV, TxnBufferState
 from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.transaction import Transaction
@@ -582,11 +583,13 @@ def test_a_forged_txn_message_cannot_hold_readers_back_when_marker_authenticatio
 def test_transactions_written_before_message_signing_stay_readable(
     cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Producers before session 38 wrote no ``ptxn.txn.mac``: with a secret, their committed
-    transactions must stay readable when the partition is folded again from its start (a new
-    reader, a Spark job's progress topic), up to the partition's first signed opening."""
+    """Producers before session 38 wrote no ``ptxn.txn.mac``: with a secret and
+    ``PULSAR_TXN_UNSIGNED_TXN_HISTORY=1``, their committed transactions must stay readable when the
+    partition is folded again from its start (a new reader, a Spark job's progress topic), up to the
+    partition's first signed opening."""
     from pulsar_txn import producer as producer_module
 
+    monkeypatch.setenv(UNSIGNED_TXN_HISTORY_ENV, "1")
     c = cluster(marker_secret="correct horse battery staple")
     topic = f"presign_{uid}"
     c.client.create_topic(topic, 1)
@@ -594,12 +597,62 @@ def test_transactions_written_before_message_signing_stay_readable(
     monkeypatch.setattr(producer_module, "TXN_MAC_HEADER", "ptxn.not-signed-by-this-build")
     with c.client.transaction(60) as old:
         producer.send("old", txn=old)
-    monkeypatch.undo()
+    monkeypatch.setattr(producer_module, "TXN_MAC_HEADER", TXN_MAC_HEADER)
     with c.client.transaction(60) as new:
         producer.send("new", txn=new)
     assert _values(read_all(c.client.create_reader(topic))) == ["old", "new"]
     state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
     assert state.txn_auth_from == 2 and state.counters.forged_txn_messages == 0  # old, its marker, new
+
+
+def test_a_forged_opening_before_any_signed_one_does_not_hold_readers_back(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """Jepsen seed 3902 (session 39): the forger's unsigned message came before the partition's first
+    signed opening, which armed the check too late: every reader stopped at it for good. Without
+    ``PULSAR_TXN_UNSIGNED_TXN_HISTORY`` the check holds from the partition's start."""
+    c = cluster(marker_secret="correct horse battery staple")
+    topic = f"forge_first_{uid}"
+    c.client.create_topic(topic, 1)
+    app = Appender(kafka)
+    app.append(topic, 0, b"forged", headers=[(TXN_HEADER, TxnID(0, 1 << 40).to_bytes())]).result(10)
+    app.close()
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(60) as txn:
+        producer.send("committed", txn=txn)
+    producer.send("plain")
+    assert _values(read_all(c.client.create_reader(topic))) == ["committed", "plain"]
+    state, _ = load_state(kafka, topic, 0, options=c.client._buffer_options())
+    assert state.counters.forged_txn_messages == 1 and not state.ongoing
+
+
+def test_a_snapshot_folded_with_unsigned_history_is_not_trusted_by_a_strict_reader(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot folded accepting unsigned openings (an earlier build, or the history setting) may
+    hold a forged one among its open transactions: a reader checking from the start folds anew."""
+    secret = "correct horse battery staple"
+    c = cluster(marker_secret=secret, tb_service_enabled=False)
+    topic = f"histsnap_{uid}"
+    c.client.create_topic(topic, 1)
+    app = Appender(kafka)
+    app.append(topic, 0, b"forged", headers=[(TXN_HEADER, TxnID(0, 1 << 40).to_bytes())]).result(10)
+    app.close()
+    c.client.create_producer(topic).send("plain")
+    options = c.client._buffer_options()
+    monkeypatch.setenv(UNSIGNED_TXN_HISTORY_ENV, "1")
+    lenient, _ = load_state(kafka, topic, 0, options=options)
+    monkeypatch.delenv(UNSIGNED_TXN_HISTORY_ENV)
+    assert lenient.txn_auth_from is None and lenient.ongoing  # the forged opening is open there
+    store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
+    try:
+        store.write(lenient).result(10)
+        state, snapshot_at = load_state(kafka, topic, 0, store=store, options=options)
+        assert snapshot_at is None  # folded from the start (before: the snapshot's forged txn held it)
+        assert not state.ongoing and state.counters.forged_txn_messages == 1
+    finally:
+        store.close()
+    assert _values(read_all(c.client.create_reader(topic))) == ["plain"]
 
 
 def test_the_txn_message_check_armed_in_a_partition_is_carried_by_its_snapshot(

@@ -1,13 +1,15 @@
-"""With a marker secret, once a transaction has opened in a partition on a signed message
-(``ptxn.txn.mac``), later ones open only on signed messages: a plain producer cannot pin
-``max_read_position`` with a message of a TxnID its TC never allocated (before, that held the
-partition's readers back for good). Unsigned openings before the first signed one (history written by
-producers before session 38) still open their transactions."""
+"""With a marker secret, a transaction opens in a partition only on a signed message
+(``ptxn.txn.mac``): a plain producer cannot pin ``max_read_position`` with a message of a TxnID its
+TC never allocated (before, that held the partition's readers back for good). With
+``unsigned_txn_history`` (clusters whose producers before session 38 did not sign), unsigned openings
+before the partition's first signed one still open their transactions."""
 
 from __future__ import annotations
 
+import pytest
+
 from pulsar_txn.buffer.marker import TXN_HEADER, TXN_MAC_HEADER, TxnMarker, marker_record, txn_message_mac
-from pulsar_txn.buffer.state import Headers, TxnBufferState
+from pulsar_txn.buffer.state import UNSIGNED_TXN_HISTORY_ENV, Headers, TxnBufferState
 from pulsar_txn.txnid import TxnAction, TxnID
 
 SECRET = b"correct horse battery staple"
@@ -85,9 +87,33 @@ def test_apply_batch_checks_the_opening_message_like_apply() -> None:
     assert batch.ongoing == {txn: 2} and batch.counters.forged_txn_messages == 1
 
 
-def test_unsigned_openings_before_the_first_signed_one_still_open_their_txns() -> None:
-    """History written by producers before session 38 (no ``ptxn.txn.mac``) stays readable."""
+def test_a_forged_opening_at_the_partition_start_is_skipped() -> None:
+    """Jepsen seed 3902 (session 39): a forger wrote an unsigned opening of a TxnID no TC allocates
+    before the partition's first signed one. Armed by that first signed opening, the check came too
+    late, and the forged transaction held every reader of the partition at offset 5 for good."""
     state = TxnBufferState("t", 0, num_tcs=4, marker_secret=SECRET)
+    assert state.txn_auth_from == 0
+    forged = TxnID(0, 1 << 40)
+    assert state.apply(0, _msg(forged), b"forged") is False
+    txn = TxnID(0, 1)
+    assert state.apply(1, _signed(txn), b"real") == txn
+    value, headers = marker_record(TxnMarker(txn, TxnAction.COMMIT, -1, 0), "t", 0, SECRET)
+    assert state.apply(2, headers, value) is False
+    assert state.ongoing == {} and state.max_read_position == 3
+    assert state.counters.forged_txn_messages == 1
+
+
+def test_the_environment_asks_for_unsigned_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(UNSIGNED_TXN_HISTORY_ENV, "1")
+    assert TxnBufferState("t", 0, marker_secret=SECRET).txn_auth_from is None
+    monkeypatch.setenv(UNSIGNED_TXN_HISTORY_ENV, "0")
+    assert TxnBufferState("t", 0, marker_secret=SECRET).txn_auth_from == 0
+
+
+def test_unsigned_openings_before_the_first_signed_one_still_open_their_txns() -> None:
+    """With ``unsigned_txn_history``: history written by producers before session 38 (no
+    ``ptxn.txn.mac``) stays readable."""
+    state = TxnBufferState("t", 0, num_tcs=4, marker_secret=SECRET, unsigned_txn_history=True)
     old = TxnID(0, 1)
     assert state.apply(0, _msg(old), b"old") == old and state.txn_auth_from is None
     value, headers = marker_record(TxnMarker(old, TxnAction.COMMIT, -1, 0), "t", 0, SECRET)

@@ -76,3 +76,22 @@ def test_without_a_secret_unsigned_records_count() -> None:
     fold.apply(1, txn_key(TxnID(0, 1), 0), _meta(1, TxnStatus.COMMITTED).encode(0))
     assert ended_as(fold, TxnID(0, 1)) is TxnAction.COMMIT
     assert log_headers(None, TOPIC, 0, b"k", b"v") is None
+
+
+def test_a_copy_of_an_earlier_open_record_does_not_take_partitions_or_subscriptions_away() -> None:
+    """Signing does not stop copies: the transaction's first OPEN record (no partitions), written to
+    the log again after its ADD_PARTITION records, made a new owner commit it with no markers, so its
+    committed data was held back or discarded as aborted (session 39's review)."""
+    fold = _owned_fold()
+    txn = TxnID(0, 1)
+    key = txn_key(txn, 0)
+    first = _meta(1).encode(0)
+    grown = TxnMeta(txn, TxnStatus.OPEN, 1000, 0, 1000, 5, ["a-partition-0", "b"], [("a", "sub")])
+    _signed(fold, 2, key, grown.encode(0))
+    _signed(fold, 3, key, first)  # the copy, byte for byte, signature included
+    assert fold.txns[1].partitions == ["a-partition-0", "b"]
+    assert fold.txns[1].subscriptions == [("a", "sub")]
+    committing = TxnMeta(txn, TxnStatus.COMMITTING, 1000, 0, 1000, 9, ["b", "c"])
+    _signed(fold, 4, key, committing.encode(0))
+    assert fold.txns[1].status is TxnStatus.COMMITTING
+    assert sorted(fold.txns[1].partitions) == ["a-partition-0", "b", "c"]
