@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from kafka_store import KafkaConfig
+from kafka_store import KafkaConfig, TopicAdmin
 from pulsar_txn import _prometheus
 from pulsar_txn.admin_http import AdminHttpServer, TextBody
 from pulsar_txn.buffer.service import TransactionBufferService
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.endpoints import TxnEndpoints
-from pulsar_txn.coordinator.service import CoordinatorService
+from pulsar_txn.coordinator.service import CoordinatorService, adopt_tc_count
 from pulsar_txn.server import CoordinatorServer
 
 
@@ -50,6 +50,8 @@ async def start_node(
     serve: bool = True,
     endpoints: TxnEndpoints | None = None,
 ) -> Node:
+    # Before anything is made from it: the TB service must fold with the cluster's TC count too.
+    config = await asyncio.to_thread(adopt_tc_count, TopicAdmin(kafka), config)
     service = CoordinatorService(kafka, config, endpoints=endpoints)
     server: CoordinatorServer | None = None
     admin: AdminHttpServer | None = None

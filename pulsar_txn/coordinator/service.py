@@ -203,6 +203,29 @@ class LogTail:
             self._thread.join(5)
 
 
+def adopt_tc_count(admin: TopicAdmin, cfg: CoordinatorConfig) -> CoordinatorConfig:
+    """``cfg`` with ``num_tcs`` as the cluster was initialised when it was left at its default: a
+    cluster's TC count is its transaction log's partition count (an instance started without
+    ``--num-tcs`` refused to start on a cluster of another count). With ``num_tcs`` given, ``cfg``."""
+    if "num_tcs" in cfg.model_fields_set:
+        return cfg
+    try:
+        actual = admin.partition_count(cfg.log_topic)
+    except TopicNotFoundError:
+        return cfg  # a new cluster: initialised with the default
+    except StoreError:
+        return cfg  # Kafka not answering: the start fails on it next, as without this step
+    if actual == cfg.num_tcs:
+        return cfg
+    if cfg.ownership == "static" and any(t >= actual for t in cfg.static_tc_ids):
+        raise PulsarTxnError(
+            f"static_tc_ids {list(cfg.static_tc_ids)} name TCs the cluster lacks: its transaction "
+            f"log {cfg.log_topic} has {actual} partitions (TCs 0-{actual - 1})"
+        )
+    log.info("joining a cluster of %d TCs (the partitions of %s)", actual, cfg.log_topic)
+    return cfg.model_copy(update={"num_tcs": actual})
+
+
 class CoordinatorService:
     """A coordinator instance. Implements ``CoordinatorApi``. No I/O until ``start``."""
 
@@ -234,26 +257,6 @@ class CoordinatorService:
         self._secret = self.config.marker_key
 
     # ------------------------------------------------------------------ lifecycle
-    def _adopt_tc_count(self, admin: TopicAdmin) -> CoordinatorConfig:
-        """With ``num_tcs`` left at its default, join a cluster as it was initialised: its TC count
-        is its transaction log's partition count (a second instance started without the flag
-        refused to start on a cluster of another count)."""
-        cfg = self.config
-        try:
-            actual = admin.partition_count(cfg.log_topic)
-        except TopicNotFoundError:
-            return cfg  # a new cluster: initialised with the default
-        if actual == cfg.num_tcs:
-            return cfg
-        if cfg.ownership == "static" and any(t >= actual for t in cfg.static_tc_ids):
-            raise PulsarTxnError(
-                f"static_tc_ids {list(cfg.static_tc_ids)} name TCs the cluster lacks: its transaction "
-                f"log {cfg.log_topic} has {actual} partitions (TCs 0-{actual - 1})"
-            )
-        log.info("joining a cluster of %d TCs (the partitions of %s)", actual, cfg.log_topic)
-        self.config = cfg.model_copy(update={"num_tcs": actual})
-        return self.config
-
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
@@ -266,7 +269,7 @@ class CoordinatorService:
             "segment.bytes": "104857600",
         }
         if "num_tcs" not in cfg.model_fields_set:
-            cfg = await asyncio.to_thread(self._adopt_tc_count, admin)
+            cfg = self.config = await asyncio.to_thread(adopt_tc_count, admin, cfg)
         await asyncio.to_thread(admin.ensure_topic, cfg.log_topic, cfg.num_tcs, compact)
         await asyncio.to_thread(admin.ensure_topic, cfg.owners_topic, 1, {"cleanup.policy": "compact"})
         actual = await asyncio.to_thread(admin.partition_count, cfg.log_topic)

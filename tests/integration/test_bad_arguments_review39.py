@@ -58,11 +58,16 @@ def test_a_coordinator_without_num_tcs_joins_a_cluster_of_another_tc_count(
 ) -> None:
     first = coord_config()
     admin.ensure_topic(first.log_topic, 4)  # a cluster initialised with 4 TCs
-    config = CoordinatorConfig(**{k: getattr(first, k) for k in first.model_fields_set - {"num_tcs"}})
+    given = {k: getattr(first, k) for k in first.model_fields_set - {"num_tcs"}}
+    config = CoordinatorConfig(**{**given, "tb_service_enabled": True})
     assert config.num_tcs == 16  # the default, not given
     # Before: the start failed ("has 4 partitions but num_tcs=16") though --num-tcs only matters at init.
     coordinator = EmbeddedCoordinator(kafka, config).start()
     try:
+        # The TB service too: folding with 16 it would keep transactions of TCs 4-15 that readers
+        # (who learn 4 from the log) discard.
+        assert coordinator.service.num_tcs == 4
+        assert coordinator.node.buffer is not None and coordinator.node.buffer._config.num_tcs == 4
         client = Client(
             coordinator.url or "",
             kafka=kafka,
