@@ -68,7 +68,7 @@ class MessageId:
             mid = _message.MessageId.parse(bytes(message_id_bytes).decode())
         except (ValueError, UnicodeDecodeError):
             raise ConfigError(f"not a serialized MessageId: {message_id_bytes!r}") from None
-        if topic is not None and not mid.topic:
+        if topic is not None and not mid.topic and mid not in (_message.EARLIEST, _message.LATEST):
             mid = _message.MessageId(topic, mid.partition, mid.offset)
         return MessageId.wrap(mid)
 

@@ -100,6 +100,7 @@ class EmbeddedCoordinator:
 
         self.node = await start_node(self.kafka, self.config, serve=self._serve, endpoints=self._endpoints)
         self.service = self.node.service
+        self.config = self.service.config  # with the cluster's TC count if it was left to the default
         self.server = self.node.server
         self.url = self.node.url if self._serve else None
         self.admin_url = self.node.admin_url

@@ -66,7 +66,7 @@ def test_a_coordinator_without_num_tcs_joins_a_cluster_of_another_tc_count(
     try:
         # The TB service too: folding with 16 it would keep transactions of TCs 4-15 that readers
         # (who learn 4 from the log) discard.
-        assert coordinator.service.num_tcs == 4
+        assert coordinator.service.num_tcs == 4 and coordinator.config.num_tcs == 4
         assert coordinator.node.buffer is not None and coordinator.node.buffer._config.num_tcs == 4
         client = Client(
             coordinator.url or "",

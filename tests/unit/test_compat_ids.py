@@ -52,3 +52,10 @@ def test_policies_are_checked_when_made() -> None:
     with pytest.raises(ConfigError):
         compat.ConsumerDeadLetterPolicy(0)
     assert compat.ConsumerDeadLetterPolicy(3, "dlq").native().max_redeliver_count == 3
+
+
+def test_a_serialized_earliest_or_latest_given_a_topic_stays_itself() -> None:
+    """A sentinel has no topic: given one, deserialize made an id that was neither (session 39)."""
+    for sentinel in (compat.MessageId.earliest, compat.MessageId.latest):
+        again = compat.MessageId.deserialize(sentinel.serialize(), topic="persistent://public/default/t")
+        assert again == sentinel
