@@ -156,6 +156,8 @@ class Consumer(
         self._initial = InitialPosition(initial_position)
         self.consumer_name = consumer_name or f"consumer-{uuid.uuid4().hex[:8]}"
         self._ack_timeout = _args.millis(ack_timeout_millis, "ack_timeout_millis") / 1000
+        if 0 < self._ack_timeout < 1:  # Pulsar's MIN_ACK_TIMEOUT_MILLIS, checked as its builder does
+            raise ConfigError(f"ack_timeout_millis is 0 (off) or at least 1000, not {ack_timeout_millis}")
         if _args.number(pending_ack_check_after_ms, "pending_ack_check_after_ms") <= 0:
             raise NotAllowedError("pending_ack_check_after_ms must be positive")
         self._stale = StalePendingCheck(

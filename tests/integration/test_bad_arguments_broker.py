@@ -34,6 +34,8 @@ NAMES: dict[str, tuple[Callable[[Client, str], Any], type[Exception]]] = {
     "subscription name of 300 characters": (lambda c, t: c.subscribe(t, "t" * 300), InvalidTopicName),
     "subscription name with a colon": (lambda c, t: c.subscribe(t, "a:b"), InvalidTopicName),
     "producer_name 5": (lambda c, t: c.create_producer(t, producer_name=5), ConfigError),
+    # Pulsar's builder refuses an ack timeout under 1 s (MIN_ACK_TIMEOUT_MILLIS): session 39's review.
+    "ack_timeout_millis 500": (lambda c, t: c.subscribe(t, "s", ack_timeout_millis=500), ConfigError),
     "producer_name with a lone surrogate": (
         lambda c, t: c.create_producer(t, producer_name="\ud800"),
         ConfigError,

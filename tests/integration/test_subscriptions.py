@@ -615,7 +615,7 @@ def test_nack_ack_timeout_and_dead_letter_after_max_redeliveries(cluster: Cluste
         f"sub_{uid}",
         initial_position="Earliest",
         negative_ack_redelivery_delay_ms=100,
-        ack_timeout_millis=300,
+        ack_timeout_millis=1000,  # Pulsar's minimum
         dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2),
     )
     m = consumer.receive(5000)
@@ -624,7 +624,7 @@ def test_nack_ack_timeout_and_dead_letter_after_max_redeliveries(cluster: Cluste
     # not acked: the ack timeout redelivers it
     assert consumer.receive(5000).redelivery_count == 2
     with pytest.raises(Timeout):
-        consumer.receive(1500)  # third redelivery goes to the DLQ instead
+        consumer.receive(2500)  # third redelivery goes to the DLQ instead
     dlq = c.client.subscribe(f"{topic}-sub_{uid}-DLQ", "dlq-reader", initial_position="Earliest")
     dead = dlq.receive(10_000)
     assert dead.data == m.data and dead.properties["ORIGIN_MESSAGE_ID"] == str(m.message_id)
