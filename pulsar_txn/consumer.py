@@ -370,11 +370,16 @@ class Consumer(
                 f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
                 "with a consumer of all of them"
             )
-        self.close()
+        self.close()  # commits the cursor, committed transactional acks included
         try:
-            self._delete_group()
+            # The pending-ack logs first, the group (the cursor) last: a process killed between the
+            # two leaves the subscription as it was (its cursor; only acks of transactions still
+            # open are gone with their log). The other way round, a subscription made again under
+            # the name took the old one's transactional acks from the leftover log without its plain
+            # ones: messages nobody acked there were never delivered (session 39's crash review).
             deleted = [t for t in pa_topics if self._client._admin.topic_exists(t)]
             self._client._admin.delete_topics(deleted)
+            self._delete_group()
         except StoreError as exc:
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
         if deleted:  # a new subscription under the name creates its pending-ack logs again
