@@ -283,7 +283,8 @@ class TxnBufferState:
             else:
                 self._discard(offset)
             return False
-        if self.marker_secret is not None and not self._opening_allowed(offset, txn, raw, headers):
+        secret = self.marker_secret
+        if secret is not None and not self._opening_allowed(secret, offset, txn, raw, headers):
             return False
         with self._heap_lock:
             self.ongoing[txn] = offset
@@ -299,12 +300,11 @@ class TxnBufferState:
         self.changes += 1
         return txn
 
-    def _opening_allowed(self, offset: int, txn: TxnID, raw: bytes, headers: Headers) -> bool:
+    def _opening_allowed(self, secret: bytes, offset: int, txn: TxnID, raw: bytes, headers: Headers) -> bool:
         """With a marker secret: may this message open ``txn`` here? A signed one may (the first arms
         the check); an unsigned one only before that, as producers before session 38 wrote them.
         Only the opening message is checked: later ones of an open transaction are its own."""
-        assert self.marker_secret is not None
-        mac = txn_message_mac(self.marker_secret, raw, self.topic, self.partition)
+        mac = txn_message_mac(secret, raw, self.topic, self.partition)
         if has_valid_mac(headers or (), TXN_MAC_HEADER, mac):
             if self.txn_auth_from is None:
                 self.txn_auth_from = offset

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kafka_store import REGISTRY, CodecError, KafkaConfig, read_range
 from pulsar_txn.coordinator._log_mac import Headers, log_record_valid
 from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
 from pulsar_txn.coordinator.status import reachable
 from pulsar_txn.txnid import TxnAction, TxnID
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +154,14 @@ def _keep_known(meta: TxnMeta, known: TxnMeta) -> None:
     copies), the transaction's first OPEN record named none, and a new owner committed it with no
     markers: its data was held back or discarded as aborted (session 39's review). A partition
     kept so is at worst one that a write reported failed but stored: its marker changes nothing."""
-    if known.partitions and known.partitions != meta.partitions:
-        have = set(meta.partitions)
-        meta.partitions.extend(p for p in known.partitions if p not in have)
-    if known.subscriptions and known.subscriptions != meta.subscriptions:
-        subs = set(meta.subscriptions)
-        meta.subscriptions.extend(s for s in known.subscriptions if s not in subs)
+    _add_missing(meta.partitions, known.partitions)
+    _add_missing(meta.subscriptions, known.subscriptions)
+
+
+def _add_missing(items: list[T], known: list[T]) -> None:
+    if known and known != items:
+        have = set(items)
+        items.extend(x for x in known if x not in have)
 
 
 def read_tc_log(kafka: KafkaConfig, log_topic: str, tc_id: int, secret: bytes | None = None) -> TcLogFold:

@@ -268,8 +268,7 @@ class CoordinatorService:
             "min.compaction.lag.ms": "60000",
             "segment.bytes": "104857600",
         }
-        if "num_tcs" not in cfg.model_fields_set:
-            cfg = self.config = await asyncio.to_thread(adopt_tc_count, admin, cfg)
+        cfg = self.config = await asyncio.to_thread(adopt_tc_count, admin, cfg)
         await asyncio.to_thread(admin.ensure_topic, cfg.log_topic, cfg.num_tcs, compact)
         await asyncio.to_thread(admin.ensure_topic, cfg.owners_topic, 1, {"cleanup.policy": "compact"})
         actual = await asyncio.to_thread(admin.partition_count, cfg.log_topic)
