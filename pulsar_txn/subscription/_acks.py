@@ -43,6 +43,7 @@ class Acking(ConsumerBase[T]):
     def _part_for(self, mid: MessageId) -> Part:
         part = self._parts.get((mid.topic, mid.partition))
         if part is None:
+            self._check_open()  # closing gave every partition up: say so, not "moved to another consumer"
             if mid.topic not in self._kafka_topics:
                 raise NotAllowedError(
                     f"cannot acknowledge {mid}: {mid.topic!r} is not subscribed by {self.subscription!r}"

@@ -185,6 +185,13 @@ class Outcomes(ConsumerBase[T]):
                     queued = self._queued_offsets(part.tp)
                 if offset not in queued:  # read ahead and queued here: delivered from the queue
                     missing.append(offset)
+        if held:
+            # Held offsets the abort did not release were acked plainly meanwhile: nothing to redeliver.
+            kept = set(released)
+            topic, partition = part.tp
+            for offset in held:
+                if offset not in kept:
+                    self._in_txn.pop((topic, partition, offset), None)
         if cumulative:
             # As Pulsar's pending-ack handle on a cumulative abort: every message of the partition
             # delivered here and not acked comes again (and counts toward max redeliveries), not

@@ -141,7 +141,12 @@ class TxnAcking(ConsumerBase[T]):
                 ]
             for key, entry in taken:
                 in_txn[key] = entry[0]
-                held.append(key[2])
+            if kind is AckKind.CUMULATIVE:
+                held.extend(key[2] for key, _entry in taken)
+            else:
+                # Every offset acked, not only those taken from the unacked: a nacked one waits for
+                # redelivery instead, and a commit must drop its redelivery count too.
+                held.extend(offsets)
             now, written = self._batch_ack(txn, part, kind, offsets, registered)
         if now:
             self._flush_batch((txn.txn_id, part.tp, kind), txn, part)

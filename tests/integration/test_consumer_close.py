@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn.errors import Timeout, TransactionConflict
+from pulsar_txn.errors import AlreadyClosed, Timeout, TransactionConflict
 from pulsar_txn.pendingack.stats import pending_ack_stats
 from tests.conftest import Cluster
 
@@ -96,3 +96,29 @@ def test_abort_seen_in_the_pending_ack_log_does_not_duplicate_delivered_unacked_
     assert again == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     with pytest.raises(Timeout):
         consumer.receive(1000)  # and nothing twice
+
+
+@pytest.mark.parametrize("how", ["plain", "cumulative", "txn", "txn_cumulative", "client_closed"])
+def test_an_ack_on_a_closed_consumer_is_already_closed(cluster: Callable[..., Cluster], uid: str, how: str) -> None:
+    """As every other call of a closed consumer (and pulsar-client's ``AlreadyClosed``), not a
+    ``NotAllowedError`` saying the partition moved to another consumer."""
+    c = cluster()
+    topic = f"ackclosed_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("m")
+    consumer = c.client.subscribe(topic, f"sub_{uid}", initial_position="Earliest")
+    msg = consumer.receive(5000)
+    txn = c.client.transaction(60)
+    consumer.close()
+    with pytest.raises(AlreadyClosed):
+        if how == "plain":
+            consumer.acknowledge(msg)
+        elif how == "cumulative":
+            consumer.acknowledge_cumulative(msg)
+        elif how == "txn":
+            consumer.acknowledge(msg, txn=txn)
+        elif how == "txn_cumulative":
+            consumer.acknowledge_cumulative(msg, txn=txn)
+        else:
+            c.client.close()
+            consumer.acknowledge(msg)
