@@ -99,7 +99,9 @@ def test_abort_seen_in_the_pending_ack_log_does_not_duplicate_delivered_unacked_
 
 
 @pytest.mark.parametrize("how", ["plain", "cumulative", "txn", "txn_cumulative", "client_closed"])
-def test_an_ack_on_a_closed_consumer_is_already_closed(cluster: Callable[..., Cluster], uid: str, how: str) -> None:
+def test_an_ack_on_a_closed_consumer_is_already_closed(
+    cluster: Callable[..., Cluster], uid: str, how: str
+) -> None:
     """As every other call of a closed consumer (and pulsar-client's ``AlreadyClosed``), not a
     ``NotAllowedError`` saying the partition moved to another consumer."""
     c = cluster()
