@@ -119,6 +119,7 @@ def watermarks(
 class Bounds:
     low: int  # log-start offset
     limit: int  # maxReadPosition (or the end offset when the transaction filter is off)
+    end: int  # end offset (high watermark)
 
 
 class Planner:
@@ -189,7 +190,7 @@ class Planner:
         """Log-start offset and read limit (maxReadPosition) of each partition, now."""
         marks = self.watermarks(tps)
         if not self.opts.transaction_filter:
-            return {tp: Bounds(low, high) for tp, (low, high) in marks.items()}
+            return {tp: Bounds(low, high, high) for tp, (low, high) in marks.items()}
         self._learn_tc_count()
         out = {}
         for tp, (low, high) in marks.items():
@@ -200,7 +201,7 @@ class Planner:
             if low > 0:
                 state.prune(low)
                 self._end_deleted(tp, state, low)
-            out[tp] = Bounds(low, state.max_read_position)
+            out[tp] = Bounds(low, state.max_read_position, high)
         return out
 
     def _same_partition(self, tp: TopicPartition, state: TxnBufferState, high: int) -> bool:
@@ -281,6 +282,19 @@ class Planner:
             if unknown:
                 raise ConfigError(f"offsets given for partitions that are not read: {unknown}")
         return out
+
+    def went_back(self, tp: TopicPartition, offset: int, now_at: int, what: str) -> None:
+        """``tp``'s ``what`` is ``now_at``, below the query's ``offset``. Neither a partition's end
+        offset nor its maxReadPosition ever goes back, so the partition was replaced (the topic deleted
+        and created again) since the query got there: a ``DataLossError``, as Spark's Kafka source
+        reports offsets that went back, or (``failOnDataLoss=false``) a warning."""
+        text = (
+            f"{tp[0]}[{tp[1]}]: {what} is {now_at}, below the query's offset {offset}: the topic was "
+            "deleted and created again; records may have been missed"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{text} (set failOnDataLoss=false to go on)")
+        log.warning("%s; going on from the new partition", text)
 
     def check_start(self, tp: TopicPartition, start: int, low: int) -> int:
         """A start below the log-start offset lost records to retention: fail, or skip ahead."""

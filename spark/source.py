@@ -116,6 +116,13 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begins: Offsets = dict(starts)
         ends: Offsets = {}
         for tp in tps:
+            if tp in starts and bounds[tp].end < starts[tp]:
+                # Replaced since the query read there (a restarted query has no kept TB state to tell).
+                # Spark's Kafka source goes on from the new end; the query read none of the new
+                # partition (its offset is past that end), so this one goes on from its log start.
+                self.planner.went_back(tp, starts[tp], bounds[tp].end, "the end offset")
+                ends[tp] = bounds[tp].low
+                continue
             # A partition that appeared since: from its log start (offsets retention deleted before
             # the query knew the partition are no loss, and not counted by maxOffsetsPerTrigger).
             begin = begins.setdefault(tp, bounds[tp].low)
@@ -143,10 +150,16 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ]
         if not ranges:
             return []
-        marks = self.planner.watermarks([tp for tp, _, _ in ranges])
+        # Bounds now, not those latestOffset saw: a batch planned again after a restart, or planned
+        # just before the topic was created again, must not read the new partition past its
+        # maxReadPosition (an open transaction's message at its start, say).
+        bounds = self.planner.bounds(sorted({tp for tp, _, _ in ranges}))
         out: list[InputPartition] = []
         for tp, begin, e in ranges:
-            low = marks[tp][0]
+            low, limit = bounds[tp].low, bounds[tp].limit
+            if e > limit:
+                self.planner.went_back(tp, e, limit, "the readable end (maxReadPosition)")
+                e = limit
             s = self.planner.check_start(tp, begin, low) if tp in starts else max(begin, low)
             if s < e:
                 out.append(self.planner.range_partition(tp, s, e))

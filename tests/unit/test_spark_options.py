@@ -130,7 +130,7 @@ def test_offsets_json_must_name_every_partition_read_as_sparks_kafka_source_requ
     from spark._plan import Bounds, Planner
 
     planner = Planner(parse_options(BASE, streaming=False))
-    bounds = {("t", 0): Bounds(0, 10), ("t", 1): Bounds(2, 8)}
+    bounds = {("t", 0): Bounds(0, 10, 10), ("t", 1): Bounds(2, 8, 8)}
     with pytest.raises(ConfigError, match=r"missing \[\('t', 1\)\]"):
         planner.resolve({("t", 0): 5}, bounds)
     assert planner.resolve({("t", 0): 5, ("t", 1): EARLIEST}, bounds) == {("t", 0): 5, ("t", 1): 2}
