@@ -30,6 +30,8 @@ def make_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], wh
         if err is not None and err.code() == KafkaError._INVALID_ARG:
             raise ClientConfigError(f"{what}: invalid Kafka client setting: {err.str()}") from None
         raise
+    except (TypeError, ValueError) as exc:  # confluent-kafka's own checks of its Python-level settings
+        raise ClientConfigError(f"{what}: invalid Kafka client setting: {exc}") from None
 
 
 def poll_ready(consumer: Any, max_records: int, timeout: float) -> list[Any]:

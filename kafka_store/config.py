@@ -27,6 +27,12 @@ def _is_secret_key(key: str) -> bool:
     return any(word in low for word in _SECRET_WORDS)
 
 
+# confluent-kafka's own properties whose values are Python callables (not librdkafka's).
+_PYTHON_CALLBACK_KEYS = frozenset(
+    {"error_cb", "throttle_cb", "stats_cb", "oauth_cb", "logger", "on_delivery", "on_commit"}
+)
+
+
 class KafkaConfig(BaseModel):
     """How to reach a Kafka cluster (any Kafka 3.x+ or the embedded broker).
 
@@ -56,6 +62,17 @@ class KafkaConfig(BaseModel):
     replication_factor: int = Field(default=-1, ge=-1)
     # Any other librdkafka property, passed through unchanged (e.g. {"socket.keepalive.enable": "true"}).
     extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("extra")
+    @classmethod
+    def _check_extra(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = sorted(set(value) & _PYTHON_CALLBACK_KEYS)
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)}: confluent-kafka takes a Python callable there, which a setting "
+                "cannot hold (the client sets its own)"
+            )
+        return value
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -303,7 +303,8 @@ class TransactionsAdmin:
     @staticmethod
     def _subscription_read(topic: str, subscription: str, read: Callable[[], _R]) -> _R:
         _args.text(topic, "topic")
-        _args.text(subscription, "subscription")
+        if not _args.text(subscription, "subscription"):
+            raise ConfigError("subscription must not be empty")
         try:
             return read()
         except StoreError as exc:

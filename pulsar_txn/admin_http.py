@@ -60,6 +60,7 @@ class AdminHttpServer:
         self.refused_connections = 0
         self.evicted_connections = 0
         self.refused_requests = 0  # answered 401
+        self.dropped_requests = 0  # closed before a whole request head arrived
 
     @property
     def url(self) -> str:
@@ -130,13 +131,29 @@ class AdminHttpServer:
         self._reading[writer] = None
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as exc:
-            log.info("admin request from %s dropped: unreadable (%s)", peer, type(exc).__name__)
+        except asyncio.LimitOverrunError:  # over the stream's buffer: answered as over our own limit
+            head = b"x" * (_MAX_REQUEST + 1)
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as exc:
+            self.dropped_requests += 1
+            if self.dropped_requests % 100 == 1:  # a peer may connect and hang up in a loop
+                log.info(
+                    "admin request from %s dropped: unreadable (%s; %d so far)",
+                    peer,
+                    type(exc).__name__,
+                    self.dropped_requests,
+                )
             writer.close()
             return
         finally:
             self._reading.pop(writer, None)
-        status, body = self._respond(head[:_MAX_REQUEST], peer)
+        if len(head) > _MAX_REQUEST:
+            # Refused as such: cut short, a credential past the cut would read as a wrong one (401).
+            status, body = (
+                "431 Request Header Fields Too Large",
+                {"error": f"request head over {_MAX_REQUEST} bytes"},
+            )
+        else:
+            status, body = self._respond(head, peer)
         if isinstance(body, TextBody):
             payload, content_type = body.text.encode(), body.content_type
         else:

@@ -111,6 +111,7 @@ class CoordinatorServer:
         self._per_ip: Counter[str] = Counter()
         self.refused_connections = 0
         self.evicted_connections = 0  # closed without CONNECT to make room for a new connection
+        self.failed_authentications = 0
         self.api = api
         self.host = host
         self.max_frame_size = max_frame_size
@@ -384,8 +385,15 @@ class _Connection:
     async def _connect(self, base: BaseCommand) -> bool:
         cmd = _need(base.connect)
         if not self._server.token_matches(cmd.auth_method_name, cmd.auth_data):
-            # Say nothing about the credentials, not even to the log.
-            log.warning("authentication failed for %s (auth method %r)", self.peer, cmd.auth_method_name)
+            # Say nothing about the credentials, not even to the log; a flood must not flood the log.
+            self._server.failed_authentications += 1
+            if self._server.failed_authentications % 100 == 1:
+                log.warning(
+                    "authentication failed for %s (auth method %r; %d so far)",
+                    self.peer,
+                    (cmd.auth_method_name or "")[:100],
+                    self._server.failed_authentications,
+                )
             await self._send_error(0, ServerError.AuthenticationError, "authentication failed")
             return False
         self._protocol_version = max(0, min(cmd.protocol_version, PROTOCOL_VERSION))

@@ -976,3 +976,23 @@ def test_a_write_that_stalls_part_way_drops_the_connection_so_later_requests_do_
         release.set()
         server.join(5)
         listener.close()
+
+
+def test_failed_authentications_are_counted_and_logged_once_per_hundred(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer that connects with a wrong token in a loop must not flood the log (CLI review)."""
+    caplog.set_level(logging.WARNING, logger="pulsar_txn.server")
+    bad = CommandConnect(client_version="c", protocol_version=20, auth_method_name="token", auth_data=b"x")
+
+    async def scenario() -> int:
+        async with serving(FakeApi(), auth_token=TOKEN) as server:
+            for _ in range(150):
+                raw = await RawClient.open(server)
+                await raw.send(bad)
+                await raw.recv_until_closed()
+                await raw.close()
+            return server.failed_authentications
+
+    assert run(scenario()) == 150
+    assert len([r for r in caplog.records if "authentication failed" in r.getMessage()]) == 2

@@ -282,3 +282,45 @@ def test_an_admin_url_with_a_port_that_is_not_a_number_is_a_config_error() -> No
     admin = TransactionsAdmin(cast(Any, None), admin_url="http://127.0.0.1:notaport")
     with pytest.raises(ConfigError, match="admin URL"):
         admin.coordinator_stats()
+
+
+@pytest.mark.parametrize("padding", [17_000, 70_000], ids=["over-our-limit", "over-the-stream-buffer"])
+def test_a_request_head_too_large_is_refused_as_such_not_as_a_wrong_token(padding: int) -> None:
+    """Cut at the limit, the right token after it read as a wrong one: a 401 counted (and logged) as
+    a refused credential for a correct client (CLI review)."""
+    routes = Routes()
+    server = AdminHttpServer(routes.table(), auth_token=TOKEN)
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        await server.start()
+        try:
+            head = f"GET {STATS} HTTP/1.1\r\nX-Pad: {'p' * padding}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            return await request(server, head)
+        finally:
+            await server.stop()
+
+    status, _body = run(scenario())
+    assert status == 431
+    assert server.refused_requests == 0
+    assert routes.calls == []
+
+
+def test_connections_dropped_unread_are_logged_once_per_hundred(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="pulsar_txn.admin_http")
+    server = AdminHttpServer(Routes().table(), auth_token=TOKEN)
+
+    async def scenario() -> None:
+        await server.start()
+        try:
+            host, port = server.url.removeprefix("http://").rsplit(":", 1)
+            for _ in range(150):
+                _reader, writer = await asyncio.open_connection(host, int(port))
+                writer.close()
+                await writer.wait_closed()
+            while server.dropped_requests < 150:
+                await asyncio.sleep(0.01)
+        finally:
+            await server.stop()
+
+    run(scenario())
+    assert len([r for r in caplog.records if "dropped: unreadable" in r.getMessage()]) == 2
