@@ -71,6 +71,11 @@ class Result:
     drained: bool = False
     workdir: Path = Path()
 
+    @property
+    def passed(self) -> bool:
+        """No anomaly, no untyped crash, and drained: undrained, lost inputs could not be checked."""
+        return self.report.valid and not self.crashes and self.drained
+
     def summary(self) -> str:
         kinds: dict[str, int] = {}
         for _t, what in self.events:
@@ -81,6 +86,10 @@ class Result:
             f" torn history lines: {self.torn_lines};"
             f" drained: {self.drained}",
         ]
+        if not self.drained:
+            lines.append(
+                "NOT DRAINED: a transfer consumer did not finish the drain; lost inputs were not checked"
+            )
         lines += [f"untyped crash: {c}" for c in self.crashes]
         lines.append(f"files: {self.workdir}")
         return "\n".join(lines)
@@ -437,6 +446,9 @@ def run(
             x.start(drain=True, deadline=drain_deadline, idle_exit_s=4.0)
         statuses = [x.wait(100) for x in xfers]
         result.drained = all(s == 0 for s in statuses)
+        for x, status in zip(xfers, statuses, strict=True):
+            if status == UNTYPED_CRASH:  # as in the fault phase: a crash is a finding of its own
+                result.crashes.append(x.crash_report())
         _wait_no_open_txns(admin, txn_topics, TXN_TIMEOUT_S + 60)
         # ---------------------------------------------------------------- the final state
         final = _read_everything(client, [*data_topics, input_topic, *output_topics])

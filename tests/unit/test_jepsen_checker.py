@@ -233,3 +233,15 @@ def test_against_the_raw_partition_a_read_uncommitted_consumer_may_skip_nothing(
     assert report.counts["uncommitted_restarts"] == 1
     resumed_midway = {("d1", 1): [(D, 0, 0, "a"), (D, 0, 1, "x"), (D, 0, 1, "x")]}
     assert kinds(check(ops, {}, final, uncommitted=resumed_midway, raw=raw)) == {"uncommitted-skip"}
+
+
+def test_a_run_that_did_not_drain_does_not_pass_though_the_checker_found_nothing() -> None:
+    """Undrained, the check for lost inputs is skipped: the run must not exit 0 (Jepsen review)."""
+    from tests.jepsen.checker import Report
+    from tests.jepsen.run import Result
+
+    assert Result(Report(), drained=True).passed
+    undrained = Result(Report(), drained=False)
+    assert undrained.report.valid and not undrained.passed
+    assert "NOT DRAINED" in undrained.summary()
+    assert not Result(Report(), drained=True, crashes=["xfer-a: RuntimeError"]).passed
