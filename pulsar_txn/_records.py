@@ -143,6 +143,11 @@ def _avro_type(tp: Any, namespace: str | None, names: dict[type, str]) -> Any:
 def to_plain(value: Any, tp: Any) -> Any:
     """A record (or field value) as plain dicts/lists/scalars, following the type hint ``tp``."""
     if value is None:
+        if _optional_arg(tp) is None and tp is not type(None):
+            # The JSON schema writes null otherwise (Avro refuses it): the hint is the contract.
+            raise SchemaSerializationError(
+                f"None for a field of type {getattr(tp, '__name__', tp)} (declare it X | None)"
+            )
         return None
     inner = _optional_arg(tp)
     if inner is not None:

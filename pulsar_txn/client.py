@@ -36,7 +36,7 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, TopicNotFound
+from pulsar_txn.errors import AlreadyClosed, ConfigError, ProducerBusy, PulsarTxnError, TopicNotFound
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import (
     DEFAULT_LOG_TOPIC,
@@ -328,10 +328,11 @@ class Client:
             if not names:
                 raise TopicNotFound(f"no topic matches {pattern!r}")
         elif topic:
-            given: dict[str, TopicName] = {}  # a topic named twice (by either name) is subscribed once
+            # A topic named twice (by either name) is subscribed once; its partitions by name each.
+            given: dict[tuple[str, int | None], TopicName] = {}
             for t in [topic] if isinstance(topic, str) else topic:
                 name = TopicName.parse(t)
-                given.setdefault(name.kafka_topic, name)
+                given.setdefault((name.kafka_topic, name.partition), name)
             names = list(given.values())
         else:
             raise ConfigError("subscribe needs a topic, a list of topics, or pattern=")
@@ -422,7 +423,13 @@ class Client:
         """Kept for ``close`` (consumers in a list of their own: they are closed first)."""
         with self._lock:
             closing = self._closing
-            if not closing:
+            busy = None
+            if isinstance(handle, Producer) and any(
+                isinstance(h, Producer) and (h.producer_name, h.topic) == (handle.producer_name, handle.topic)
+                for h in self._open_handles
+            ):
+                busy = f"a producer named {handle.producer_name!r} is already open on {handle.topic}"
+            if not closing and busy is None:
                 if isinstance(handle, Consumer):
                     self._consumers.append(handle)
                 else:
@@ -430,6 +437,10 @@ class Client:
         if closing:  # close() began while it was made: it would not see this one
             handle.close()
             raise AlreadyClosed("client is closed")
+        if busy is not None:
+            # As Pulsar's broker: (producer name, sequence id) names a message, so a name is taken once.
+            handle.close()
+            raise ProducerBusy(busy)
         return handle
 
     def _handle_closed(self, handle: Producer[Any] | Reader[Any] | Consumer[Any]) -> None:

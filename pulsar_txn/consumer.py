@@ -190,6 +190,14 @@ class Consumer(
         self._txn_handles = {}  # and their handles (same keys)
         self._parts = {}
         self._kafka_topics = {t.kafka_topic: t for t in self.topics}
+        # A subscription on ``t-partition-N`` (its own topic in Pulsar) takes only that partition of
+        # what the group assigns: Kafka groups assign whole topics.
+        whole = {t.kafka_topic for t in self.topics if t.partition is None}
+        named: dict[str, set[int]] = {}
+        for t in self.topics:
+            if t.partition is not None and t.kafka_topic not in whole:
+                named.setdefault(t.kafka_topic, set()).add(t.partition)
+        self._only_partitions = {k: frozenset(v) for k, v in named.items()}
         self._pa_to_data = {pending_ack_topic(t, subscription_name): k for k, t in self._kafka_topics.items()}
         for t in self.topics:
             client._partition_count(t)  # TopicNotFound early, with a clear message
@@ -240,7 +248,7 @@ class Consumer(
         self._group = SubscriptionGroup(
             client.kafka,
             subscription_name,
-            [t.kafka_topic for t in self.topics],
+            list(dict.fromkeys(t.kafka_topic for t in self.topics)),  # partitions by name: one topic
             self._on_assign,
             self._on_revoke,
             client_id=client_id,

@@ -182,6 +182,13 @@ class ConsumerBusy(PulsarTxnError):
     server_error = ServerError.ConsumerBusy
 
 
+class ProducerBusy(PulsarTxnError):
+    """A producer of this name is already open on the topic (checked within one client)."""
+
+    result = Result.ProducerBusy
+    server_error = ServerError.ProducerBusy
+
+
 class ServiceNotReady(PulsarTxnError):
     """The coordinator is starting or recovering; retry shortly."""
 
@@ -347,6 +354,7 @@ _BY_CODE: dict[ServerError, type[PulsarTxnError]] = {
     ServerError.AuthenticationError: AuthenticationError,
     ServerError.AuthorizationError: AuthorizationError,
     ServerError.ConsumerBusy: ConsumerBusy,
+    ServerError.ProducerBusy: ProducerBusy,
     ServerError.ServiceNotReady: ServiceNotReady,
     ServerError.UnsupportedVersionError: UnsupportedVersionError,
     ServerError.TopicNotFound: TopicNotFound,

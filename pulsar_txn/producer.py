@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 PARTITIONS_REFRESH_S = 60.0  # how often a producer looks for partitions added to its topic
 log = logging.getLogger(__name__)
+_MAX_EVENT_TIME = 2**63 - 1  # the metadata header's int64
 
 SendCallback = Callable[[Result | PulsarTxnError, MessageId | None], None]
 """``callback(result, msg_id)`` as in Pulsar's Python client: ``(Result.Ok, MessageId)`` once
@@ -160,8 +161,11 @@ class Producer(Generic[T]):
         if event_timestamp is not None:
             if isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float):
                 raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
-            if not math.isfinite(event_timestamp):
-                raise ConfigError(f"event_timestamp must be finite, not {event_timestamp!r}")
+            if not math.isfinite(event_timestamp) or not 0 < event_timestamp <= _MAX_EVENT_TIME:
+                # As Pulsar's builder (``timestamp > 0``): 0 reads back as "no event time".
+                raise ConfigError(
+                    f"event_timestamp must be > 0 ms and fit in 64 bits, not {event_timestamp!r}"
+                )
             event_time = int(event_timestamp)
         if txn is not None and not isinstance(txn, Transaction):
             raise ConfigError(f"txn is a Transaction, not {type(txn).__name__} {txn!r}")

@@ -54,6 +54,7 @@ from pulsar_txn.errors import (
     InvalidTxnStatusError,
     MessageTooBig,
     NotAllowedError,
+    ProducerBusy,
     ProducerFenced,
     Result,
     SubscriptionNotFound,
@@ -98,7 +99,6 @@ MemoryBufferIsFull = _never_raised("MemoryBufferIsFull")
 NotConnected = _never_raised("NotConnected")
 ProducerBlockedQuotaExceededError = _never_raised("ProducerBlockedQuotaExceededError")
 ProducerBlockedQuotaExceededException = _never_raised("ProducerBlockedQuotaExceededException")
-ProducerBusy = _never_raised("ProducerBusy")
 ProducerNotInitialized = _never_raised("ProducerNotInitialized")
 ProducerQueueIsFull = _never_raised("ProducerQueueIsFull")
 ReadError = _never_raised("ReadError")

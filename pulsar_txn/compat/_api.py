@@ -568,9 +568,10 @@ def _seek_target(messageid: Any) -> _message.MessageId | int:
 
 
 def _send_options(given: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: given[k] for k in ("properties", "partition_key", "event_timestamp") if given.get(k) is not None
-    }
+    out = {k: given[k] for k in ("properties", "partition_key") if given.get(k) is not None}
+    if given.get("event_timestamp"):  # pulsar-client sets it only when truthy: 0 is "none"
+        out["event_timestamp"] = given["event_timestamp"]
+    return out
 
 
 def _enum_value(value: Any, enum: Any, default: str) -> Any:

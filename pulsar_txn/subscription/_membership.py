@@ -107,6 +107,9 @@ class Membership(ConsumerBase[T]):
             raise
 
     def _on_assign(self, partitions: list[TP]) -> None:
+        only = self._only_partitions
+        if only:  # partitions of a topic subscribed by partition name that were not named: not read
+            partitions = [tp for tp in partitions if tp[0] not in only or tp[1] in only[tp[0]]]
         try:
             with self._lock:
                 held = [tp for tp in partitions if tp in self._parts]
