@@ -17,7 +17,9 @@ from pulsar_txn._future import relay
 from pulsar_txn.errors import (
     AuthenticationError,
     ConfigError,
+    ConsumerBusy,
     InvalidTopicName,
+    MessageTooBig,
     PulsarTxnError,
     TopicNotFound,
     TransactionNotFound,
@@ -46,6 +48,9 @@ Transform = Callable[[Message[bytes]], bytes | str]
 SOURCE_PROPERTY = "pipeline.source"  # the input MessageId an output message was made from
 _MAX_CHAIN = 4  # batches of one input partition committing at once (bounds what a failure undoes)
 _BEGUN_AHEAD = 4  # transactions begun ahead of use: the chains of several partitions draw on them
+# How long another consumer may hold the (Exclusive) subscription before the run gives up: one that
+# just left may stay a member for up to its session timeout.
+_BUSY_GIVE_UP_S = 30.0
 
 
 def upper(msg: Message[bytes]) -> bytes:
@@ -148,17 +153,31 @@ class ExactlyOncePipeline:
         coordinator, a lost partition, a timeout) end the session: its transaction is aborted, and a
         new session resumes from the committed cursor after a back-off."""
         stop = stop or threading.Event()
-        while not stop.is_set():
-            try:
-                if self._session(stop):
-                    break
-            except PipelineFenced:
-                raise  # a newer instance runs: a new session here would take its subscription back
-            except (ConfigError, AuthenticationError, InvalidTopicName):
-                raise  # a new session would fail the same way (bad settings, refused credentials)
-            except PulsarTxnError as exc:
-                log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
-                stop.wait(self.settings.retry_backoff_s)
+        busy_since: float | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    if self._session(stop):
+                        break
+                except PipelineFenced:
+                    raise  # a newer instance runs: a new session here would take its subscription back
+                except (ConfigError, AuthenticationError, InvalidTopicName):
+                    raise  # a new session would fail the same way (bad settings, refused credentials)
+                except PulsarTxnError as exc:
+                    if isinstance(exc, MessageTooBig) or isinstance(exc.__cause__, MessageTooBig):
+                        raise  # the same input makes the same output again: retrying never ends
+                    if isinstance(exc, ConsumerBusy):
+                        busy_since = busy_since or time.monotonic()
+                        if time.monotonic() - busy_since > _BUSY_GIVE_UP_S:
+                            raise  # another instance (another --instance-id) runs on the subscription
+                    else:
+                        busy_since = None
+                    log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
+                    stop.wait(self.settings.retry_backoff_s)
+        finally:
+            # Producer names are the instance's: a successor in this process (same instance id) makes
+            # them again, which an open one of the same name would refuse (ProducerBusy).
+            self.close()
         return self.progress
 
     def _session(self, stop: threading.Event) -> bool:

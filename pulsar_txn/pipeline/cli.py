@@ -14,7 +14,7 @@ from pulsar_txn import _args, _prometheus
 from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread, TextBody
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.message import Message
-from pulsar_txn.naming import TopicName
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
 from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings, upper
 from pulsar_txn.pipeline.fencing import PipelineFenced
 
@@ -31,6 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-exit", type=float, help="exit after this many seconds without input")
     p.add_argument("--num-tcs", type=int, help="the cluster's number of TCs (default: read from Kafka)")
     p.add_argument("--snapshot-topic", help="transaction-buffer snapshot topic, if not the default")
+    p.add_argument(
+        "--log-topic",
+        help="the coordinators' transaction log topic, if not the default (outcomes are looked up there)",
+    )
     p.add_argument("--work-ms", type=_work_ms, default=0.0, help="simulated processing time per message")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument(
@@ -68,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         authentication=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
         marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET") or None,
         snapshot_topic=args.snapshot_topic or DEFAULT_SNAPSHOT_TOPIC,
+        log_topic=args.log_topic or DEFAULT_LOG_TOPIC,
     )
     settings = PipelineSettings(
         args.input,
