@@ -28,6 +28,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -128,13 +129,20 @@ class AsyncTransaction:
         # commit checks, which take a consumer's lock (held by a rebalance for as long as its group
         # commit takes). Both waits are shielded: a cancelled caller leaves the end to begin and
         # finish, never half done.
-        ending: Future[None]
-        try:
+        begun: Future[Future[None]] | None = None
+        with contextlib.suppress(AlreadyClosed):
             begun = self._pool.submit(start)
-        except AlreadyClosed:  # a wrapper closed before its transaction ends (the client lives on)
+        if begun is not None:
+            try:
+                ending = await self._pool.wait(begun, shield=True)
+            except AlreadyClosed:
+                if not begun.cancelled():
+                    raise
+                begun = None  # queued, then cancelled by the wrapper's close before it ran
+        if begun is None:
+            # A wrapper closed before its transaction ends (the client lives on): the end runs on a
+            # thread of its own, so a transaction is never left open because the wrapper closed.
             ending = await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(start)))
-        else:
-            ending = await self._pool.wait(begun, shield=True)
         limit = self.sync._end_limit()
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ending)), limit)
@@ -261,7 +269,9 @@ class AsyncProducer(Generic[T]):
         self._max_pending = max_pending_messages
         # A place per send in flight, taken before it starts and given back when it is stored or
         # failed: concurrent tasks never have more than max_pending_messages sends out together.
-        self._room = asyncio.Semaphore(max_pending_messages)
+        # A thread semaphore, not an asyncio one: that one binds to the first loop that waits on it,
+        # and a place given back through a loop closed meanwhile was lost for good.
+        self._room = threading.Semaphore(max_pending_messages)
 
     @property
     def topic(self) -> str:
@@ -275,18 +285,23 @@ class AsyncProducer(Generic[T]):
 
     async def _take_room(self) -> Callable[..., None]:
         """Wait for a place among the sends in flight (``Timeout`` after the operation timeout);
-        returns what gives it back, callable from any thread."""
-        try:
-            await asyncio.wait_for(self._room.acquire(), self._timeout)
-        except TimeoutError:
-            raise Timeout(
-                f"send to {self.topic}: {self._max_pending} sends still in flight after {self._timeout}s"
-            ) from None
-        loop = asyncio.get_running_loop()
+        returns what gives it back, callable from any thread, also after this loop has closed."""
+        if not self._room.acquire(blocking=False):
+            # Full: the producer is at its limit, so waiting is the point; polled with a short
+            # back-off (a place comes back on a delivery thread, from any loop's sends).
+            deadline = time.monotonic() + self._timeout
+            delay = 0.0005
+            while not self._room.acquire(blocking=False):
+                if time.monotonic() >= deadline:
+                    raise Timeout(
+                        f"send to {self.topic}: {self._max_pending} sends still in flight "
+                        f"after {self._timeout}s"
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.005)
 
         def give_back(_done: object = None) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: so is everyone waiting on it
-                loop.call_soon_threadsafe(self._room.release)
+            self._room.release()
 
         return give_back
 
