@@ -34,6 +34,19 @@ def make_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], wh
         raise ClientConfigError(f"{what}: invalid Kafka client setting: {exc}") from None
 
 
+def wait_future(future: Any, timeout: float) -> Any:
+    """``future.result(timeout)`` of an admin call, leaving no reference cycle. A failed future keeps
+    its exception, and the exception its traceback: the frames it was raised through and, through
+    theirs, their callers'. A caller holding the future made a cycle that kept the admin client (its
+    broker connections and librdkafka's threads) alive until the garbage collector ran. So the
+    future's exception loses its traceback, and the caller gets a new one."""
+    try:
+        return future.result(timeout)
+    except KafkaException as exc:
+        exc.__traceback__ = None
+        raise KafkaException(*exc.args) from None
+
+
 def poll_ready(consumer: Any, max_records: int, timeout: float) -> list[Any]:
     """Up to ``max_records`` messages of a confluent Consumer, returning as soon as one has arrived,
     plus what else is fetched already: ``consume(n, t)`` waits until it has all n or ``t`` passed."""

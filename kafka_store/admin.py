@@ -10,7 +10,7 @@ from concurrent.futures import Future, InvalidStateError
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-from kafka_store._clients import kafka_error_of, make_client
+from kafka_store._clients import kafka_error_of, make_client, wait_future
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFoundError
 
@@ -38,6 +38,12 @@ class TopicAdmin:
     def config(self) -> KafkaConfig:
         return self._config
 
+    def close(self) -> None:
+        """Let the admin client go now (its broker connections and threads): confluent-kafka has no
+        close for it, and an owner in a reference cycle would keep it until the garbage collector
+        ran. A later call makes a new one."""
+        self._client = None
+
     @property
     def _timeout(self) -> float:
         return self._config.request_timeout_ms / 1000
@@ -52,7 +58,7 @@ class TopicAdmin:
         except (ValueError, TypeError) as exc:  # confluent's own argument checks (e.g. partitions < 1)
             raise StoreError(f"create topic {name}: {exc}") from None
         try:
-            futures[name].result(self._timeout)
+            wait_future(futures[name], self._timeout)
             log.info("created topic %s with %d partitions", name, partitions)
         except KafkaException as exc:
             err = kafka_error_of(exc)
@@ -72,7 +78,7 @@ class TopicAdmin:
         except (ValueError, TypeError) as exc:  # confluent's own argument checks (e.g. total < 1)
             raise StoreError(f"add partitions to {name}: {exc}") from None
         try:
-            futures[name].result(self._timeout)
+            wait_future(futures[name], self._timeout)
         except KafkaException as exc:
             raise self._translate(exc, f"add partitions to {name}") from None
         except TimeoutError:  # the admin future's own timeout: not a KafkaException
@@ -108,7 +114,7 @@ class TopicAdmin:
         futures = self._admin.delete_topics(names, request_timeout=self._timeout)
         for name, fut in futures.items():
             try:
-                fut.result(self._timeout)
+                wait_future(fut, self._timeout)
             except KafkaException as exc:
                 err = kafka_error_of(exc)
                 if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:

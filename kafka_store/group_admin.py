@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kafka_store._clients import kafka_error_of, make_client
+from kafka_store._clients import kafka_error_of, make_client, wait_future
 from kafka_store.config import KafkaConfig, admin_conf
 from kafka_store.errors import BrokerUnavailableError, GroupNotEmptyError, StoreError
 
@@ -30,7 +30,7 @@ class GroupInfo:
 
 def _result(future: Any, what: str, timeout: float, *, retriable: bool = True) -> Any:
     try:
-        return future.result(timeout)
+        return wait_future(future, timeout)
     except KafkaException as exc:
         raise StoreError(f"{what}: {exc}", retriable=retriable) from None
     except TimeoutError:  # the admin future's own timeout: not a KafkaException
@@ -113,7 +113,7 @@ def delete_group(config: KafkaConfig, group_id: str, *, admin: Any = None) -> No
     future = admin.delete_consumer_groups([group_id])[group_id]
     what, timeout = f"delete group {group_id}", config.request_timeout_ms / 1000
     try:
-        future.result(timeout)
+        wait_future(future, timeout)
     except KafkaException as exc:
         err = kafka_error_of(exc)
         code = err.code() if err is not None else None

@@ -420,7 +420,16 @@ class Appender:
         for thread in self._threads:
             thread.join(timeout)
         with self._lock:  # after stop, under the lock: no thread makes a producer again (_Closed)
+            producers = [p for p in [*self._retired, self._producer] if p is not None]
             self._producer = None
+            self._retired = []
+        if not any(t.is_alive() for t in self._threads):
+            # Destroyed now, not when the garbage collector breaks the producer <-> error_cb cycle:
+            # until then it kept its broker connections and librdkafka's threads. Only once no
+            # thread of ours polls it (a poll on a destroyed handle fails).
+            for producer in producers:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.close()
 
 
 class _Closed(Exception):

@@ -676,6 +676,7 @@ class Client:
                 tc.close()
             if store is not None:
                 store.close()
+            self._admin.close()
         finally:
             owned, self._owned = self._owned, []
             for thing in owned:

@@ -207,6 +207,7 @@ class TransactionBufferService:
                 if self._exists(tp[0]):
                     self._snapshot(tp, self._owned[tp])
             reader.close()
+            admin.close()
             if self._starts is not None:
                 self._starts.close()
                 self._starts = None

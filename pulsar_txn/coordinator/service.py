@@ -255,12 +255,13 @@ class CoordinatorService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
         self._secret = self.config.marker_key
+        self._admin: TopicAdmin | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
-        admin = TopicAdmin(self.kafka)
+        admin = self._admin = TopicAdmin(self.kafka)
         # Segments of 100 MB, as Kafka's own __transaction_state: compaction only cleans closed
         # segments, and a 1 GB active one would hold a busy TC's whole history for its replay.
         compact = {
@@ -370,6 +371,8 @@ class CoordinatorService:
             await asyncio.to_thread(self._tail.stop)
         if self._appender is not None:
             await asyncio.to_thread(self._appender.close)
+        if self._admin is not None:
+            self._admin.close()
         log.info("coordinator %s stopped", self.instance_id)
 
     # ------------------------------------------------------------------ ownership
