@@ -24,6 +24,9 @@ class _StaleMetadataProducer:
     stored: list[bytes] = []
     known = 1
 
+    def close(self) -> None:  # Appender.close destroys its producers
+        pass
+
     def __init__(self, _conf: dict[str, Any]) -> None:
         self.pending: list[tuple[Any, int]] = []
         self.lock = threading.Lock()
@@ -86,6 +89,9 @@ class _UnassignedQueueProducer:
     stored: list[bytes] = []
     known: int | None = None  # partitions in the metadata; None: the topic is unknown yet
     fail_unassigned = threading.Event()
+
+    def close(self) -> None:  # Appender.close destroys its producers
+        pass
 
     def __init__(self, _conf: dict[str, Any]) -> None:
         self.unassigned: list[Any] = []

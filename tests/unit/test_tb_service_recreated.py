@@ -56,6 +56,9 @@ class FakeAdmin:
     def list_topics(self):
         return ["t"]
 
+    def close(self):
+        pass
+
 
 class FakeStore:
     def __init__(self):
