@@ -30,7 +30,7 @@ from enum import Enum
 
 from pulsar_txn import errors as _errors
 from pulsar_txn.client import AuthenticationToken
-from pulsar_txn.compat import schema
+from pulsar_txn.compat import _params, schema
 from pulsar_txn.compat._api import (
     BatchReceivePolicy,
     Client,
@@ -167,9 +167,44 @@ class LoggerLevel(Enum):
     Error = 3
 
 
+class ConsoleLogger:
+    """pulsar-client's console logger for ``Client(logger=...)``: accepted and ignored, as that
+    option is (this library logs through Python's ``logging``)."""
+
+    def __init__(self, log_level: LoggerLevel = LoggerLevel.Info) -> None:
+        self.log_level = log_level
+
+
+class FileLogger:
+    """pulsar-client's file logger for ``Client(logger=...)``: accepted and ignored (see
+    ``ConsoleLogger``); configure a ``logging`` handler for ``pulsar_txn`` instead."""
+
+    def __init__(self, log_level: LoggerLevel, log_file: str) -> None:
+        self.log_level = log_level
+        self.log_file = log_file
+
+
+AuthenticationTLS = _params.unsupported_class(
+    "AuthenticationTLS", _params.UNSUPPORTED_CLASSES["AuthenticationTLS"]
+)
+AuthenticationAthenz = _params.unsupported_class(
+    "AuthenticationAthenz", _params.UNSUPPORTED_CLASSES["AuthenticationAthenz"]
+)
+AuthenticationOauth2 = _params.unsupported_class(
+    "AuthenticationOauth2", _params.UNSUPPORTED_CLASSES["AuthenticationOauth2"]
+)
+AuthenticationBasic = _params.unsupported_class(
+    "AuthenticationBasic", _params.UNSUPPORTED_CLASSES["AuthenticationBasic"]
+)
+
+
 __all__ = [
     "AlreadyClosed",
+    "AuthenticationAthenz",
+    "AuthenticationBasic",
     "AuthenticationError",
+    "AuthenticationOauth2",
+    "AuthenticationTLS",
     "AuthenticationToken",
     "AuthorizationError",
     "BatchReceivePolicy",
@@ -180,6 +215,7 @@ __all__ = [
     "Client",
     "CompressionType",
     "ConnectError",
+    "ConsoleLogger",
     "Consumer",
     "ConsumerAssignError",
     "ConsumerBatchReceivePolicy",
@@ -192,6 +228,7 @@ __all__ = [
     "CryptoError",
     "CumulativeAcknowledgementNotAllowedError",
     "ErrorGettingAuthenticationData",
+    "FileLogger",
     "IncompatibleSchema",
     "InitialPosition",
     "Interrupted",

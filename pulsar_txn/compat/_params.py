@@ -29,6 +29,29 @@ class OperationNotSupported(NotAllowedError):
     result = Result.OperationNotSupported
 
 
+_TOKEN_ONLY = "only AuthenticationToken is supported"
+UNSUPPORTED_CLASSES = {
+    "AuthenticationTLS": _TOKEN_ONLY,
+    "AuthenticationAthenz": _TOKEN_ONLY,
+    "AuthenticationOauth2": _TOKEN_ONLY,
+    "AuthenticationBasic": _TOKEN_ONLY,
+}
+"""pulsar-client classes defined here only to raise ``OperationNotSupported`` when made (and named
+so by ``migrate-check``)."""
+PROTOBUF_UNSUPPORTED = "no Protobuf schema (bytes, string, JSON and Avro are supported)"
+
+
+def unsupported_class(name: str, why: str) -> type:
+    """A stand-in for pulsar-client's ``name`` that raises ``OperationNotSupported`` when made: a
+    program that uses it fails with the documented error, not an ``AttributeError`` (or, after a
+    star import, a ``NameError``)."""
+
+    def refuse(self: object, *args: object, **kwargs: object) -> None:
+        raise OperationNotSupported(f"pulsar.{name}: {why}")
+
+    return type(name, (), {"__init__": refuse, "__doc__": f"pulsar-client's {name}: {why}."})
+
+
 @dataclass(frozen=True)
 class CallTable:
     """The parameters of one pulsar-client call. ``unsupported`` maps a name to a predicate that says

@@ -37,7 +37,7 @@ from pulsar_txn.compat import asyncio as _compat_asyncio
 _UNSUPPORTED_MEMBERS = {
     ("ConsumerType", "Shared"): "Shared subscriptions are not supported (Exclusive and Failover are)",
     ("ConsumerType", "KeyShared"): "Key_Shared subscriptions are not supported (Exclusive and Failover are)",
-    ("schema", "ProtobufNativeSchema"): "no Protobuf schema (bytes, string, JSON and Avro are supported)",
+    ("schema", "ProtobufNativeSchema"): _params.PROTOBUF_UNSUPPORTED,
 }
 RECORD_NAMES = frozenset(
     {"Record", "Field", "String", "Integer", "Long", "Float", "Double", "Boolean", "Bytes", "Array"}
@@ -47,10 +47,7 @@ RECORD_NAMES = frozenset(
 FAILING = frozenset({"unsupported", "missing", "error"})
 """The kinds of finding that mean the program fails on pulsar_txn.compat as written."""
 _UNSUPPORTED_NAMES = {
-    "AuthenticationTLS": "only AuthenticationToken is supported",
-    "AuthenticationAthenz": "only AuthenticationToken is supported",
-    "AuthenticationOauth2": "only AuthenticationToken is supported",
-    "AuthenticationBasic": "only AuthenticationToken is supported",
+    **_params.UNSUPPORTED_CLASSES,
     "functions": "Pulsar Functions are not part of this library",
     "Function": "Pulsar Functions are not part of this library",
 }
@@ -77,6 +74,7 @@ class _Visitor(ast.NodeVisitor):
         self.exception_modules: set[str] = set()  # names bound to pulsar.exceptions
         self.names: dict[str, str] = {}  # local name -> name in the pulsar module
         self.noted: set[str] = set()
+        self.starred: set[str] = set()  # names a star import bound, not checked yet (at first use)
 
     def add(self, node: ast.AST, kind: str, message: str) -> None:
         self.findings.append(
@@ -135,9 +133,9 @@ class _Visitor(ast.NodeVisitor):
 
     def _star(self, module: str) -> None:
         """``from pulsar.X import *`` (pulsar-client's schema examples do it): the names compat has
-        are taken as imported, so their uses are checked; a use of one it lacks is not reported
-        (before, the ``*`` itself was reported missing and the verdict was FAILS for a program that
-        runs)."""
+        are taken as imported, so their uses are checked (``visit_Name``); a use of one it lacks is
+        not reported (before, the ``*`` itself was reported missing and the verdict was FAILS for a
+        program that runs)."""
         source, prefix = {
             "pulsar.schema": (compat.schema, "schema."),
             "pulsar.exceptions": (compat.exceptions, "exceptions."),
@@ -147,7 +145,16 @@ class _Visitor(ast.NodeVisitor):
         if module == "pulsar.schema":
             names |= RECORD_NAMES
         for name in names:
-            self.names.setdefault(name, prefix + name)
+            if name not in self.names:
+                self.names[name] = prefix + name
+                self.starred.add(name)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        """A star-imported name is checked at its first use, as an imported one is at its import
+        (before, ``AuthenticationTLS`` after ``from pulsar import *`` was never reported)."""
+        if node.id in self.starred and isinstance(node.ctx, ast.Load):
+            self.starred.discard(node.id)
+            self._check_name(node, self.names[node.id])
 
     # --- names and attributes
     def _pulsar_path(self, node: ast.expr) -> str | None:

@@ -13,6 +13,7 @@ import enum
 from typing import Any
 
 from pulsar_txn import schema as _schema
+from pulsar_txn.compat import _params
 from pulsar_txn.errors import ConfigError, SchemaSerializationError
 
 BytesSchema = _schema.BytesSchema
@@ -138,4 +139,14 @@ def to_native(schema: Any) -> _schema.Schema[Any] | None:
     raise ConfigError(f"schema {kind} is not supported here (bytes, string, JSON and Avro records are)")
 
 
-__all__ = ["AvroSchema", "BytesSchema", "JsonSchema", "Schema", "StringSchema", "to_native"]
+ProtobufNativeSchema = _params.unsupported_class("ProtobufNativeSchema", _params.PROTOBUF_UNSUPPORTED)
+
+__all__ = [
+    "AvroSchema",
+    "BytesSchema",
+    "JsonSchema",
+    "ProtobufNativeSchema",
+    "Schema",
+    "StringSchema",
+    "to_native",
+]

@@ -142,3 +142,36 @@ class User(Record):
     assert kinds == {"import", "check", "note"}
     assert [m for line, kind, m in found if kind == "note" and "Record" in m]
     assert [m for line, kind, m in found if kind == "note" and "String" in m]
+
+
+def test_unsupported_pulsar_client_classes_raise_operation_not_supported_when_made() -> None:
+    """As the migration guide says (and migrate-check reports): not an AttributeError, or after a
+    star import a NameError (compat review, session 40)."""
+    import pytest
+
+    import pulsar_txn.compat as pulsar
+    from pulsar_txn.compat.schema import ProtobufNativeSchema
+
+    for make in (
+        lambda: pulsar.AuthenticationTLS("cert", "key"),
+        lambda: pulsar.AuthenticationOauth2("{}"),
+        lambda: pulsar.AuthenticationBasic("u", "p"),
+        lambda: pulsar.AuthenticationAthenz("{}"),
+        lambda: ProtobufNativeSchema(object),
+    ):
+        with pytest.raises(pulsar.OperationNotSupported):
+            make()
+    assert pulsar.FileLogger(pulsar.LoggerLevel.Info, "/tmp/x").log_file == "/tmp/x"  # accepted, ignored
+    assert pulsar.ConsoleLogger().log_level is pulsar.LoggerLevel.Info
+
+
+def test_star_imports_do_not_hide_unsupported_names_from_the_checker() -> None:
+    source = """\
+from pulsar import *
+from pulsar.schema import *
+c = Client("pulsar://h:6650", authentication=AuthenticationTLS("c", "k"), logger=ConsoleLogger())
+s = ProtobufNativeSchema(object)
+"""
+    found = [(line, kind) for line, kind, _ in _kinds(source)]
+    assert (3, "unsupported") in found and (4, "unsupported") in found
+    assert not any(kind == "missing" for _, kind in found)
