@@ -381,12 +381,17 @@ class Appender:
                 # settled like any other failed append, never raised into the caller's thread.
                 d.delivered(None, ProduceError(f"append to {d.topic}[{d.partition}] refused: {exc}"))
                 return True
+            except RuntimeError:
+                # "Producer has been closed": close() destroyed it between this thread taking it
+                # and producing. The record meets a closed appender.
+                _settle_closed(d)
+                return True
 
     @staticmethod
     def _refresh_metadata(producer: Producer, topic: str) -> None:
         try:
             producer.list_topics(topic, timeout=2.0)  # also updates the producer's metadata cache
-        except KafkaException as exc:
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: destroyed by close() meanwhile
             log.debug("metadata refresh for %s failed: %s", topic, exc)
 
     def flush(self, timeout: float = 30.0) -> int:

@@ -99,3 +99,42 @@ def test_a_retry_thread_waking_after_close_starts_no_producer(
         assert time.monotonic() < deadline, "the retry thread did not end"
         real_sleep(0.02)
     assert appender._producer is None
+
+
+def test_an_append_racing_close_is_answered_not_raised(
+    kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    """close() destroys its producers (session 40): a thread that took the producer just before then
+    produced on a destroyed handle, and confluent-kafka's RuntimeError escaped append() (review)."""
+    topic = f"race_{uid}"
+    admin.ensure_topic(topic, 1)
+    appender = Appender(kafka)
+    appender.append(topic, 0, b"warm").result(10)
+    took = appender._use_current_producer
+    taken = threading.Event()
+
+    def slow(d: producer_module.Delivery) -> bool:
+        ok = took(d)
+        taken.set()
+        time.sleep(1.0)  # preempted between taking the producer and producing
+        return ok
+
+    appender._use_current_producer = slow  # type: ignore[method-assign]
+    outcome: dict[str, object] = {}
+
+    def send() -> None:
+        try:
+            outcome["future"] = appender.append(topic, 0, b"late")
+        except BaseException as exc:
+            outcome["raised"] = exc
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    assert taken.wait(5)
+    appender.close()
+    sender.join(10)
+    assert "raised" not in outcome, outcome
+    future = outcome["future"]
+    assert isinstance(future, producer_module.Future)
+    with pytest.raises(StoreError, match="closed"):
+        future.result(5)
