@@ -3,7 +3,8 @@
     python -m spark.jobs.batch_report --bootstrap-servers 127.0.0.1:9092 --topic orders
 
 Per partition: records and value bytes delivered, plain records, committed transactions, the offset
-range read (it ends at maxReadPosition) and the first/last publish time. ``--json`` prints JSON.
+range read, ``[start_offset, end_offset)`` (it ends at maxReadPosition), and the first/last publish
+time; then the total (a transaction over several partitions counts once). ``--json`` prints JSON.
 """
 
 from __future__ import annotations
@@ -18,53 +19,76 @@ from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from spark.jobs import exit_code_of, positive_int, secret_from_env
 
 
+def planned_ranges(options: dict[str, str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's ``[start, end)`` as the batch source plans it now (``end``: maxReadPosition,
+    or an ``endingOffsets`` below it)."""
+    from spark._options import parse_options
+    from spark._plan import Planner
+
+    opts = parse_options(options, streaming=False)
+    planner = Planner(opts)
+    try:
+        tps = planner.partitions()
+        bounds = planner.bounds(tps)
+        starts = planner.resolve(opts.starting, bounds)
+        ends = planner.resolve(opts.ending, bounds)
+        return {tp: planner.batch_range(tp, starts, ends, bounds) for tp in tps}
+    finally:
+        planner.close()
+
+
 def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
-    """One dict per partition, sorted by topic and partition."""
+    """One dict per partition read, sorted by topic and partition, then the total (``topic``
+    "total"). The ranges are planned first and read as given (maxReadPosition only grows), so each
+    row says what was read: a partition with nothing to deliver (everything aborted, or held back by
+    an open transaction) is listed too, with the range read."""
     from pyspark.sql import functions as F
 
     import spark as pulsar_spark
+    from spark._offsets import to_json
 
+    ranges = planned_ranges(options)
+    fixed = dict(options)
+    fixed["startingOffsets"] = json.dumps(to_json({tp: r[0] for tp, r in ranges.items()}))
+    fixed["endingOffsets"] = json.dumps(to_json({tp: max(r) for tp, r in ranges.items()}))
     pulsar_spark.register(session)
-    df = session.read.format("pulsar_txn").options(**options).load()
-    rows = (
-        df.groupBy("topic", "partition")
+    df = session.read.format("pulsar_txn").options(**fixed).load()
+    # rollup: the grand total's distinct transactions are counted across partitions (a transaction
+    # in two partitions is one), not summed from each partition's count.
+    aggregated = (
+        df.rollup("topic", "partition")
         .agg(
             F.count(F.lit(1)).alias("records"),
             F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
             F.sum(F.when(F.col("txnId").isNull(), 1).otherwise(0)).alias("plain_records"),
             F.countDistinct("txnId").alias("committed_txns"),
-            F.min("offset").alias("first_offset"),
-            F.max("offset").alias("last_offset"),
             F.min("timestamp").alias("first_time"),
             F.max("timestamp").alias("last_time"),
         )
-        .orderBy("topic", "partition")
         .collect()
     )
-    return [
-        {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.asDict().items()} for r in rows
-    ]
+    found = {(r["topic"], r["partition"]): r.asDict() for r in aggregated}
+    empty: dict[str, Any] = {**dict.fromkeys(_COUNTS, 0), "first_time": None, "last_time": None}
+    rows = []
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        row = {**empty, **found.get((topic, partition), {})}
+        row.update(topic=topic, partition=partition, start_offset=start, end_offset=max(start, end))
+        rows.append(row)
+    total = {**empty, **found.get((None, None), {})}
+    total.update(topic="total", partition=None, start_offset=None, end_offset=None)
+    rows.append(total)
+    cols = ["topic", "partition", *_COUNTS, "start_offset", "end_offset", "first_time", "last_time"]
+    return [{c: (r[c].isoformat() if hasattr(r[c], "isoformat") else r[c]) for c in cols} for r in rows]
+
+
+_COUNTS = ["records", "value_bytes", "plain_records", "committed_txns"]
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    cols = [
-        "topic",
-        "partition",
-        "records",
-        "value_bytes",
-        "plain_records",
-        "committed_txns",
-        "first_offset",
-        "last_offset",
-        "first_time",
-        "last_time",
-    ]
-    cells = [[str(r[c]) for c in cols] for r in rows]
-    total = ["total", "", *(str(sum(int(r[c]) for r in rows)) for c in cols[2:6]), "", "", "", ""]
-    widths = [max(len(x) for x in col) for col in zip(cols, *cells, total, strict=True)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [cols, *cells, total]
-    ]
+    cols = list(rows[0]) if rows else ["topic"]
+    cells = [["" if r[c] is None else str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(cols, *cells, strict=True)]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [cols, *cells]]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -269,11 +269,56 @@ def test_batch_report_counts_committed_records_bytes_and_txns_per_partition(
     producer.send("gone", txn=aborted)
     aborted.abort()
     rows = report(spark, _opts(c, kafka, topic))
-    assert len(rows) == 1
+    assert [r["topic"] for r in rows] == [topic, "total"]
     r = rows[0]
     assert (r["records"], r["value_bytes"], r["plain_records"], r["committed_txns"]) == (6, 13, 1, 2)
-    assert r["first_offset"] == 0
+    assert (r["start_offset"], r["end_offset"]) == (0, 10)  # 6 records, 3 markers, 1 aborted: all read
     assert "total" in _table(rows)
+
+
+def test_batch_report_lists_every_partition_read_with_its_range_and_counts_a_txn_once(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str
+) -> None:
+    """A partition with nothing delivered (only aborted data, or held back by an open transaction)
+    was missing, the range was the delivered offsets' (not the range read, which ends at
+    maxReadPosition), and the total summed a transaction once per partition (Spark review)."""
+    from spark.jobs.batch_report import _table, report
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"br_{uid}"
+    c.client.create_topic(topic, 4)
+    producer = c.client.create_producer(topic)
+    p = [f"{topic}-partition-{i}" for i in range(4)]
+    parts = {i: c.client.create_producer(p[i]) for i in range(4)}
+    parts[0].send("aa")
+    with c.client.transaction(60) as txn:  # one transaction over partitions 0 and 1
+        parts[0].send("bbb", txn=txn)
+        parts[1].send("c", txn=txn)
+    with c.client.transaction(60) as txn:
+        parts[0].send("dd", txn=txn)
+    aborted = c.client.transaction(60)
+    parts[2].send("zz", txn=aborted)
+    aborted.abort()
+    held = c.client.transaction(60)
+    parts[3].send("open", txn=held)
+    parts[3].send("held-plain")
+    try:
+        rows = report(spark, _opts(c, kafka, topic))
+    finally:
+        held.abort()
+    by_partition = {r["partition"]: r for r in rows if r["topic"] == topic}
+    assert sorted(by_partition) == [0, 1, 2, 3]
+    assert [(by_partition[i]["start_offset"], by_partition[i]["end_offset"]) for i in range(4)] == [
+        (0, 5),
+        (0, 2),
+        (0, 2),
+        (0, 0),
+    ]
+    assert [by_partition[i]["records"] for i in range(4)] == [3, 1, 0, 0]
+    total = rows[-1]
+    assert total["topic"] == "total" and (total["records"], total["committed_txns"]) == (4, 2)
+    assert "total" in _table(rows)
+    del producer
 
 
 # ---------------------------------------------------------------------------------------------- streaming
