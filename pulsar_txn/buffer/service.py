@@ -54,6 +54,10 @@ class _Owned:
     recovered_from: int | None = None
     # Its snapshot could not be loaded: replayed from the partition's start until it reaches its end.
     replaying: bool = False
+    # Replaying because the load failed: the stored snapshot (of unknown offset) may be ahead of the
+    # fold, so none is written until the replay has caught up (one written meanwhile set the stored
+    # snapshot back, and stayed the latest if the service stopped mid-replay).
+    snapshot_held: bool = False
     # (offset, fingerprint) of the last record folded at the last snapshot or load: checked before the
     # next snapshot (see TransactionBufferService._same_partition).
     checkpoint: tuple[int, int] = (-1, 0)
@@ -177,7 +181,7 @@ class TransactionBufferService:
                             continue
                         if end > owned.state.scanned_to:
                             owned.state.scanned_to = end
-                        owned.replaying = False
+                        owned.replaying = owned.snapshot_held = False
                 if reader.caught_up():
                     # Snapshots may lag a little; an idle service must not keep fetching.
                     reader.pause_all()
@@ -254,6 +258,7 @@ class TransactionBufferService:
                 snapshot_changes=state.changes,
                 recovered_from=state.scanned_to if loaded else None,
                 replaying=failed,
+                snapshot_held=failed,
             )
             if loaded:
                 owned.last_snapshot_ms, owned.last_snapshot_offset = loaded[1], state.scanned_to
@@ -381,6 +386,8 @@ class TransactionBufferService:
 
     def _snapshot(self, tp: TP, owned: _Owned) -> None:
         assert self._store is not None
+        if owned.snapshot_held:
+            return
         same = self._same_partition(tp, owned)
         if same is None:  # the broker did not answer: no sign of a new partition; try again later
             owned.snapshot_failed()
