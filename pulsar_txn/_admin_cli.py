@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import time
@@ -23,7 +24,10 @@ def parse_duration_ms(text: str) -> int:
     match = _DURATION.match(text)
     if match is None:
         raise ConfigError(f"not a duration: {text!r} (e.g. 500ms, 1s, 5m, 2h)")
-    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
+    millis = float(match.group(1)) * _UNIT_MS[match.group(2) or "s"]
+    if not math.isfinite(millis) or millis > 2**63 - 1:
+        raise ConfigError(f"duration {text.strip()[:40]!r} is too long")
+    return int(millis)
 
 
 def _token() -> str | None:

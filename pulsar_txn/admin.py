@@ -84,7 +84,7 @@ def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) ->
         raise PulsarTxnError(f"{admin_url}{path}: HTTP {exc.code}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise PulsarTxnError(f"cannot reach {admin_url}: {exc}", retriable=True) from None
-    except http.client.InvalidURL as exc:  # e.g. a port that is not a number
+    except (http.client.InvalidURL, UnicodeError) as exc:  # a port that is not a number; a bad IDNA host
         raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
     except http.client.HTTPException as exc:  # not HTTP, or an answer cut short
         raise PulsarTxnError(
@@ -245,7 +245,9 @@ class TransactionsAdmin:
 
         client = self._client
         name = TopicName.parse(topic)
-        count = client._partition_count(name)  # TopicNotFound, also for a partition past the count
+        # Asked again, not cached: the topic may have grown since (TopicNotFound, also for a partition
+        # past the count).
+        count = client._partition_count(name, refresh=True)
         parts = [name.partition] if name.partition is not None else list(range(count))
         try:
             loaded = load_states(

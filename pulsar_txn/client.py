@@ -330,8 +330,8 @@ class Client:
         elif topic:
             # A topic named twice (by either name) is subscribed once; its partitions by name each.
             given: dict[tuple[str, int | None], TopicName] = {}
-            for t in [topic] if isinstance(topic, str) else topic:
-                name = TopicName.parse(t)
+            for t in topic if isinstance(topic, list | tuple) else [topic]:
+                name = TopicName.parse(t)  # InvalidTopicName for anything but a topic name
                 given.setdefault((name.kafka_topic, name.partition), name)
             names = list(given.values())
         else:

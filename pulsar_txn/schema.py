@@ -57,7 +57,8 @@ class Schema(ABC, Generic[T]):
 
         Raises ``IncompatibleSchema`` when the message was written with a schema this one cannot
         read, ``SchemaSerializationError`` when the payload does not decode."""
-        written = header.decode("ascii", "replace").split(":", 1)[0] if header else None
+        tag = _tag(header)
+        written = tag.split(":", 1)[0] if tag else None
         if written is not None and written != self.schema_type:
             raise IncompatibleSchema(
                 f"message written with schema {written}, read with {self.schema_type}; use "
@@ -83,13 +84,13 @@ class BytesSchema(Schema[bytes]):
         raise SchemaSerializationError(f"BytesSchema takes bytes or str, not {type(value).__name__}")
 
     def decode(self, data: bytes) -> bytes:
-        return bytes(data)
+        return _payload(data)
 
     def header(self) -> bytes | None:
         return None  # plain messages stay header-free, readable by any Kafka consumer as-is
 
     def decode_message(self, data: bytes, header: bytes | None) -> bytes:
-        return bytes(data)
+        return _payload(data)
 
 
 class StringSchema(Schema[str]):
@@ -104,9 +105,27 @@ class StringSchema(Schema[str]):
 
     def decode(self, data: bytes) -> str:
         try:
-            return bytes(data).decode()
+            return _payload(data).decode()
         except UnicodeDecodeError as exc:
             raise SchemaSerializationError(f"payload is not UTF-8: {exc}") from None
+
+
+def _payload(data: object) -> bytes:
+    """A payload given to a public ``decode``: bytes-like, else ``SchemaSerializationError``."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise SchemaSerializationError(f"a payload is bytes, not {type(data).__name__}")
+
+
+def _tag(header: object) -> str:
+    """A ``pulsar.schema`` header as text ("" if absent)."""
+    if header is None:
+        return ""
+    if isinstance(header, bytes | bytearray | memoryview):
+        return bytes(header).decode("ascii", "replace")
+    if isinstance(header, str):
+        return header
+    raise SchemaSerializationError(f"a schema header is bytes, not {type(header).__name__}")
 
 
 def _utf8(text: str) -> bytes:
@@ -188,9 +207,11 @@ class JsonSchema(_RecordSchema[R]):
 
     def decode(self, data: bytes) -> R:
         try:
-            plain = json.loads(bytes(data))
+            plain = json.loads(_payload(data))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise SchemaSerializationError(f"payload is not JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the interpreter's stack: any producer can write it
+            raise SchemaSerializationError("payload is JSON nested too deeply to decode") from None
         return self._from_plain(plain)
 
 
@@ -267,7 +288,12 @@ class AvroSchema(_RecordSchema[R]):
 
     def encode(self, value: R) -> bytes:
         out = io.BytesIO()
-        plain = self._to_plain(value)
+        try:
+            plain = self._to_plain(value)
+        except RecursionError:
+            raise SchemaSerializationError(
+                f"cannot encode {type(value).__name__}: nested too deeply"
+            ) from None
         # fastavro writes the fields the schema declares and drops any other key without a word; a
         # missing nullable field is written as null (as pulsar-client does), so only extras are refused.
         extra = _undeclared_field(plain, self._parsed, self._named)
@@ -287,8 +313,7 @@ class AvroSchema(_RecordSchema[R]):
         return self._read(data, self._parsed, None)
 
     def decode_message(self, data: bytes, header: bytes | None) -> R:
-        tag = header.decode("ascii", "replace") if header else ""
-        kind, _, fp = tag.partition(":")
+        kind, _, fp = _tag(header).partition(":")
         if kind != "AVRO":
             written = kind or "no schema (plain bytes)"
             raise IncompatibleSchema(f"message written with {written}, read with AVRO")
@@ -303,7 +328,7 @@ class AvroSchema(_RecordSchema[R]):
         return self._read(data, writer, self._parsed)
 
     def _read(self, data: bytes, writer: Any, reader: Any | None) -> R:
-        buf = io.BytesIO(bytes(data))
+        buf = io.BytesIO(_payload(data))
         try:
             plain = fastavro.schemaless_reader(buf, writer, reader)
         except Exception as exc:  # truncated data, failed schema resolution

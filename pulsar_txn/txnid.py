@@ -11,7 +11,7 @@ from pulsar_txn.errors import InvalidTxnID
 
 _U64 = (1 << 64) - 1
 _PACK = struct.Struct(">QQ")
-_TEXT = re.compile(r"^\((\d+),(\d+)\)$")
+_TEXT = re.compile(r"^\((\d{1,30}),(\d{1,30})\)$")  # bounded: int() of 4,300+ digits raises ValueError
 
 
 @dataclass(frozen=True, slots=True, order=True)

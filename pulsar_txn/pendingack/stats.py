@@ -145,7 +145,7 @@ def recover_subscription(client: Client, topic: str, subscription: str) -> dict[
     """Per partition of ``topic`` (or the one partition it names), keyed by full partition name: the
     subscription's recovered cursor and pending acks."""
     name = TopicName.parse(topic)
-    count = client._partition_count(name)
+    count = client._partition_count(name, refresh=True)  # the topic may have grown since
     parts = [name.partition] if name.partition is not None else list(range(count))
     previous: dict[tuple[str, int], tuple[int, str | None]] | None = None
     for _attempt in range(_STALE_ATTEMPTS):

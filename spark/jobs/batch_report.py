@@ -42,31 +42,21 @@ def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
     "total"). The ranges are planned first and read as given (maxReadPosition only grows), so each
     row says what was read: a partition with nothing to deliver (everything aborted, or held back by
     an open transaction) is listed too, with the range read."""
-    from pyspark.sql import functions as F
-
     import spark as pulsar_spark
     from spark._offsets import to_json
 
     ranges = planned_ranges(options)
-    fixed = dict(options)
+    # The planned partitions by name (assign), so that one appearing meanwhile is not read (nor
+    # refused: the offsets JSON must name every partition read).
+    fixed = {k: v for k, v in options.items() if k.lower() not in ("subscribe", "subscribepattern", "assign")}
+    assigned: dict[str, list[int]] = {}
+    for topic, partition in sorted(ranges):
+        assigned.setdefault(topic, []).append(partition)
+    fixed["assign"] = json.dumps(assigned)
     fixed["startingOffsets"] = json.dumps(to_json({tp: r[0] for tp, r in ranges.items()}))
     fixed["endingOffsets"] = json.dumps(to_json({tp: max(r) for tp, r in ranges.items()}))
     pulsar_spark.register(session)
-    df = session.read.format("pulsar_txn").options(**fixed).load()
-    # rollup: the grand total's distinct transactions are counted across partitions (a transaction
-    # in two partitions is one), not summed from each partition's count.
-    aggregated = (
-        df.rollup("topic", "partition")
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
-            F.sum(F.when(F.col("txnId").isNull(), 1).otherwise(0)).alias("plain_records"),
-            F.countDistinct("txnId").alias("committed_txns"),
-            F.min("timestamp").alias("first_time"),
-            F.max("timestamp").alias("last_time"),
-        )
-        .collect()
-    )
+    aggregated = _aggregate(session.read.format("pulsar_txn").options(**fixed).load()) if ranges else []
     found = {(r["topic"], r["partition"]): r.asDict() for r in aggregated}
     empty: dict[str, Any] = {**dict.fromkeys(_COUNTS, 0), "first_time": None, "last_time": None}
     rows = []
@@ -79,6 +69,26 @@ def report(session: Any, options: dict[str, str]) -> list[dict[str, Any]]:
     rows.append(total)
     cols = ["topic", "partition", *_COUNTS, "start_offset", "end_offset", "first_time", "last_time"]
     return [{c: (r[c].isoformat() if hasattr(r[c], "isoformat") else r[c]) for c in cols} for r in rows]
+
+
+def _aggregate(df: Any) -> list[Any]:
+    """Per (topic, partition), and the grand total: by rollup, so that its distinct transactions
+    are counted across partitions (a transaction in two partitions is one), not summed."""
+    from pyspark.sql import functions as F
+
+    rows: list[Any] = (
+        df.rollup("topic", "partition")
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
+            F.sum(F.when(F.col("txnId").isNull(), 1).otherwise(0)).alias("plain_records"),
+            F.countDistinct("txnId").alias("committed_txns"),
+            F.min("timestamp").alias("first_time"),
+            F.max("timestamp").alias("last_time"),
+        )
+        .collect()
+    )
+    return rows
 
 
 _COUNTS = ["records", "value_bytes", "plain_records", "committed_txns"]

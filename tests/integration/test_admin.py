@@ -330,3 +330,23 @@ def test_stats_of_a_partition_past_the_count_and_an_abort_on_a_missing_tc_are_ty
     with pytest.raises(TransactionCoordinatorNotFoundError) as err:
         admin.list_transactions(50)
     assert not err.value.retriable
+
+
+def test_buffer_and_pending_ack_stats_cover_partitions_added_since_the_clients_last_look(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """The stats used the client's cached partition count: partitions added to the topic (by another
+    process) were left out for as long as nothing else refreshed it (growth review, session 40)."""
+    from kafka_store import TopicAdmin
+
+    c = cluster()
+    topic = f"grown_stats_{uid}"
+    c.client.create_topic(topic, 1)
+    consumer = c.client.subscribe(topic, f"s_{uid}", initial_position="Earliest")
+    admin = TransactionsAdmin(c.client)
+    assert len(admin.transaction_buffer_stats(topic)) == 1
+    assert len(admin.pending_ack_stats(topic, f"s_{uid}")) == 1
+    TopicAdmin(c.client.kafka).add_partitions(topic, 3)
+    assert len(admin.transaction_buffer_stats(topic)) == 3
+    assert len(admin.pending_ack_stats(topic, f"s_{uid}")) == 3
+    consumer.close()

@@ -474,3 +474,28 @@ def test_stream_is_held_at_an_open_transaction_and_continues_after_it_ends(
     producer.send("c0")
     aborted.abort()
     assert run_once() == ["a0", "a1", "a2", "t0", "t1", "t2", "b0", "b1", "b2", "c0"]
+
+
+def test_batch_report_reads_the_partitions_it_planned_when_one_appears_meanwhile(
+    spark: Any, cluster: ClusterFactory, kafka: KafkaConfig, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report reads the planned ranges as offsets JSON, which must name every partition read: a
+    partition added between planning and reading failed it with a ConfigError about a JSON the job
+    made itself (review). It now reads the planned partitions by name."""
+    import spark.jobs.batch_report as batch_report
+    from kafka_store import TopicAdmin
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"brgrow_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_producer(topic).send("a")
+    planned = batch_report.planned_ranges
+
+    def planned_then_grown(options: dict[str, str]) -> dict[tuple[str, int], tuple[int, int]]:
+        ranges = planned(options)
+        TopicAdmin(kafka).add_partitions(topic, 2)
+        return ranges
+
+    monkeypatch.setattr(batch_report, "planned_ranges", planned_then_grown)
+    rows = batch_report.report(spark, _opts(c, kafka, topic))
+    assert [(r["topic"], r["partition"], r["records"]) for r in rows] == [(topic, 0, 1), ("total", None, 1)]
