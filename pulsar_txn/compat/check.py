@@ -75,6 +75,7 @@ class _Visitor(ast.NodeVisitor):
         self.names: dict[str, str] = {}  # local name -> name in the pulsar module
         self.noted: set[str] = set()
         self.starred: set[str] = set()  # names a star import bound, not checked yet (at first use)
+        self.own: set[str] = set()  # names the program binds itself (see _bound_names)
 
     def add(self, node: ast.AST, kind: str, message: str) -> None:
         self.findings.append(
@@ -145,7 +146,7 @@ class _Visitor(ast.NodeVisitor):
         if module == "pulsar.schema":
             names |= RECORD_NAMES
         for name in names:
-            if name not in self.names:
+            if name not in self.names and name not in self.own:
                 self.names[name] = prefix + name
                 self.starred.add(name)
 
@@ -209,6 +210,11 @@ class _Visitor(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         path = self._pulsar_path(node)
         if path:
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name):
+                self.starred.discard(root.id)  # checked here, with its attribute: not again at a call
             self._check_name(node, path)
             return  # the whole chain is checked; do not visit its prefixes again
         self.generic_visit(node)
@@ -320,8 +326,33 @@ def check_source(source: str, path: str = "<string>") -> list[Finding]:
     except SyntaxError as exc:
         return [Finding(path, exc.lineno or 0, exc.offset or 0, "error", f"not valid Python: {exc.msg}")]
     visitor = _Visitor(path)
+    visitor.own = _bound_names(tree)
     visitor.visit(tree)
     return sorted(visitor.findings, key=lambda f: (f.line, f.col, f.kind))
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names the program binds itself anywhere (assignments, definitions, parameters, imports of
+    other modules): a star-imported name it rebinds is its own, not pulsar's."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            own.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            own.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom) and not _is_pulsar_import(node):
+            own.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+    return own
+
+
+def _is_pulsar_import(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "pulsar"
+    return any(a.name.split(".")[0] == "pulsar" for a in node.names)
 
 
 def _files(paths: Sequence[str]) -> Iterator[Path]:

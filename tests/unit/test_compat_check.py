@@ -175,3 +175,19 @@ s = ProtobufNativeSchema(object)
     found = [(line, kind) for line, kind, _ in _kinds(source)]
     assert (3, "unsupported") in found and (4, "unsupported") in found
     assert not any(kind == "missing" for _, kind in found)
+
+
+def test_a_star_imported_name_the_program_rebinds_is_its_own() -> None:
+    """A shim (``AuthenticationOauth2 = AuthenticationToken``), a parameter or a class of that name
+    runs on compat: no unsupported finding (review of this session's change)."""
+    source = """\
+from pulsar import *
+AuthenticationOauth2 = AuthenticationToken
+def make(AuthenticationBasic):
+    return AuthenticationBasic("u", "p")
+class AuthenticationTLS:
+    pass
+c = Client("pulsar://h:6650", authentication=AuthenticationOauth2("tok"))
+t = AuthenticationTLS()
+"""
+    assert not [f for f in _kinds(source) if f[1] in ("unsupported", "missing")]
