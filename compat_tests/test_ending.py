@@ -6,6 +6,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -112,10 +113,12 @@ def test_E5_commit_waits_for_in_flight_sends_and_acks_of_30_threads_and_empty_tx
     producer = client.create_producer(dst)
     txn = client.transaction(60)
 
+    acks: list[Any] = []
+
     def work(n: int) -> None:
         for i in range(10):
             producer.send_async(f"{n}-{i}", txn=txn, partition_key=str(n))
-        consumer.acknowledge(msgs[n], txn=txn)
+        acks.append(consumer.acknowledge_async(msgs[n], txn=txn))  # not waited for: in flight
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(30)]
     for t in threads:
@@ -123,6 +126,7 @@ def test_E5_commit_waits_for_in_flight_sends_and_acks_of_30_threads_and_empty_tx
     for t in threads:
         t.join()
     txn.commit()  # returns only once every send and ack of the transaction is durable
+    assert len(acks) == 30 and all(a.done() and a.exception() is None for a in acks)
     assert len(read_all(client.create_reader(dst), 500, expect=300)) == 300
     assert pending_acks(consumer) == 0
     consumer.redeliver_unacknowledged_messages()
@@ -156,13 +160,18 @@ def _by_tc(ids: list[pulsar_txn.TxnID]) -> dict[int, list[int]]:
 
 
 def test_E7_consecutive_txn_ids_have_tc_id_in_most_bits_and_least_bits_plus_one(
-    client: pulsar_txn.Client,
+    client: pulsar_txn.Client, admin: pulsar_txn.TransactionsAdmin
 ) -> None:
-    ids = [client.transaction(60).txn_id for _ in range(16)]
+    txns = [client.transaction(60) for _ in range(16)]
+    ids = [t.txn_id for t in txns]
     for tc, seqs in _by_tc(ids).items():
         assert tc >= 0
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"TC {tc}: {seqs}"
     assert len(set(ids)) == 16
+    for t in ids:  # each is in the log of the TC its most bits name (TransactionNotFound otherwise)
+        assert admin.transaction_metadata(t)["status"] == "OPEN"
+    for txn in txns:
+        txn.abort()
 
 
 def test_E7_txn_ids_keep_increasing_across_a_coordinator_restart(
