@@ -53,6 +53,15 @@ _BEGUN_AHEAD = 4  # transactions begun ahead of use: the chains of several parti
 _BUSY_GIVE_UP_S = 30.0
 
 
+def _unfixable(exc: PulsarTxnError, busy_since: float | None) -> bool:
+    """A session failure a new session would meet again: an output the broker refuses as too large
+    (the same input makes the same output), or another instance (another instance id) holding the
+    subscription for longer than a consumer that just left may."""
+    if isinstance(exc, MessageTooBig) or isinstance(exc.__cause__, MessageTooBig):
+        return True
+    return busy_since is not None and time.monotonic() - busy_since > _BUSY_GIVE_UP_S
+
+
 def upper(msg: Message[bytes]) -> bytes:
     """The default transform (the demo's): upper-case the payload."""
     return msg.data.upper()
@@ -164,14 +173,9 @@ class ExactlyOncePipeline:
                 except (ConfigError, AuthenticationError, InvalidTopicName):
                     raise  # a new session would fail the same way (bad settings, refused credentials)
                 except PulsarTxnError as exc:
-                    if isinstance(exc, MessageTooBig) or isinstance(exc.__cause__, MessageTooBig):
-                        raise  # the same input makes the same output again: retrying never ends
-                    if isinstance(exc, ConsumerBusy):
-                        busy_since = busy_since or time.monotonic()
-                        if time.monotonic() - busy_since > _BUSY_GIVE_UP_S:
-                            raise  # another instance (another --instance-id) runs on the subscription
-                    else:
-                        busy_since = None
+                    busy_since = (busy_since or time.monotonic()) if isinstance(exc, ConsumerBusy) else None
+                    if _unfixable(exc, busy_since):
+                        raise
                     log.warning("pipeline session failed (%s: %s); restarting", type(exc).__name__, exc)
                     stop.wait(self.settings.retry_backoff_s)
         finally:
