@@ -425,7 +425,9 @@ class Client:
             closing = self._closing
             busy = None
             if isinstance(handle, Producer) and any(
-                isinstance(h, Producer) and (h.producer_name, h.topic) == (handle.producer_name, handle.topic)
+                isinstance(h, Producer)
+                and h.producer_name == handle.producer_name
+                and _overlap(h.topic, handle.topic)
                 for h in self._open_handles
             ):
                 busy = f"a producer named {handle.producer_name!r} is already open on {handle.topic}"
@@ -453,6 +455,7 @@ class Client:
 
     def get_last_message_ids(self, topic: str) -> dict[int, MessageId | None]:
         """Per partition, the id of the last committed (readable) message, None where there is none."""
+        self._check_open()  # before any lookup: a closed client makes no Kafka client again
         return last_message_ids(self, topic)
 
     def resume_transaction(self, txn_id: TxnID | str, timeout_ms: int = 60_000) -> Transaction:
@@ -728,6 +731,12 @@ def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
     except ValueError:
         known = ", ".join(str(m.value) for m in kind)
         raise ConfigError(f"{what} {value!r} is not one of {known}") from None
+
+
+def _overlap(a: TopicName, b: TopicName) -> bool:
+    """Whether producers on ``a`` and ``b`` write to a partition in common: ``t`` overlaps each of its
+    ``t-partition-N`` (Pulsar's producer on ``t`` is one per partition topic, under its name)."""
+    return a.base == b.base and (a.partition is None or b.partition is None or a.partition == b.partition)
 
 
 def _check_schema(schema: object) -> None:

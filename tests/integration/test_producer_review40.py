@@ -112,3 +112,41 @@ def test_the_json_schema_refuses_none_where_the_type_hint_does_not_allow_it(
     producer.send(_Rec("a", 1, ["t"], _Inner(2)))  # an optional field left None is fine
     consumer = c.client.subscribe(topic, f"s_{uid}", initial_position="Earliest", schema=JsonSchema(_Rec))
     assert [m.value() for m in receive_all(consumer)] == [_Rec("a", 1, ["t"], _Inner(2))]
+
+
+def test_a_producer_name_open_on_a_topic_is_taken_on_each_of_its_partitions(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    """Pulsar's producer on ``t`` is one per partition topic under its name: ``t-partition-0`` with
+    that name open on ``t`` is ProducerBusy (it wrote a second message as (name, 0)); another
+    partition of ``t`` under one name is fine."""
+    c = cluster()
+    topic = f"pbusyp_{uid}"
+    c.client.create_topic(topic, 2)
+    whole = c.client.create_producer(topic, producer_name="n")
+    with pytest.raises(ProducerBusy):
+        c.client.create_producer(f"{topic}-partition-0", producer_name="n")
+    whole.close()
+    parts = [c.client.create_producer(f"{topic}-partition-{i}", producer_name="n") for i in range(2)]
+    with pytest.raises(ProducerBusy):
+        c.client.create_producer(topic, producer_name="n")
+    for p in parts:
+        p.close()
+
+
+def test_a_closed_client_makes_no_kafka_client_again_to_refuse_a_call(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    """get_last_message_ids looked the topic up (a new admin client: threads, broker connections)
+    before refusing with AlreadyClosed."""
+    from pulsar_txn.errors import AlreadyClosed
+
+    c = cluster()
+    topic = f"closedlook_{uid}"
+    c.client.create_topic(topic, 1)
+    own = c.other_client()
+    own.get_last_message_ids(topic)
+    own.close()
+    with pytest.raises(AlreadyClosed):
+        own.get_last_message_ids(topic)
+    assert own._admin._client is None
