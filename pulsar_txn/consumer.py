@@ -24,6 +24,7 @@ from kafka_store import (
     StoreError,
     SubscriptionGroup,
     delete_group,
+    group_offsets,
     group_topics,
 )
 from pulsar_txn import _args
@@ -35,6 +36,7 @@ from pulsar_txn.errors import (
     NotAllowedError,
     PersistenceError,
     Timeout,
+    TopicNotFound,
 )
 from pulsar_txn.naming import TopicName, bad_subscription_name, pending_ack_topic
 from pulsar_txn.pendingack.stale import StalePendingCheck
@@ -353,8 +355,9 @@ class Consumer(
     def unsubscribe(self) -> None:
         """Close and delete the subscription (its consumer group and pending-ack logs).
         ``NotAllowedError``, with nothing deleted, if the group also holds the cursors of a
-        same-named subscription on other topics (deleting the group would delete those too), or
-        if other consumers are connected to it (Pulsar refuses that too); this one stays open then."""
+        same-named subscription on other topics or, for a subscription on ``t-partition-N``, on
+        other partitions of ``t`` (deleting the group would delete those too), or if other consumers
+        are connected to it (Pulsar refuses that too); this one stays open then."""
         try:
             members = self._other_members()
         except StoreError as exc:
@@ -370,6 +373,7 @@ class Consumer(
                 t.kafka_topic for t in self.topics
             }
             others &= set(self._client._admin.list_topics())  # a deleted topic's cursor is no one's
+            unnamed = self._unnamed_cursors()
         except StoreError as exc:
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
         if others:
@@ -377,6 +381,15 @@ class Consumer(
                 f"cannot unsubscribe {self.subscription!r}: its Kafka group also holds the cursors "
                 f"of {sorted(others)} (a subscription of that name on other topics); unsubscribe "
                 "with a consumer of all of them"
+            )
+        if unnamed:
+            # In Pulsar t-partition-N is a topic of its own; here its subscription shares the group
+            # (and the pending-ack log) with the topic's other partitions: deleting them took the
+            # cursors of the other partitions' same-named subscriptions too (review, session 40).
+            raise NotAllowedError(
+                f"cannot unsubscribe {self.subscription!r}: its Kafka group also holds the cursors of "
+                f"{[f'{t}-partition-{p}' for t, p in unnamed][:10]} (the subscription of that name on "
+                "other partitions of the topic); unsubscribe with a consumer of the whole topic"
             )
         self.close()  # commits the cursor, committed transactional acks included
         try:
@@ -392,6 +405,18 @@ class Consumer(
             raise PersistenceError(f"unsubscribe {self.subscription!r}: {exc}") from None
         if deleted:  # a new subscription under the name creates its pending-ack logs again
             self._client._deleted(f"the pending-ack logs of {self.subscription!r} were deleted")
+
+    def _unnamed_cursors(self) -> list[tuple[str, int]]:
+        """Partitions of a topic this consumer subscribed by partition name (``t-partition-N``) that
+        it did not name, and that have a cursor in the group."""
+        wanted: list[tuple[str, int]] = []
+        for topic, named in self._only_partitions.items():
+            try:
+                count = self._client._partition_count(self._kafka_topics[topic], refresh=True)
+            except TopicNotFound:  # deleted: its cursors went with it
+                continue
+            wanted += [(topic, p) for p in range(count) if p not in named]
+        return sorted(group_offsets(self._client.kafka, self.subscription, wanted))
 
     def _delete_group(self) -> None:
         """Delete the subscription's group. A static member (``instance_id``) does not leave the

@@ -44,10 +44,7 @@ class Acking(ConsumerBase[T]):
         part = self._parts.get((mid.topic, mid.partition))
         if part is None:
             self._check_open()  # closing gave every partition up: say so, not "moved to another consumer"
-            if mid.topic not in self._kafka_topics:
-                raise NotAllowedError(
-                    f"cannot acknowledge {mid}: {mid.topic!r} is not subscribed by {self.subscription!r}"
-                )
+            self._check_subscribed(mid)
             raise NotAllowedError(
                 f"cannot acknowledge {mid}: partition {mid.topic}[{mid.partition}] is no longer assigned to "
                 f"this consumer of {self.subscription!r} (it moved to another consumer, which redelivers "

@@ -166,6 +166,20 @@ class ConsumerBase(Generic[T]):
         if self._closed:
             raise AlreadyClosed(f"consumer {self.consumer_name} of {self.subscription!r} is closed")
 
+    def _check_subscribed(self, mid: MessageId) -> None:
+        """``NotAllowedError`` for an id of a topic, or of a partition of a topic subscribed by
+        partition name, that this subscription does not read."""
+        named = self._only_partitions.get(mid.topic)
+        if mid.topic not in self._kafka_topics or (named is not None and mid.partition not in named):
+            what = (
+                repr(mid.topic)
+                if mid.topic not in self._kafka_topics
+                else f"{mid.topic}-partition-{mid.partition}"
+            )
+            raise NotAllowedError(
+                f"cannot acknowledge {mid}: {what} is not subscribed by {self.subscription!r}"
+            )
+
     if TYPE_CHECKING:  # implemented by the other parts
 
         def _ack_in_txn(self, txn: Transaction, kind: AckKind, mids: Sequence[MessageId]) -> Future[None]: ...

@@ -72,11 +72,8 @@ class TxnAcking(ConsumerBase[T]):
         if len(mids) > 1 and len({(m.topic, m.partition) for m in mids}) != 1:
             raise NotAllowedError("acknowledge messages of one partition per call")
         first = mids[0]
-        name = self._kafka_topics.get(first.topic)
-        if name is None:
-            raise NotAllowedError(
-                f"cannot acknowledge {first}: {first.topic!r} is not subscribed by {self.subscription!r}"
-            )
+        self._check_subscribed(first)  # before the transaction registers a partition it never reads
+        name = self._kafka_topics[first.topic]
         # Like Pulsar's client, a partitioned topic's subscription joins the transaction per partition:
         # the TC then ends it in that partition's pending-ack log only, not in all of them. A partition
         # beyond the cached count is looked up (the topic grew), so a whole-topic registration always

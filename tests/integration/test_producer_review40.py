@@ -150,3 +150,35 @@ def test_a_closed_client_makes_no_kafka_client_again_to_refuse_a_call(
     with pytest.raises(AlreadyClosed):
         own.get_last_message_ids(topic)
     assert own._admin._client is None
+
+
+def test_unsubscribing_one_partition_by_name_keeps_the_other_partitions_cursors(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    """The subscription on t-partition-1 shares its group (and pending-ack log) with t-partition-0's
+    of the same name: unsubscribe deleted both, and partition 0's acked messages came back. Now it
+    is refused with nothing deleted, as for a same-named subscription on another topic."""
+    from pulsar_txn.errors import NotAllowedError
+
+    c = cluster()
+    topic = f"unsubpart_{uid}"
+    c.client.create_topic(topic, 2)
+    for p in range(2):
+        producer = c.client.create_producer(f"{topic}-partition-{p}")
+        for i in range(3):
+            producer.send(f"p{p}-{i}")
+        producer.close()
+    first = c.client.subscribe(f"{topic}-partition-0", f"s_{uid}", initial_position="Earliest")
+    for m in receive_all(first):
+        first.acknowledge(m)
+    first.close()
+    second = c.client.subscribe(f"{topic}-partition-1", f"s_{uid}", initial_position="Earliest")
+    other = c.client.create_reader(topic)
+    stranger = next(m for m in [other.read_next(5000) for _ in range(6)] if m.message_id.partition == 0)
+    with pytest.raises(NotAllowedError, match="partition-0 is not subscribed"):
+        second.acknowledge(stranger)
+    with pytest.raises(NotAllowedError, match="other partitions"):
+        second.unsubscribe()
+    second.close()
+    again = c.client.subscribe(f"{topic}-partition-0", f"s_{uid}", initial_position="Earliest")
+    assert receive_all(again, 1500) == []  # partition 0's acks are still there
