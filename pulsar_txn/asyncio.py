@@ -129,20 +129,7 @@ class AsyncTransaction:
         # commit checks, which take a consumer's lock (held by a rebalance for as long as its group
         # commit takes). Both waits are shielded: a cancelled caller leaves the end to begin and
         # finish, never half done.
-        begun: Future[Future[None]] | None = None
-        with contextlib.suppress(AlreadyClosed):
-            begun = self._pool.submit(start)
-        if begun is not None:
-            try:
-                ending = await self._pool.wait(begun, shield=True)
-            except AlreadyClosed:
-                if not begun.cancelled():
-                    raise
-                begun = None  # queued, then cancelled by the wrapper's close before it ran
-        if begun is None:
-            # A wrapper closed before its transaction ends (the client lives on): the end runs on a
-            # thread of its own, so a transaction is never left open because the wrapper closed.
-            ending = await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(start)))
+        ending = await asyncio.shield(asyncio.wrap_future(_begin_end(self._pool, start)))
         limit = self.sync._end_limit()
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ending)), limit)
@@ -247,6 +234,37 @@ def _unwrap(txn: AsyncTransaction | Transaction | None) -> Transaction | None:
     if isinstance(txn, AsyncTransaction):
         return txn.sync
     raise ConfigError(f"txn is an AsyncTransaction or Transaction, not {type(txn).__name__} {txn!r}")
+
+
+def _begin_end(pool: _Pool, start: Callable[[], Future[None]]) -> Future[Future[None]]:
+    """``start()`` (a transaction's commit or abort) run in the pool or, if the pool is closed or a
+    wrapper's close cancels the job before it ran, on a thread of its own: an end once asked for
+    always begins, also when its caller was cancelled meanwhile (before, the transaction stayed OPEN
+    until its timeout)."""
+    begun: Future[Future[None]] = Future()
+
+    def run_here() -> None:
+        try:
+            begun.set_result(start())
+        except BaseException as exc:
+            begun.set_exception(exc)
+
+    def off_pool() -> None:
+        threading.Thread(target=run_here, name="pulsar-txn-aio-end", daemon=True).start()
+
+    def relay(job: Future[Future[None]]) -> None:
+        if job.cancelled():
+            off_pool()
+        elif job.exception() is not None:
+            begun.set_exception(job.exception())
+        else:
+            begun.set_result(job.result())
+
+    try:
+        pool.submit(start).add_done_callback(relay)
+    except AlreadyClosed:
+        off_pool()
+    return begun
 
 
 async def _connected(txn: Transaction | None, pool: _Pool) -> None:
