@@ -327,6 +327,15 @@ class Planner:
             raise ConfigError(f"{tp[0]}[{tp[1]}]: endingOffsets {asked} is below the starting offset {start}")
         return start, end
 
+    def batch_ranges(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Each partition's ``[start, end)`` of a batch read with these options, now (``batch_range``
+        for every partition read, in order)."""
+        tps = self.partitions()
+        bounds = self.bounds(tps)
+        starts = self.resolve(self.opts.starting, bounds)
+        ends = self.resolve(self.opts.ending, bounds)
+        return {tp: self.batch_range(tp, starts, ends, bounds) for tp in tps}
+
     def range_partition(self, tp: TopicPartition, start: int, end: int) -> RangePartition:
         """The input partition for ``[start, end)``; ``end`` must not pass maxReadPosition."""
         aborted: list[bytes] = []

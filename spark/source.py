@@ -67,13 +67,8 @@ class PulsarTxnBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = Planner(self.options)
         try:
-            tps = planner.partitions()
-            bounds = planner.bounds(tps)
-            starts = planner.resolve(self.options.starting, bounds)
-            ends = planner.resolve(self.options.ending, bounds)
             out: list[InputPartition] = []
-            for tp in tps:
-                start, end = planner.batch_range(tp, starts, ends, bounds)
+            for tp, (start, end) in planner.batch_ranges().items():
                 if start < end:
                     out.append(planner.range_partition(tp, start, end))
             # Spark wants at least one partition; an empty range reads nothing.

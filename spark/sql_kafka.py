@@ -120,13 +120,8 @@ def committed_read(options: Mapping[str, str]) -> CommittedRead:
     opts = parse_options(options, streaming=False)
     planner = Planner(opts)
     try:
-        tps = planner.partitions()
-        bounds = planner.bounds(tps)
-        starts = planner.resolve(opts.starting, bounds)
-        ends = planner.resolve(opts.ending, bounds)
         ranges = []
-        for tp in tps:
-            start, end = planner.batch_range(tp, starts, ends, bounds)
+        for tp, (start, end) in planner.batch_ranges().items():
             ranges.append(planner.range_partition(tp, min(start, end), end))
         return plan_from_ranges(ranges)
     finally:

@@ -25,14 +25,9 @@ def planned_ranges(options: dict[str, str]) -> dict[tuple[str, int], tuple[int, 
     from spark._options import parse_options
     from spark._plan import Planner
 
-    opts = parse_options(options, streaming=False)
-    planner = Planner(opts)
+    planner = Planner(parse_options(options, streaming=False))
     try:
-        tps = planner.partitions()
-        bounds = planner.bounds(tps)
-        starts = planner.resolve(opts.starting, bounds)
-        ends = planner.resolve(opts.ending, bounds)
-        return {tp: planner.batch_range(tp, starts, ends, bounds) for tp in tps}
+        return planner.batch_ranges()
     finally:
         planner.close()
 
