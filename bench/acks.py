@@ -323,6 +323,7 @@ def _ours(client: Client, offsets: GroupOffsets, mode: Mode, label: str, end: in
             )
             run.committed_offset = committed
             run.extra["cursor_committed_after_txns"] = ok
+            run.durable = run.durable and ok  # acks that never reach the cursor do not count
             run.extra["cursor_commit_wait_s"] = waited
         stats = consumer.stats()
         run.extra["consumer_stats"] = stats

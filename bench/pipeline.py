@@ -49,6 +49,8 @@ from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineProgress, PipelineS
 PARTITIONS = 3
 BATCH = 100
 PAYLOAD = os.urandom(1024)
+INDEX_BYTES = 8  # each input's payload starts with its index: the output is checked input by input
+WARMUP_S = 2.0  # live phase: inputs of the first seconds are published and read, not sampled
 BUSY_PCT = 20.0
 TPUT_ROUNDS = 3  # rotated order: each pipeline runs first once
 
@@ -66,6 +68,49 @@ QUICK = Sizes(backlog=6_000, live_rate=500, live_s=5.0)
 
 def transform(msg: Message[bytes]) -> bytes:
     return bytes(msg.data)  # identical work on both sides: the payload is copied through
+
+
+def _payload(index: int) -> bytes:
+    """1 KB: the input's index, then random bytes (the same for every input)."""
+    return index.to_bytes(INDEX_BYTES, "big") + PAYLOAD[INDEX_BYTES:]
+
+
+def _index(value: bytes | None) -> int:
+    return int.from_bytes((value or b"")[:INDEX_BYTES], "big")
+
+
+class _Samples:
+    """End-to-end latencies of the live phase, by input index: the first ``warm`` inputs (published
+    during the warm-up: connections, output producers and the first transactions of each side) are
+    read but not sampled, and a duplicate is counted, not sampled twice."""
+
+    def __init__(self, warm: int, total: int) -> None:
+        self.warm, self.total = warm, total
+        self.by_index: dict[int, float] = {}
+        self.duplicates = 0
+        self._lock = threading.Lock()
+
+    def add(self, index: int, latency_ms: float) -> None:
+        with self._lock:
+            if index in self.by_index:
+                self.duplicates += 1
+            else:
+                self.by_index[index] = latency_ms
+
+    def done(self) -> bool:
+        return len(self.by_index) >= self.warm + self.total
+
+    def summary(self) -> dict[str, Any]:
+        timed = [v for i, v in self.by_index.items() if self.warm <= i < self.warm + self.total]
+        return {
+            "p50_ms": percentile(timed, 50),  # percentile() takes 0..100 (0.50 gave the ~minimum)
+            "p99_ms": percentile(timed, 99),
+            "received": len(timed),
+            "expected": self.total,
+            "warmup_inputs": self.warm,
+            "duplicates": self.duplicates,
+            "unknown": sum(1 for i in self.by_index if not 0 <= i < self.warm + self.total),
+        }
 
 
 # ---------------------------------------------------------------------------------------------- ours
@@ -109,27 +154,26 @@ def _ours_latency(client: Client, sizes: Sizes) -> dict[str, Any]:
     pipeline = ExactlyOncePipeline(client, settings, transform)
     worker = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
     worker.start()
-    latencies: list[float] = []
+    samples = _live_samples(sizes)
     reader = client.create_reader(out)
-    total = int(sizes.live_rate * sizes.live_s)
 
     def read() -> None:
-        deadline = time.monotonic() + sizes.live_s + 60
-        while len(latencies) < total and time.monotonic() < deadline:
+        deadline = time.monotonic() + WARMUP_S + sizes.live_s + 60
+        while not samples.done() and time.monotonic() < deadline:
             try:
                 msg = reader.read_next(1000)
             except Timeout:
                 continue
-            latencies.append(time.time() * 1000 - float(msg.event_timestamp or 0))
+            samples.add(_index(msg.data), time.time() * 1000 - float(msg.event_timestamp or 0))
 
     reading = threading.Thread(target=read, daemon=True)
     reading.start()
     time.sleep(2.0)  # the pipeline has subscribed
     producer = client.create_producer(src)
     _paced(
-        total,
+        samples.warm + samples.total,
         sizes.live_rate,
-        lambda i: producer.send_async(PAYLOAD, event_timestamp=int(time.time() * 1000)),
+        lambda i: producer.send_async(_payload(i), event_timestamp=int(time.time() * 1000)),
     )
     producer.flush()
     reading.join(sizes.live_s + 90)
@@ -137,7 +181,7 @@ def _ours_latency(client: Client, sizes: Sizes) -> dict[str, Any]:
     worker.join(60)
     pipeline.close()
     reader.close()
-    return _latency(latencies, total)
+    return samples.summary()
 
 
 # ---------------------------------------------------------------------------------------------- Kafka
@@ -221,8 +265,7 @@ def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, An
     stop = threading.Event()
     worker = threading.Thread(target=_kafka_pipeline, args=(bootstrap, src, out, stop, []), daemon=True)
     worker.start()
-    total = int(sizes.live_rate * sizes.live_s)
-    latencies: list[float] = []
+    samples = _live_samples(sizes)
     # Like our Reader: every partition assigned from its start (no group join to wait for), and each
     # record taken as soon as it is there (consume(500, 0.2) held every batch for up to 0.2 s).
     reader = KafkaConsumer(
@@ -236,11 +279,11 @@ def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, An
     reader.assign([TopicPartition(out, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
 
     def read() -> None:
-        deadline = time.monotonic() + sizes.live_s + 60
-        while len(latencies) < total and time.monotonic() < deadline:
+        deadline = time.monotonic() + WARMUP_S + sizes.live_s + 60
+        while not samples.done() and time.monotonic() < deadline:
             for m in poll_ready(reader, 500, 0.2):
                 if m.error() is None:
-                    latencies.append(time.time() * 1000 - m.timestamp()[1])
+                    samples.add(_index(m.value()), time.time() * 1000 - m.timestamp()[1])
 
     reading = threading.Thread(target=read, daemon=True)
     reading.start()
@@ -248,16 +291,16 @@ def _kafka_latency(bootstrap: str, client: Client, sizes: Sizes) -> dict[str, An
     producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
 
     def send(i: int) -> None:
-        producer.produce(src, value=PAYLOAD, partition=i % PARTITIONS, timestamp=int(time.time() * 1000))
+        producer.produce(src, value=_payload(i), partition=i % PARTITIONS, timestamp=int(time.time() * 1000))
         producer.poll(0)
 
-    _paced(total, sizes.live_rate, send)
+    _paced(samples.warm + samples.total, sizes.live_rate, send)
     producer.flush(30)
     reading.join(sizes.live_s + 90)
     stop.set()
     worker.join(60)
     reader.close()
-    return _latency(latencies, total)
+    return samples.summary()
 
 
 # ---------------------------------------------------------------------------------------------- shared
@@ -278,52 +321,53 @@ def _rate(marks: list[tuple[float, int]], n: int) -> dict[str, Any]:
     return {"rate": (p1 - p0) / max(1e-9, t1 - t0), "processed": p1, "complete": p1 >= n, "seconds": t1 - t0}
 
 
-def _count_output(bootstrap: str, client: Client, topic: str, ours: bool) -> int:
-    """Committed messages in ``topic``: through our Reader (ours), or a read_committed consumer
-    (Kafka's transactions); read until 3 s pass without a new one."""
-    count = 0
+def _read_output(bootstrap: str, client: Client, topic: str, ours: bool, n: int) -> dict[str, Any]:
+    """The committed output of ``topic`` input by input: through our Reader (ours), or a
+    read_committed consumer (Kafka's transactions); read until 3 s pass without a new message.
+    ``exact``: each of the ``n`` inputs is there once (a loss and a duplicate would not cancel out)."""
+    indices: list[int] = []
     if ours:
         reader = client.create_reader(topic)
         try:
             while True:
                 try:
-                    reader.read_next(3000)
+                    indices.append(_index(reader.read_next(3000).data))
                 except Timeout:
-                    return count
-                count += 1
+                    break
         finally:
             reader.close()
-    consumer = KafkaConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench_count_{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        while batch := poll_ready(consumer, 10_000, 3.0):
-            count += sum(1 for m in batch if m.error() is None)
-        return count
-    finally:
-        consumer.close()
-
-
-def _latency(samples: list[float], total: int) -> dict[str, Any]:
+    else:
+        consumer = KafkaConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench_count_{uuid.uuid4().hex[:6]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+            while batch := poll_ready(consumer, 10_000, 3.0):
+                indices.extend(_index(m.value()) for m in batch if m.error() is None)
+        finally:
+            consumer.close()
+    distinct = set(indices)
     return {
-        "p50_ms": percentile(samples, 50),  # percentile() takes 0..100 (0.50 gave the ~minimum)
-        "p99_ms": percentile(samples, 99),
-        "received": len(samples),
-        "expected": total,
+        "output": len(indices),
+        "output_distinct": len(distinct),
+        "output_exact": len(indices) == n and distinct == set(range(n)),
     }
+
+
+def _live_samples(sizes: Sizes) -> _Samples:
+    return _Samples(int(sizes.live_rate * WARMUP_S), int(sizes.live_rate * sizes.live_s))
 
 
 def _fill(client: Client, topic: str, n: int) -> None:
     client.create_topic(topic, PARTITIONS)
     producer = client.create_producer(topic)
     for i in range(n):
-        producer.send_async(PAYLOAD, partition_key=str(i))
+        producer.send_async(_payload(i), partition_key=str(i))
     producer.flush()
 
 
@@ -377,9 +421,11 @@ def _measure(quick: bool, bootstrap: str, workdir: Path) -> dict[str, Any]:
                     wait_until_quiet(BUSY_PCT, 15.0, sample_s=1.0)
                     value, cpu = probes.measure(lambda: step(f"{label} (round {i + 1})", lambda: fn(src)))
                     # Outside the clock: the output holds each input once (committed reads only).
-                    value["output"] = step(
-                        "count the committed output",
-                        lambda: _count_output(bootstrap, client, value["out"], key != "kafka_tput"),
+                    value |= step(
+                        "check the committed output",
+                        lambda: _read_output(
+                            bootstrap, client, value["out"], key != "kafka_tput", sizes.backlog
+                        ),
                     )
                 runs[f"{key}#{i + 1}"] = value | {"cpu": cpu}
                 return runs[f"{key}#{i + 1}"]
@@ -414,7 +460,7 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
     backlog = raw["sizes"]["backlog"]
 
     def valid(run: dict[str, Any]) -> bool:
-        return bool(run.get("complete")) and run.get("output") == backlog
+        return bool(run.get("complete")) and run.get("output") == backlog and bool(run.get("output_exact"))
 
     invalid = [k for k, v in r.items() if k.split("#")[0].endswith("_tput") and not valid(v)]
 
@@ -432,14 +478,26 @@ def _rows(raw: dict[str, Any]) -> list[list[str]]:
             verdict,
         ]
 
+    def lat_problems(run: dict[str, Any]) -> str:
+        """Why a live run's percentiles do not stand (the missing samples would be the slowest)."""
+        problems = []
+        if run["received"] != run["expected"]:
+            problems.append(f"{run['received']} of {run['expected']} samples")
+        if run.get("duplicates"):
+            problems.append(f"{run['duplicates']} duplicates")
+        if run.get("unknown"):
+            problems.append(f"{run['unknown']} unknown outputs")
+        return ", ".join(problems)
+
     def lat_rows(key: str, label: str) -> list[list[str]]:
+        bad = "; ".join(f"{k}: {p}" for k in (key, "kafka_lat") if (p := lat_problems(r[k])))
         return [
             [
                 f"{label} p{p}",
                 fmt(r[key][f"p{p}_ms"], " ms"),
                 f"Kafka txns {fmt(r['kafka_lat'][f'p{p}_ms'], ' ms')}",
                 "report",
-                "-",
+                f"INVALID ({bad})" if bad else "-",
             ]
             for p in (50, 99)
         ]

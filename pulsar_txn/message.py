@@ -99,6 +99,10 @@ class Payload(bytes):
         return bytes(self)
 
 
+NULL_PAYLOAD = Payload()
+"""The ``data`` of every message written with no value (told apart from ``b""`` by identity)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Message(Generic[T]):
     """A received message: payload plus Pulsar's metadata.
@@ -126,9 +130,18 @@ class Message(Generic[T]):
         # Equal messages have the same id; the properties dict would make the generated hash fail.
         return hash(self.message_id)
 
+    @property
+    def has_null_value(self) -> bool:
+        """True for a record written with no value (a Kafka tombstone, Pulsar's null value): ``data``
+        is then empty and ``value()`` is None."""
+        return self.data is NULL_PAYLOAD
+
     def value(self) -> T:
         """The payload decoded with the schema; ``IncompatibleSchema`` if it was written with a
-        schema this one cannot read, ``SchemaSerializationError`` if it does not decode."""
+        schema this one cannot read, ``SchemaSerializationError`` if it does not decode. None for a
+        null value (``has_null_value``), as Pulsar's ``getValue()`` gives, whatever the schema."""
+        if self.data is NULL_PAYLOAD:
+            return cast("T", None)
         return self.schema.decode_message(self.data, self.schema_header)
 
     @classmethod
@@ -161,7 +174,8 @@ class Message(Generic[T]):
         msg: Message[Any] = _new(Message)
         s = _FIELDS
         s[0](msg, mid)
-        s[1](msg, Payload(rec.value or b""))
+        value = rec.value
+        s[1](msg, NULL_PAYLOAD if value is None else Payload(value))
         s[2](msg, rec.key.decode("utf-8", "replace") if rec.key is not None else None)
         s[3](msg, props)
         s[4](msg, event_time)

@@ -144,7 +144,7 @@ class Producer(Generic[T]):
 
     def _send_payload(
         self,
-        payload: bytes,
+        payload: bytes | None,
         schema_header: bytes | None,
         callback: SendCallback | None,
         txn: Transaction | None,
@@ -359,7 +359,7 @@ class _Send(Delivery):
         appender: Appender,
         topic: str,
         partition: int,
-        payload: bytes,
+        payload: bytes | None,
         key: bytes | None,
         headers: dict[str, bytes],
         txn: Transaction | None,

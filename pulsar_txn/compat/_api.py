@@ -98,8 +98,8 @@ _NO_LIMIT_MS = 365 * 24 * 3600 * 1000  # a batch receive timeout "without limit"
 def _no_null_value(content: object) -> None:
     if content is None:
         raise _params.OperationNotSupported(
-            "a null value (pulsar-client's tombstone for compaction) is not supported: records "
-            "without a value are not delivered to readers here"
+            "sending a null value (pulsar-client's tombstone for compaction) is not supported here "
+            "(records without a value that others wrote are delivered, with has_null_value() True)"
         )
 
 

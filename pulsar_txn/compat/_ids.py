@@ -185,8 +185,8 @@ class Message(Generic[T]):
         return self._msg.producer_name or ""
 
     def has_null_value(self) -> bool:
-        """Always False (Kafka tombstones are not delivered)."""
-        return False
+        """True for a record written with no value (a Kafka tombstone); ``value()`` is then None."""
+        return self._msg.has_null_value
 
     def encryption_context(self) -> None:
         """Always None (no encryption here)."""

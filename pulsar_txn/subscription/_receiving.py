@@ -187,7 +187,13 @@ class Receiving(ConsumerBase[T]):
         props.update({"REAL_TOPIC": str(name.base), "ORIGIN_MESSAGE_ID": str(msg.message_id)})
         # The raw payload with its schema header, so the DLQ decodes with the original schema.
         sent = self._client._dlq_producer(dlq)._send_payload(
-            msg.data, msg.schema_header, None, None, props, msg.partition_key, msg.event_timestamp
+            None if msg.has_null_value else msg.data,  # a tombstone stays one
+            msg.schema_header,
+            None,
+            None,
+            props,
+            msg.partition_key,
+            msg.event_timestamp,
         )
         try:
             sent.result(self._client.operation_timeout_seconds)
