@@ -577,11 +577,16 @@ def _segments(
     return out
 
 
-def _segment_refs(head: dict[str, Any]) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """The (key index, snapshot_id) of the head's aborted segments and of its state segments."""
+def _segment_refs(
+    head: dict[str, Any], stored: int
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """The (key index, snapshot_id) of the head's aborted segments and of its state segments.
+    ``stored``: how many records the snapshot table holds (each segment is one of them)."""
     aborted, states = int(head["aborted_segments"]), int(head.get("state_segments", 0))
     if aborted < 0 or states < 0:
         raise ValueError(f"negative segment count ({aborted}, {states})")
+    if aborted + states > stored:  # before any allocation by a count a forged head may give
+        raise ValueError(f"{aborted} + {states} segments, but only {stored} snapshot records")
     listed = head.get("segment_refs")
     if listed is None:  # versions 1-3: the head's own segments at 0, 1, 2, ...
         own = [(i, str(head["snapshot_id"])) for i in range(aborted + states)]
@@ -613,7 +618,7 @@ def _decode(
             log.warning("snapshot under %s is of %s/%s; ignoring it", base, head["topic"], head["partition"])
             return None
         aborted = _from_txn_offsets(head["aborted"])
-        aborted_refs, state_refs = _segment_refs(head)
+        aborted_refs, state_refs = _segment_refs(head, len(table))
         segments = _segments(table, base, aborted_refs, marker_secret, TB_ABORTED_SEGMENT)
         if segments is None:
             return None

@@ -1,6 +1,7 @@
 """A transaction-buffer snapshot is a cache: one with impossible content is ignored (the partition is
 then scanned), never trusted, and never an untyped crash of the reader that loads it."""
 
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -143,3 +144,16 @@ def test_loaded_segments_that_share_a_txn_are_not_taken_over_by_the_next_write()
     decoded = snap._decode(table, "t", 0)
     assert decoded is not None and list(decoded[1].values()) == [3]  # the state itself is fine
     assert decoded[2]["aborted"] == []
+
+
+def test_a_forged_segment_count_is_refused_before_anything_is_allocated_for_it() -> None:
+    # A 24-byte head claiming 2**31 - 1 segments made the loader build a list of that many references
+    # (about 100 bytes each) before it looked for segment 0: a raw MemoryError, or minutes of work.
+    table = {b"t/0": StoredRecord("__tbs", 0, 0, b"t/0", _head(aborted_segments=2**31 - 1), [], 0)}
+    tracemalloc.start()
+    try:
+        assert snap._decode(table, "t", 0) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
