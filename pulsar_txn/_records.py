@@ -26,6 +26,8 @@ def _fields(record_type: type) -> dict[str, Any]:
     """Field name -> resolved type hint, in declaration order."""
     try:
         hints = typing.get_type_hints(record_type)
+    except RecursionError:  # the caller is deep in a nested record, not a configuration error
+        raise
     except Exception as exc:  # unresolvable forward references
         raise ConfigError(f"cannot resolve the type hints of {record_type.__name__}: {exc}") from None
     if dataclasses.is_dataclass(record_type):

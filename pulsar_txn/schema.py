@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import fastavro
+import fastavro._read_py as _read_py
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from pulsar_txn import _records
@@ -177,7 +178,12 @@ class _RecordSchema(Schema[R]):
             if not isinstance(data, dict):
                 raise SchemaSerializationError(f"expected a JSON object, got {type(data).__name__}")
             return data  # type: ignore[return-value]  # R is dict here
-        value: R = _records.from_plain(data, self.record_type)
+        try:
+            value: R = _records.from_plain(data, self.record_type)
+        except RecursionError:  # a self-referencing record type, nested deeper than the stack
+            raise SchemaSerializationError(
+                f"payload nests {self.record_type.__name__} records too deeply to decode"
+            ) from None
         return value
 
     def __repr__(self) -> str:
@@ -283,6 +289,13 @@ class AvroSchema(_RecordSchema[R]):
             raise ConfigError(f"invalid Avro schema: {exc}") from None
         self._writers.pop(self.fingerprint, None)
         parsed = self._parsed
+        # fastavro's compiled reader recurses in C without a bound: a payload nesting a recursive
+        # record ~4,500 deep (9 KB) overflows the C stack and kills the process. Its pure-Python
+        # reader stops at the interpreter's recursion limit instead (caught in _read).
+        self._reader_of = {
+            id(schema): _read_py.schemaless_reader if _is_recursive(schema) else fastavro.schemaless_reader
+            for schema in (parsed, *self._writers.values())
+        }
         # fastavro's table of the schema's named types, by full name (for the undeclared-field check)
         self._named: Mapping[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
 
@@ -329,8 +342,13 @@ class AvroSchema(_RecordSchema[R]):
 
     def _read(self, data: bytes, writer: Any, reader: Any | None) -> R:
         buf = io.BytesIO(_payload(data))
+        read = self._reader_of[id(writer)]
+        if reader is not None and read is fastavro.schemaless_reader:
+            read = self._reader_of[id(reader)]
         try:
-            plain = fastavro.schemaless_reader(buf, writer, reader)
+            plain = read(buf, writer, reader)
+        except RecursionError:
+            raise SchemaSerializationError(f"payload nests records too deeply to decode as {self!r}") from None
         except Exception as exc:  # truncated data, failed schema resolution
             if type(exc).__name__ == "SchemaResolutionError":
                 raise IncompatibleSchema(f"writer schema does not resolve to the reader's: {exc}") from None
@@ -340,6 +358,26 @@ class AvroSchema(_RecordSchema[R]):
                 f"payload has {len(buf.getbuffer()) - buf.tell()} bytes after the {self!r} record"
             )
         return self._from_plain(plain)
+
+
+def _is_recursive(schema: Any, defining: tuple[str, ...] = ()) -> bool:
+    """Whether a parsed Avro schema has a named type that refers to itself (directly or through
+    others): only such a schema lets a payload nest as deep as it likes."""
+    if isinstance(schema, str):  # a primitive, or a reference to a named type by its full name
+        return schema in defining
+    if isinstance(schema, list):  # a union
+        return any(_is_recursive(branch, defining) for branch in schema)
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        inside = (*defining, str(schema.get("name")))
+        return any(_is_recursive(f.get("type"), inside) for f in schema.get("fields", ()))
+    if kind == "array":
+        return _is_recursive(schema.get("items"), defining)
+    if kind == "map":
+        return _is_recursive(schema.get("values"), defining)
+    return isinstance(kind, dict | list) and _is_recursive(kind, defining)
 
 
 def schema_header(headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]) -> bytes | None:
