@@ -398,3 +398,13 @@ def from_store_error(exc: StoreError, context: str = "") -> PulsarTxnError:
     if isinstance(exc, RecordTooLargeError):
         return MessageTooBig(message)
     return PersistenceError(message, retriable=exc.retriable)
+
+
+def store_failure(error: StoreError | None, what: str) -> PulsarTxnError:
+    """``from_store_error`` for a write whose delivery report failed (``error`` None: it came back
+    without an offset), with the storage error chained as its cause."""
+    if error is None:
+        return PersistenceError(f"{what}: no offset")
+    failure = from_store_error(error, what)
+    failure.__cause__ = error
+    return failure

@@ -24,11 +24,10 @@ from pulsar_txn.errors import (
     AlreadyClosed,
     ConfigError,
     NotAllowedError,
-    PersistenceError,
     PulsarTxnError,
     Result,
     Timeout,
-    from_store_error,
+    store_failure,
 )
 from pulsar_txn.message import PROPERTY_PREFIX, MessageId, new_message_id
 from pulsar_txn.naming import TopicName
@@ -393,7 +392,7 @@ class _Send(Delivery):
     def delivered(self, offset: int | None, error: StoreError | None) -> None:
         if error is not None or offset is None:
             what = f"send to {self.topic}[{self.partition}] failed"
-            self.fail(from_store_error(error, what) if error is not None else PersistenceError(what))
+            self.fail(store_failure(error, what))
             return
         mid = new_message_id(self.topic, self.partition, offset)
         self.result.set_result(mid)

@@ -348,7 +348,9 @@ class AvroSchema(_RecordSchema[R]):
         try:
             plain = read(buf, writer, reader)
         except RecursionError:
-            raise SchemaSerializationError(f"payload nests records too deeply to decode as {self!r}") from None
+            raise SchemaSerializationError(
+                f"payload nests records too deeply to decode as {self!r}"
+            ) from None
         except Exception as exc:  # truncated data, failed schema resolution
             if type(exc).__name__ == "SchemaResolutionError":
                 raise IncompatibleSchema(f"writer schema does not resolve to the reader's: {exc}") from None

@@ -213,7 +213,7 @@ class Cluster:
         assert self.coordinator.url is not None
         self.client = self.other_client()
 
-    def other_client(self) -> Any:
+    def other_client(self, operation_timeout_seconds: float = 30) -> Any:
         """A new Client of this cluster, set up as ``client`` (the caller closes it): e.g. another
         process's client, that commits or aborts a transaction by its id."""
         from pulsar_txn.client import Client
@@ -227,7 +227,7 @@ class Cluster:
             marker_secret=secret,
             snapshot_topic=config.snapshot_topic,
             log_topic=config.log_topic,
-            operation_timeout_seconds=30,
+            operation_timeout_seconds=operation_timeout_seconds,
         )
 
     def stop(self) -> None:

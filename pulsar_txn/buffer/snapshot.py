@@ -577,9 +577,7 @@ def _segments(
     return out
 
 
-def _segment_refs(
-    head: dict[str, Any], stored: int
-) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+def _segment_refs(head: dict[str, Any], stored: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """The (key index, snapshot_id) of the head's aborted segments and of its state segments.
     ``stored``: how many records the snapshot table holds (each segment is one of them)."""
     aborted, states = int(head["aborted_segments"]), int(head.get("state_segments", 0))

@@ -18,6 +18,7 @@ from pulsar_txn.errors import (
     PersistenceError,
     PulsarTxnError,
     Timeout,
+    store_failure,
 )
 from pulsar_txn.message import MessageId
 from pulsar_txn.naming import TopicName
@@ -230,7 +231,7 @@ class TxnAcking(ConsumerBase[T]):
 
             def stored(offset: int | None, error: StoreError | None) -> None:
                 if error is not None or offset is None:
-                    failed(PersistenceError(f"pending ack write failed: {error}"))
+                    failed(store_failure(error, f"pending ack write to {part.pa_topic} failed"))
                     return
                 with self._lock:
                     part.fold.note_written(txn.txn_id, offset)
