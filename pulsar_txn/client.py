@@ -81,6 +81,16 @@ class AuthenticationToken:
         return "AuthenticationToken(***)"  # never print the secret
 
 
+def _bounded(kafka: KafkaConfig, operation_timeout_seconds: float) -> KafkaConfig:
+    """``kafka`` with its request timeout lowered to the operation timeout, unless set explicitly:
+    the operation timeout bounds every blocking call, Kafka's requests (topic lookups, offsets,
+    admin calls) included."""
+    wanted_ms = max(1, int(operation_timeout_seconds * 1000))
+    if "request_timeout_ms" in kafka.model_fields_set or wanted_ms >= kafka.request_timeout_ms:
+        return kafka
+    return kafka.model_copy(update={"request_timeout_ms": wanted_ms})
+
+
 @public_errors
 class Client:
     """``Client(service_url, bootstrap_servers=...)`` or ``Client(service_url, kafka={...})``.
@@ -127,14 +137,7 @@ class Client:
             except ValidationError as exc:
                 raise ConfigError(f"kafka settings: {validation_problems(exc)}") from exc
         operation_timeout_seconds = _args.seconds(operation_timeout_seconds, "operation_timeout_seconds")
-        wanted_ms = max(1, int(operation_timeout_seconds * 1000))
-        if (
-            "request_timeout_ms" not in self.kafka.model_fields_set
-            and wanted_ms < self.kafka.request_timeout_ms
-        ):
-            # The operation timeout bounds every blocking call: Kafka's requests (topic lookups,
-            # offsets, admin calls) must not wait longer than it unless a request timeout is set.
-            self.kafka = self.kafka.model_copy(update={"request_timeout_ms": wanted_ms})
+        self.kafka = _bounded(self.kafka, operation_timeout_seconds)
         if num_tcs is not None:
             _args.integer(num_tcs, "num_tcs", minimum=1)
         check_service_url(service_url)  # a typo fails here, not at the first transaction
@@ -206,6 +209,10 @@ class Client:
             kafka = broker.kafka_config()  # with the idle gate the embedded broker wants
         if kafka is None:
             kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
+        if "operation_timeout_seconds" in kwargs:  # it bounds the start too (its topic creation, ...)
+            kafka = _bounded(
+                kafka, _args.seconds(kwargs["operation_timeout_seconds"], "operation_timeout_seconds")
+            )
         config = coordinator or CoordinatorConfig(
             port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
         )

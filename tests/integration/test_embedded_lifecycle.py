@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -14,6 +16,7 @@ from kafka_store import KafkaConfig, TopicAdmin
 from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
+from pulsar_txn.errors import ConnectError
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +69,15 @@ def test_an_admin_that_found_the_topic_existing_is_freed_with_its_owner(
     gone = weakref.ref(admin)
     del admin
     assert gone() is None
+
+
+def test_the_operation_timeout_bounds_an_embedded_clients_start_too() -> None:
+    # With nothing listening, the coordinator's start (its topic creation) waited Kafka's default
+    # 10 s request timeout whatever operation_timeout_seconds said.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ConnectError):
+        Client.embedded(bootstrap_servers=f"127.0.0.1:{dead}", operation_timeout_seconds=1)
+    assert time.monotonic() - started < 6
