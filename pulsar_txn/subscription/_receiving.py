@@ -87,12 +87,50 @@ class Receiving(ConsumerBase[T]):
                 assigned = bool(self._parts)
             # Not under _lock: the poll may wait. Revocations and seeks wait for it (_read_lock), so
             # nothing read here is stale when it is queued.
-            records = self._reader.poll(wait, POLL_RECORDS) if assigned else []
+            records = self._poll_acking_skipped(wait) if assigned else []
             decoded = [self._decode(r) for r in records]
             with self._lock:
                 self._incoming.extend(decoded)
         if not records:
             time.sleep(0.005 if self._parts else timeout)
+
+    def _poll_acking_skipped(self, wait: float) -> list[Any]:
+        """The reader's next records (caller holds ``_read_lock``, so no seek moves its positions
+        meanwhile). The offsets it passed over without delivering (commit/abort markers, aborted and
+        discarded messages, compaction gaps) are never delivered to anyone, so they are acked here,
+        as Pulsar's dispatcher acks them: else the mark-delete stopped at the first marker of a
+        topic transactions write to, and the acked ranges behind it grew with every transaction."""
+        with self._lock:
+            tps = list(self._parts)
+        reader = self._reader
+        before = {tp: reader.position(*tp) for tp in tps}
+        records = reader.poll(wait, POLL_RECORDS)
+        skipped: list[tuple[tuple[str, int], int, int]] = []
+        for tp, start in before.items():
+            end = reader.position(*tp)
+            if end <= start:
+                continue
+            if len(before) == 1:
+                offsets = [r.offset for r in records]
+            else:
+                offsets = [r.offset for r in records if r.partition == tp[1] and r.topic == tp[0]]
+            if len(offsets) == end - start:
+                continue  # delivered every offset it passed: nothing skipped
+            lo = start
+            for offset in offsets:
+                if offset > lo:
+                    skipped.append((tp, lo, offset - 1))
+                lo = offset + 1
+            if end > lo:
+                skipped.append((tp, lo, end - 1))
+        if skipped:
+            with self._lock:
+                for tp, lo, hi in skipped:
+                    part = self._parts.get(tp)
+                    if part is not None:
+                        part.cursor.ack_range(lo, hi)
+                        part.dirty = True
+        return records
 
     def _fill_when_idle(self) -> None:
         """The upkeep thread's poll for an application that has not polled for a while (idle gate
@@ -106,7 +144,7 @@ class Receiving(ConsumerBase[T]):
             with self._lock:
                 if self._closed or len(self._incoming) >= POLL_RECORDS or not self._parts:
                     return
-            records = self._reader.poll(0, POLL_RECORDS)
+            records = self._poll_acking_skipped(0)
             decoded = [self._decode(r) for r in records]
             with self._lock:
                 self._incoming.extend(decoded)

@@ -142,6 +142,17 @@ class Cursor:
         self._absorb()
         return True
 
+    def ack_range(self, lo: int, hi: int) -> None:
+        """Every offset in ``[lo, hi]`` is acked (records the reader skipped: markers, aborted)."""
+        md = self.mark_delete
+        if hi < md:
+            return
+        if lo <= md and not self.acked:  # the hot path: the skipped records follow the acked ones
+            self.mark_delete = hi + 1
+            return
+        self.acked.add(max(lo, md), hi)
+        self._absorb()
+
     def ack_cumulative(self, offset: int) -> None:
         """Every offset up to and including ``offset`` is acked."""
         if offset < self.mark_delete:
