@@ -21,6 +21,7 @@ from pulsar_txn.naming import TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
+_ACK_LOG_RECHECK_S = 0.5  # a marker write to a cached pending-ack log slower than this: is the log there?
 
 
 class TxnEndpoints(Protocol):
@@ -181,17 +182,36 @@ class KafkaTxnEndpoints:
         # Looked up again when new and when a partition beyond it is named. Clients register a
         # partition beyond the first by its name (consumer._txn_ack_topic), so the cached count serves
         # a whole-topic registration: one lookup per END_TXN doubled its latency.
-        if count is None or (name.partition is not None and name.partition >= count):
-            try:
-                count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
-            except TopicNotFoundError:
-                # No transactional ack ever reached this subscription's log: nothing to end there.
-                log.debug("no pending-ack log %s for %s; nothing to end", ack_topic, txn_id)
+        cached = count is not None and (name.partition is None or name.partition < count)
+        if not cached:
+            count = await self._ack_log_partitions(ack_topic, txn_id)
+            if count is None:
                 return
-            self._partition_counts[ack_topic] = count
+        assert count is not None
         marker = TxnMarker(txn_id, action, low_watermark, int(time.time() * 1000))
         # A subscription registered on one partition (``...-partition-N``, as clients do for partitioned
         # topics) holds its acks in that partition of the log; one registered on the whole topic may
         # hold them in any.
         parts = range(count) if name.partition is None else [name.partition]
-        await asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in parts))
+        writes = asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in parts))
+        if cached:
+            # The log may have been deleted since it was counted (an unsubscribe): the writes would
+            # then retry until the producer's deadline and the missing-topic grace (a minute) while
+            # the client's END_TXN timed out. A write that takes long has the log looked up again.
+            done, _ = await asyncio.wait({writes}, timeout=_ACK_LOG_RECHECK_S)
+            if not done and await self._ack_log_partitions(ack_topic, txn_id) is None:
+                writes.cancel()
+                return
+        await writes
+
+    async def _ack_log_partitions(self, ack_topic: str, txn_id: TxnID) -> int | None:
+        """The partition count of a pending-ack log, cached; None if there is no such log (no
+        transactional ack ever reached the subscription, or it was unsubscribed): nothing to end."""
+        try:
+            count = await asyncio.to_thread(self._admin.partition_count, ack_topic)
+        except TopicNotFoundError:
+            self._partition_counts.pop(ack_topic, None)
+            log.debug("no pending-ack log %s for %s; nothing to end", ack_topic, txn_id)
+            return None
+        self._partition_counts[ack_topic] = count
+        return count
