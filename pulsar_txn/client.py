@@ -22,6 +22,7 @@ from kafka_store import (
     Appender,
     KafkaConfig,
     LocalBroker,
+    StoreError,
     TopicAdmin,
     TopicNotFoundError,
     end_offsets,
@@ -30,13 +31,21 @@ from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn._deadlines import DeadlineWatch
 from pulsar_txn._future import relay
+from pulsar_txn._schema_registry import DEFAULT_SCHEMA_TOPIC, SchemaRegistry
 from pulsar_txn._topic_delete import TopicDeleted, delete_topic
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.config import CoordinatorConfig, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
-from pulsar_txn.errors import AlreadyClosed, ConfigError, ProducerBusy, PulsarTxnError, TopicNotFound
+from pulsar_txn.errors import (
+    AlreadyClosed,
+    ConfigError,
+    ProducerBusy,
+    PulsarTxnError,
+    TopicNotFound,
+    from_store_error,
+)
 from pulsar_txn.message import EARLIEST, MessageId
 from pulsar_txn.naming import (
     DEFAULT_LOG_TOPIC,
@@ -100,9 +109,10 @@ class Client:
     bounds every blocking call; ``authentication`` is a token (``AuthenticationToken`` or str) for
     the coordinator; ``keep_alive_interval_seconds`` (30, as Pulsar's): a coordinator connection
     silent that long gets a PING, and after twice that it is given up and its TCs looked up again.
-    ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the
-    coordinators' settings (consumers look up, in the transaction log, transactions that stay
-    pending). ``num_tcs``: the cluster's TC count; by default the transaction log's partition
+    ``marker_secret``, ``snapshot_topic`` and ``log_topic`` must match the coordinators' settings
+    (consumers look up, in the transaction log, transactions that stay pending); ``schema_topic``
+    is where Avro producers register their schemas for readers (the same for every client of a
+    cluster). ``num_tcs``: the cluster's TC count; by default the transaction log's partition
     count, learnt on first use, so reads fold exactly as the transaction-buffer service does. No
     network I/O happens until the first producer, reader or transaction needs it. Use as a context
     manager, or call ``close``.
@@ -121,6 +131,7 @@ class Client:
         snapshot_topic: str = DEFAULT_SNAPSHOT_TOPIC,
         log_topic: str = DEFAULT_LOG_TOPIC,
         keep_alive_interval_seconds: float = 30.0,
+        schema_topic: str = DEFAULT_SCHEMA_TOPIC,
     ) -> None:
         if isinstance(kafka, KafkaConfig):
             self.kafka = kafka
@@ -152,6 +163,8 @@ class Client:
         self._num_tcs = num_tcs
         self._secret = _marker_key(marker_secret)
         self._snapshot_topic = system_topic_setting(snapshot_topic, "snapshot_topic")
+        self._schema_topic = system_topic_setting(schema_topic, "schema_topic")
+        self._schemas: SchemaRegistry | None = None
         # The coordinators' transaction log (consumers look things up there).
         self._log_topic = system_topic_setting(log_topic, "log_topic")
         self._lock = threading.Lock()
@@ -270,6 +283,13 @@ class Client:
         values are encoded (default bytes; ``StringSchema()``, ``JsonSchema(T)``, ``AvroSchema(T)``)."""
         self._check_open()
         _check_schema(schema)
+        writer = schema.writer_schema() if schema is not None else None
+        if writer is not None:
+            # Before the first send: a reader meeting its messages can always look it up.
+            try:
+                self._schema_registry().register(writer)
+            except StoreError as exc:
+                raise from_store_error(exc, f"register the schema of producer on {topic}") from exc
         return self._opened_handle(Producer(self, topic, producer_name=producer_name, schema=schema))
 
     @overload
@@ -320,6 +340,7 @@ class Client:
         ``pattern_auto_discovery_period`` (seconds, 60 by default: how often a pattern subscription
         looks for new matching topics)."""
         _check_schema(schema)
+        self._reading_with(schema)
         consumer_type = _enum(ConsumerType, consumer_type, "consumer_type")
         initial_position = _enum(InitialPosition, initial_position, "initial_position")
         unknown = sorted(set(options) - _SUBSCRIBE_OPTIONS)
@@ -420,6 +441,7 @@ class Client:
         ``start_message_id_inclusive=True``); ``schema`` as in ``subscribe``."""
         self._check_open()
         _check_schema(schema)
+        self._reading_with(schema)
         _args.instance(start_message_id, MessageId, "start_message_id")
         _args.instance(start_message_id_inclusive, bool, "start_message_id_inclusive")
         return self._opened_handle(
@@ -559,6 +581,24 @@ class Client:
                 )
             return self._appender_
 
+    def _schema_registry(self) -> SchemaRegistry:
+        with self._lock:
+            if self._schemas is None:
+                self._check_open()
+                self._schemas = SchemaRegistry(
+                    self.kafka,
+                    self._schema_topic,
+                    self._admin,
+                    self._appender,
+                    self.operation_timeout_seconds,
+                )
+            return self._schemas
+
+    def _reading_with(self, schema: Schema[Any] | None) -> None:
+        """A consumer's or reader's schema looks up unknown writer schemas in the registry."""
+        if schema is not None:
+            schema.use_registry(self._schema_registry().lookup)
+
     def _snapshots(self) -> SnapshotStore:
         with self._lock:
             if self._snapshot_store is None:
@@ -636,7 +676,7 @@ class Client:
             self._snapshots(),
             topic,
             force=force,
-            system_topics=(self._log_topic, self._snapshot_topic),
+            system_topics=(self._log_topic, self._snapshot_topic, self._schema_topic),
         )
         self._counts.pop(TopicName.parse(topic).kafka_topic, None)
         self._deleted(f"topic {topic} was deleted")

@@ -9,8 +9,9 @@ Every message written with a schema other than bytes carries the header ``pulsar
 ``STRING``, ``JSON:<fingerprint>`` or ``AVRO:<fingerprint>``, the fingerprint being the 16 hex
 digits of the CRC-64-AVRO fingerprint of the writer schema's canonical form. Avro values are
 encoded schemaless (no schema in the payload), so a reader decodes them only when it knows the
-writer schema: its own (same fingerprint) or one passed as ``writer_schemas=`` (then Avro schema
-resolution applies). Anything else raises ``IncompatibleSchema``: a value is never misread.
+writer schema: its own (same fingerprint), one passed as ``writer_schemas=`` or one in the client's
+schema registry, where Avro producers register theirs (then Avro schema resolution applies).
+Anything else raises ``IncompatibleSchema``: a value is never misread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import fastavro
@@ -66,6 +67,15 @@ class Schema(ABC, Generic[T]):
                 "BytesSchema (or msg.data()) to get its bytes"
             )
         return self.decode(data)
+
+    def writer_schema(self) -> dict[str, Any] | None:
+        """The schema a reader needs to resolve this one's messages against its own (Avro), which
+        a producer registers; None for schemas whose messages decode without it."""
+        return None
+
+    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
+        """Where to look up writer schemas by fingerprint (the client's schema registry; set when
+        the schema is given to ``subscribe`` or ``create_reader``). Only Avro needs it."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -136,7 +146,8 @@ def _utf8(text: str) -> bytes:
         raise SchemaSerializationError(f"text does not encode as UTF-8: {exc}") from None
 
 
-def _fingerprint(avro: dict[str, Any]) -> str:
+def avro_fingerprint(avro: dict[str, Any]) -> str:
+    """The 16 hex digits of the CRC-64-AVRO fingerprint of the schema's canonical form."""
     try:
         parsed = fastavro.parse_schema(avro)
     except Exception as exc:  # fastavro's SchemaParseException, UnknownType and friends
@@ -157,7 +168,7 @@ class _RecordSchema(Schema[R]):
             avro = _records.avro_schema(record_type)
         self.avro_schema = avro
         """The Avro schema of the record (JSON schemas are described by one too, as in Pulsar)."""
-        self.fingerprint = _fingerprint(avro) if avro is not None else None
+        self.fingerprint = avro_fingerprint(avro) if avro is not None else None
         """CRC-64-AVRO fingerprint of the schema's canonical form, as hex; None for schemaless JSON."""
 
     def header(self) -> bytes:
@@ -282,7 +293,7 @@ class AvroSchema(_RecordSchema[R]):
         assert self.avro_schema is not None and self.fingerprint is not None
         try:
             self._parsed = fastavro.parse_schema(self.avro_schema)
-            self._writers = {_fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])}
+            self._writers = {avro_fingerprint(w): fastavro.parse_schema(w) for w in (writer_schemas or [])}
         except ConfigError:
             raise
         except Exception as exc:  # fastavro's SchemaParseException and friends
@@ -292,10 +303,8 @@ class AvroSchema(_RecordSchema[R]):
         # fastavro's compiled reader recurses in C without a bound: a payload nesting a recursive
         # record ~4,500 deep (9 KB) overflows the C stack and kills the process. Its pure-Python
         # reader stops at the interpreter's recursion limit instead (caught in _read).
-        self._reader_of = {
-            id(schema): _read_py.schemaless_reader if _is_recursive(schema) else fastavro.schemaless_reader
-            for schema in (parsed, *self._writers.values())
-        }
+        self._reader_of = {id(schema): _reader_for(schema) for schema in (parsed, *self._writers.values())}
+        self._registry: Callable[[str], dict[str, Any] | None] | None = None
         # fastavro's table of the schema's named types, by full name (for the undeclared-field check)
         self._named: Mapping[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
 
@@ -325,6 +334,30 @@ class AvroSchema(_RecordSchema[R]):
     def decode(self, data: bytes) -> R:
         return self._read(data, self._parsed, None)
 
+    def writer_schema(self) -> dict[str, Any] | None:
+        assert self.avro_schema is not None
+        return self.avro_schema
+
+    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
+        if self._registry is None:
+            self._registry = lookup
+
+    def _writer(self, fp: str) -> Any | None:
+        """The parsed writer schema with fingerprint ``fp``: given, or found in the registry."""
+        writer = self._writers.get(fp)
+        if writer is not None or self._registry is None:
+            return writer
+        found = self._registry(fp)
+        if found is None:
+            return None
+        try:
+            writer = fastavro.parse_schema(found)
+        except Exception as exc:  # the registry checked its fingerprint, so this is not expected
+            raise IncompatibleSchema(f"writer schema {fp} from the registry does not parse: {exc}") from None
+        self._reader_of[id(writer)] = _reader_for(writer)  # before it is found in _writers
+        self._writers[fp] = writer
+        return writer
+
     def decode_message(self, data: bytes, header: bytes | None) -> R:
         kind, _, fp = _tag(header).partition(":")
         if kind != "AVRO":
@@ -332,11 +365,11 @@ class AvroSchema(_RecordSchema[R]):
             raise IncompatibleSchema(f"message written with {written}, read with AVRO")
         if fp == self.fingerprint:
             return self._read(data, self._parsed, None)
-        writer = self._writers.get(fp)
+        writer = self._writer(fp)
         if writer is None:
             raise IncompatibleSchema(
-                f"message written with Avro schema {fp}, this reader's is {self.fingerprint}: pass "
-                "the writer schema as AvroSchema(..., writer_schemas=[...]) to read it"
+                f"message written with Avro schema {fp}, this reader's is {self.fingerprint}, and the "
+                "schema registry has no such schema: pass it as AvroSchema(..., writer_schemas=[...])"
             )
         return self._read(data, writer, self._parsed)
 
@@ -360,6 +393,11 @@ class AvroSchema(_RecordSchema[R]):
                 f"payload has {len(buf.getbuffer()) - buf.tell()} bytes after the {self!r} record"
             )
         return self._from_plain(plain)
+
+
+def _reader_for(parsed: Any) -> Callable[..., Any]:
+    """fastavro's compiled reader, or for a recursive schema its pure-Python one (see _read)."""
+    return _read_py.schemaless_reader if _is_recursive(parsed) else fastavro.schemaless_reader
 
 
 def _is_recursive(schema: Any, defining: tuple[str, ...] = ()) -> bool:

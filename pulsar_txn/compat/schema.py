@@ -10,6 +10,7 @@ wherever a schema is (``to_native``)."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 from pulsar_txn import schema as _schema
@@ -40,6 +41,12 @@ class _PulsarRecords(_schema.Schema[Any]):
 
     def header(self) -> bytes | None:
         return self._inner.header()
+
+    def writer_schema(self) -> dict[str, Any] | None:
+        return self._inner.writer_schema()
+
+    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
+        self._inner.use_registry(lookup)
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, self._cls):
