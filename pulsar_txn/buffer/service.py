@@ -334,6 +334,8 @@ class TransactionBufferService:
         for topic, partition in list(self._owned):
             if not self._exists(topic):
                 gone.setdefault(topic, []).append(partition)
+        if self._store is not None and self._topics is not None:
+            self._store.drop_cached(self._exists)  # also of partitions revoked before the deletion
         for topic, partitions in gone.items():
             with self._lock:
                 for p in partitions:

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -415,7 +415,19 @@ class SnapshotStore:
         for p in parts:
             self._segments_written.pop((topic, p), None)
             self._taken.pop((topic, p), None)
+            self._writes.pop((topic, p), None)
         return len(written)
+
+    def drop_cached(self, exists: Callable[[str], bool]) -> int:
+        """Forget what this store keeps in memory about partitions of topics that no longer
+        ``exists`` (no I/O); how many it forgot. A writer's cache otherwise keeps every deleted
+        topic it wrote a snapshot of (its partitions are often revoked before the deletion is seen)."""
+        caches = (self._segments_written, self._taken, self._writes)
+        gone = {tp for cache in caches for tp in cache if not exists(tp[0])}
+        for tp in gone:
+            for cache in caches:
+                cache.pop(tp, None)
+        return len(gone)
 
     def load(
         self, topic: str, partition: int, *, num_tcs: int = 1 << 16, marker_secret: bytes | None = None
