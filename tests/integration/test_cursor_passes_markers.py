@@ -17,7 +17,9 @@ from tests.conftest import Cluster, receive_all, wait_until
 pytestmark = pytest.mark.integration
 
 
-def test_the_mark_delete_passes_markers_and_aborted_messages(cluster: Callable[..., Cluster], uid: str) -> None:
+def test_the_mark_delete_passes_markers_and_aborted_messages(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
     c = cluster()
     topic, sub = f"marks_{uid}", f"s_{uid}"
     c.client.create_topic(topic, 1)
@@ -47,7 +49,9 @@ def test_the_mark_delete_passes_markers_and_aborted_messages(cluster: Callable[.
     wait_until(lambda: part.cursor.mark_delete == end, 10, what="the mark-delete at the partition's end")
     assert len(part.cursor.acked) == 0
     tp = (kafka_topic, 0)
-    wait_until(lambda: group_offsets(c.client.kafka, sub, [tp])[tp][0] == end, 10, what="the cursor committed")
+    wait_until(
+        lambda: group_offsets(c.client.kafka, sub, [tp])[tp][0] == end, 10, what="the cursor committed"
+    )
     consumer.close()
 
     again = c.client.subscribe(topic, sub)
