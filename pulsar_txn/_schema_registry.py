@@ -52,6 +52,7 @@ class SchemaRegistry:
         self._appender = appender
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one read of the topic at a time
         self._known: dict[str, dict[str, Any]] = {}  # fingerprint -> schema, read or registered
         self._registered: set[str] = set()
         self._looked_up: dict[str, float] = {}  # fingerprint -> when last missed
@@ -78,28 +79,67 @@ class SchemaRegistry:
 
     def lookup(self, fp: str) -> dict[str, Any] | None:
         """The writer schema with fingerprint ``fp``, or None if none is registered (or the registry
-        cannot be read now: logged)."""
-        with self._lock:
-            found = self._known.get(fp)
-            if found is not None:
+        cannot be read now: logged). Callers at the same time wait for one read of the topic."""
+        found, recent = self._cached(fp)
+        if found is not None or recent:
+            return found
+        with self._reading:
+            found, recent = self._cached(fp)  # read meanwhile by the caller this one waited for
+            if found is not None or recent:
                 return found
-            missed = self._looked_up.get(fp)
-            if missed is not None and time.monotonic() - missed < _LOOKUP_EVERY_S:
-                return None  # a stream of such messages does not read the topic for each
-            self._looked_up[fp] = time.monotonic()
-        try:
-            table = replay_compacted(self._kafka, self._topic, 0, timeout=self._timeout_s)
-        except StoreError as exc:
-            log.warning("cannot read the schema registry %s: %s", self._topic, exc)
-            return None
-        read = {}
-        for key, rec in table.items():
-            verified = _verified(key, rec.value)
-            if verified is not None:
-                read[verified[0]] = verified[1]
+            try:
+                table = replay_compacted(self._kafka, self._topic, 0, timeout=self._timeout_s)
+            except StoreError as exc:
+                log.warning("cannot read the schema registry %s: %s", self._topic, exc)
+                table = {}
+            candidates: dict[str, dict[str, dict[str, Any]]] = {}  # fp -> decoding form -> schema
+            for key, rec in table.items():
+                verified = _verified(key, rec.value)
+                if verified is not None:
+                    candidates.setdefault(verified[0], {})[_decoding_form(verified[1])] = verified[1]
+            with self._lock:
+                for cfp, forms in candidates.items():
+                    if cfp in self._registered:
+                        continue  # this client wrote it: it knows the real one
+                    if len(forms) > 1:
+                        # Schemas differing in what decoding uses (logical types, scale, ...) but not
+                        # in the fingerprint, which ignores them: one of them was forged. Guessing
+                        # could misread values, so neither is used.
+                        log.error(
+                            "schema registry has %d different schemas for %s; none used", len(forms), cfp
+                        )
+                        self._known.pop(cfp, None)
+                    else:
+                        self._known.setdefault(cfp, next(iter(forms.values())))
+                found = self._known.get(fp)
+                if found is None:
+                    self._looked_up[fp] = time.monotonic()
+                return found
+
+    def _cached(self, fp: str) -> tuple[dict[str, Any] | None, bool]:
+        """The schema if known, and whether a read found no such schema less than a second ago
+        (a stream of such messages does not read the topic for each)."""
         with self._lock:
-            self._known.update(read)
-            return self._known.get(fp)
+            missed = self._looked_up.get(fp)
+            recent = missed is not None and time.monotonic() - missed < _LOOKUP_EVERY_S
+            return self._known.get(fp), recent
+
+
+def _decoding_form(schema: dict[str, Any]) -> str:
+    """``schema`` without what Avro decoding does not use (documentation, defaults, aliases, sort
+    order): two registered schemas of one fingerprint that differ in the rest cannot both be real."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in _NOT_DECODING}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return json.dumps(strip(schema), sort_keys=True)
+
+
+_NOT_DECODING = frozenset({"doc", "default", "aliases", "order"})
 
 
 def _verified(key: bytes, value: bytes | None) -> tuple[str, dict[str, Any]] | None:

@@ -12,6 +12,7 @@ import http.client
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from email.message import Message
@@ -66,9 +67,12 @@ def open_admin_url(request: urllib.request.Request, timeout: float) -> Any:
 def fetch_admin(admin_url: str, path: str, token: str | None, timeout: float) -> bytes:
     """GET ``path`` from a coordinator's admin endpoint (with the bearer token, if any); typed errors."""
     admin_url = admin_url.rstrip("/")
+    scheme = urllib.parse.urlsplit(admin_url).scheme.lower()
+    if scheme not in ("http", "https"):  # "host:port" reads as scheme "host"; pulsar:// is the TC's
+        raise ConfigError(f"admin URL {admin_url!r} is not an http:// or https:// URL")
     try:
         request = urllib.request.Request(admin_url + path)
-    except ValueError as exc:  # e.g. "unknown url type": not an http(s) URL
+    except ValueError as exc:  # e.g. no host
         raise ConfigError(f"admin URL {admin_url!r}: {exc}") from None
     if token:
         _args.bearer_token(token, "the auth token")  # a ConfigError, not http.client's (with the token)
@@ -291,7 +295,10 @@ class TransactionsAdmin:
             raise ConfigError(
                 f"not a message position: partition {message_id.partition}, offset {message_id.offset}"
             )
-        name = TopicName.parse(topic).base.with_partition(message_id.partition)
+        base = TopicName.parse(topic).base
+        if message_id.topic and message_id.topic != base.kafka_topic:
+            raise ConfigError(f"message id {message_id} is of topic {message_id.topic!r}, not of {topic!r}")
+        name = base.with_partition(message_id.partition)
         fold = self._recover(str(name), subscription)[str(name)]
         return fold.state.position_stats(message_id.offset)
 

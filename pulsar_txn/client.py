@@ -220,34 +220,35 @@ class Client:
             if made is not None:
                 owned.append(made)  # removed after the broker stopped (close stops them in order)
             kafka = broker.kafka_config()  # with the idle gate the embedded broker wants
-        if kafka is None:
-            kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
-        if "operation_timeout_seconds" in kwargs:  # it bounds the start too (its topic creation, ...)
-            kafka = _bounded(
-                kafka, _args.seconds(kwargs["operation_timeout_seconds"], "operation_timeout_seconds")
-            )
-        config = coordinator or CoordinatorConfig(
-            port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
-        )
         try:
+            if kafka is None:
+                kafka = KafkaConfig(bootstrap_servers=bootstrap_servers)
+            if "operation_timeout_seconds" in kwargs:  # it bounds the start too (its topic creation, ...)
+                seconds = _args.seconds(kwargs["operation_timeout_seconds"], "operation_timeout_seconds")
+                kafka = _bounded(kafka, seconds)
+            config = coordinator or CoordinatorConfig(
+                port=0, num_tcs=4, ownership="static", static_tc_ids=(0, 1, 2, 3)
+            )
             ec = EmbeddedCoordinator(kafka, config).start()
+            owned.insert(0, ec)
+            assert ec.url is not None
+            secret = config.marker_secret.get_secret_value() if config.marker_secret else None
+            token = config.auth_token.get_secret_value() if config.auth_token else None
+            client = cls(
+                ec.url,
+                kafka=kafka,
+                num_tcs=config.num_tcs,
+                marker_secret=secret,
+                authentication=token,
+                log_topic=config.log_topic,
+                **kwargs,
+            )
         except BaseException:
-            for broker in owned:  # the broker started for it goes too
-                broker.stop()
+            # No client to close: what was started for it (coordinator, broker, data dir) goes now,
+            # also when an argument turns out bad only here.
+            for started in owned:
+                started.stop()
             raise
-        owned.insert(0, ec)
-        assert ec.url is not None
-        secret = config.marker_secret.get_secret_value() if config.marker_secret else None
-        token = config.auth_token.get_secret_value() if config.auth_token else None
-        client = cls(
-            ec.url,
-            kafka=kafka,
-            num_tcs=config.num_tcs,
-            marker_secret=secret,
-            authentication=token,
-            log_topic=config.log_topic,
-            **kwargs,
-        )
         client._owned = owned
         return client
 
@@ -340,7 +341,7 @@ class Client:
         ``pattern_auto_discovery_period`` (seconds, 60 by default: how often a pattern subscription
         looks for new matching topics)."""
         _check_schema(schema)
-        self._reading_with(schema)
+        schema = self._reading_with(schema)
         consumer_type = _enum(ConsumerType, consumer_type, "consumer_type")
         initial_position = _enum(InitialPosition, initial_position, "initial_position")
         unknown = sorted(set(options) - _SUBSCRIBE_OPTIONS)
@@ -379,9 +380,13 @@ class Client:
     def _matching_topics(self, regex: re.Pattern[str]) -> list[TopicName]:
         """The data topics a pattern subscription takes: those whose Kafka name or Pulsar full name
         (persistent://t/ns/x, also in a namespace other than public/default: Kafka name t.ns.x) the
-        regex matches in full; internal and pending-ack topics never."""
+        regex matches in full; internal and pending-ack topics, and this client's system topics
+        (whatever their names), never."""
         names = []
+        system = self._system_topics()
         for t in self._admin.list_topics():
+            if t in system:
+                continue
             full = [n for n in names_of_kafka_topic(t) if regex.fullmatch(str(n))]
             if full:
                 names.append(TopicName.parse(str(full[-1])))  # parsed: remembered as its name
@@ -390,6 +395,10 @@ class Client:
         return [
             n for n in names if not n.local.startswith("__") and "__transaction_pending_ack" not in n.local
         ]
+
+    def _system_topics(self) -> tuple[str, ...]:
+        """The Kafka names of this deployment's own topics, as this client is configured."""
+        return (self._log_topic, self._snapshot_topic, self._schema_topic)
 
     def _dlq_producer(self, topic: str) -> Producer[bytes]:
         with self._lock:
@@ -441,7 +450,7 @@ class Client:
         ``start_message_id_inclusive=True``); ``schema`` as in ``subscribe``."""
         self._check_open()
         _check_schema(schema)
-        self._reading_with(schema)
+        schema = self._reading_with(schema)
         _args.instance(start_message_id, MessageId, "start_message_id")
         _args.instance(start_message_id_inclusive, bool, "start_message_id_inclusive")
         return self._opened_handle(
@@ -594,10 +603,10 @@ class Client:
                 )
             return self._schemas
 
-    def _reading_with(self, schema: Schema[Any] | None) -> None:
-        """A consumer's or reader's schema looks up unknown writer schemas in the registry."""
-        if schema is not None:
-            schema.use_registry(self._schema_registry().lookup)
+    def _reading_with(self, schema: Schema[T] | None) -> Schema[T] | None:
+        """The schema a consumer or reader decodes with: ``schema`` looking unknown writer schemas
+        up in this client's registry."""
+        return None if schema is None else schema.with_registry(self._schema_registry().lookup)
 
     def _snapshots(self) -> SnapshotStore:
         with self._lock:
@@ -676,7 +685,7 @@ class Client:
             self._snapshots(),
             topic,
             force=force,
-            system_topics=(self._log_topic, self._snapshot_topic, self._schema_topic),
+            system_topics=self._system_topics(),
         )
         self._counts.pop(TopicName.parse(topic).kafka_topic, None)
         self._deleted(f"topic {topic} was deleted")

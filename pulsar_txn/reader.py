@@ -16,7 +16,7 @@ from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import AlreadyClosed, ConfigError, InvalidTopicName, PulsarTxnError, Timeout
 from pulsar_txn.message import EARLIEST, LATEST, Message, MessageId
 from pulsar_txn.naming import TopicName
-from pulsar_txn.schema import BytesSchema, Schema
+from pulsar_txn.schema import BytesSchema, Schema, prepare_all
 
 _POLL_SLICE_S = 0.1
 PARTITIONS_REFRESH_S = 60.0  # how often a reader of a whole topic looks for partitions added to it
@@ -142,7 +142,9 @@ class Reader(Generic[T]):
             with self._poll_lock:
                 self._check_open()
                 records = self._committed.poll(max(0.0, min(remaining, _POLL_SLICE_S)))
-            self._buffer.extend(Message.from_record(r, schema=self.schema) for r in records)
+            received = [Message.from_record(r, schema=self.schema) for r in records]
+            prepare_all(self.schema, received)
+            self._buffer.extend(received)
             if remaining <= 0:
                 break
         return bool(self._buffer)

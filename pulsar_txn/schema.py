@@ -16,6 +16,8 @@ Anything else raises ``IncompatibleSchema``: a value is never misread.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import io
 import json
 from abc import ABC, abstractmethod
@@ -27,7 +29,7 @@ import fastavro._read_py as _read_py
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from pulsar_txn import _records
-from pulsar_txn.errors import ConfigError, IncompatibleSchema, SchemaSerializationError
+from pulsar_txn.errors import ConfigError, IncompatibleSchema, PulsarTxnError, SchemaSerializationError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -73,9 +75,16 @@ class Schema(ABC, Generic[T]):
         a producer registers; None for schemas whose messages decode without it."""
         return None
 
-    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
-        """Where to look up writer schemas by fingerprint (the client's schema registry; set when
-        the schema is given to ``subscribe`` or ``create_reader``). Only Avro needs it."""
+    def with_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> Schema[T]:
+        """This schema looking writer schemas up by fingerprint with ``lookup`` (a client's schema
+        registry: ``subscribe`` and ``create_reader`` decode with such a copy, so one schema object
+        can serve several clients). Only Avro needs it; others return themselves."""
+        return self
+
+    def prepare(self, header: bytes | None) -> None:
+        """Ahead of ``decode_message``: fetch what decoding a message with this ``pulsar.schema``
+        header needs (an Avro writer schema from the registry), so that ``value()`` does no I/O.
+        Called where messages are received (a pool thread, for the asyncio API). Never raises."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -304,6 +313,7 @@ class AvroSchema(_RecordSchema[R]):
         # record ~4,500 deep (9 KB) overflows the C stack and kills the process. Its pure-Python
         # reader stops at the interpreter's recursion limit instead (caught in _read).
         self._reader_of = {id(schema): _reader_for(schema) for schema in (parsed, *self._writers.values())}
+        self._recursive = _is_recursive(parsed)
         self._registry: Callable[[str], dict[str, Any] | None] | None = None
         # fastavro's table of the schema's named types, by full name (for the undeclared-field check)
         self._named: Mapping[str, Any] = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
@@ -318,6 +328,13 @@ class AvroSchema(_RecordSchema[R]):
             ) from None
         # fastavro writes the fields the schema declares and drops any other key without a word; a
         # missing nullable field is written as null (as pulsar-client does), so only extras are refused.
+        if self._recursive and _nesting(plain) > MAX_RECURSIVE_NESTING:
+            # Readers decode such schemas with fastavro's pure-Python reader, which follows only so
+            # many levels: refused here, not written for no reader to read.
+            raise SchemaSerializationError(
+                f"cannot encode {type(value).__name__} as Avro: nested deeper than "
+                f"{MAX_RECURSIVE_NESTING} levels (a self-referencing record type)"
+            )
         extra = _undeclared_field(plain, self._parsed, self._named)
         if extra is not None:
             raise SchemaSerializationError(
@@ -338,9 +355,16 @@ class AvroSchema(_RecordSchema[R]):
         assert self.avro_schema is not None
         return self.avro_schema
 
-    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
-        if self._registry is None:
-            self._registry = lookup
+    def with_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> AvroSchema[R]:
+        bound = copy.copy(self)  # shares the writer schemas found so far: one fingerprint, one schema
+        bound._registry = lookup
+        return bound
+
+    def prepare(self, header: bytes | None) -> None:
+        kind, _, fp = _tag(header).partition(":")
+        if kind == "AVRO" and fp != self.fingerprint and fp not in self._writers:
+            with contextlib.suppress(PulsarTxnError):  # value() raises it, if it still applies
+                self._writer(fp)
 
     def _writer(self, fp: str) -> Any | None:
         """The parsed writer schema with fingerprint ``fp``: given, or found in the registry."""
@@ -351,7 +375,7 @@ class AvroSchema(_RecordSchema[R]):
         if found is None:
             return None
         try:
-            writer = fastavro.parse_schema(found)
+            writer = fastavro.parse_schema(_renamed_as(found, self.avro_schema))
         except Exception as exc:  # the registry checked its fingerprint, so this is not expected
             raise IncompatibleSchema(f"writer schema {fp} from the registry does not parse: {exc}") from None
         self._reader_of[id(writer)] = _reader_for(writer)  # before it is found in _writers
@@ -395,6 +419,47 @@ class AvroSchema(_RecordSchema[R]):
         return self._from_plain(plain)
 
 
+def _renamed_as(writer: dict[str, Any], reader: dict[str, Any] | None) -> dict[str, Any]:
+    """``writer`` with the reader's record name, as pulsar-client's AvroSchema resolves a message's
+    writer schema (Avro resolution needs equal names; a record renamed between versions, ``V1`` to
+    ``V2``, is still the same record). Not for a self-referencing writer: its references to its own
+    name would then point nowhere."""
+    if (
+        reader is None
+        or writer.get("type") != "record"
+        or reader.get("type") != "record"
+        or _is_recursive(fastavro.parse_schema(writer))
+    ):
+        return writer
+    renamed = {k: v for k, v in writer.items() if k != "namespace"}
+    renamed["name"] = reader["name"]
+    if "namespace" in reader:
+        renamed["namespace"] = reader["namespace"]
+    return renamed
+
+
+MAX_RECURSIVE_NESTING = 100
+"""How deep (records, arrays and maps in one another) a value of a self-referencing Avro record
+type may nest: what every reader can follow, whatever its own stack depth."""
+
+
+def _nesting(plain: Any) -> int:
+    """How deep dicts and lists nest in ``plain`` (iterative: no recursion limit of its own)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(plain, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            items: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            items = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((item, depth + 1) for item in items)
+    return deepest
+
+
 def _reader_for(parsed: Any) -> Callable[..., Any]:
     """fastavro's compiled reader, or for a recursive schema its pure-Python one (see _read)."""
     return _read_py.schemaless_reader if _is_recursive(parsed) else fastavro.schemaless_reader
@@ -418,6 +483,17 @@ def _is_recursive(schema: Any, defining: tuple[str, ...] = ()) -> bool:
     if kind == "map":
         return _is_recursive(schema.get("values"), defining)
     return isinstance(kind, dict | list) and _is_recursive(kind, defining)
+
+
+def prepare_all(schema: Schema[Any], messages: Iterable[Any]) -> None:
+    """``schema.prepare`` for each header of ``messages`` (received ``Message``s) other than the
+    schema's own: where they are received, so that ``value()`` need not fetch anything."""
+    if type(schema).prepare is Schema.prepare:
+        return  # nothing to fetch for this kind of schema
+    own = schema.header()
+    for header in {m.schema_header for m in messages}:
+        if header is not None and header != own:
+            schema.prepare(header)
 
 
 def schema_header(headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]) -> bytes | None:

@@ -9,6 +9,7 @@ wherever a schema is (``to_native``)."""
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Callable
 from typing import Any
@@ -45,8 +46,13 @@ class _PulsarRecords(_schema.Schema[Any]):
     def writer_schema(self) -> dict[str, Any] | None:
         return self._inner.writer_schema()
 
-    def use_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
-        self._inner.use_registry(lookup)
+    def with_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> _PulsarRecords:
+        bound = copy.copy(self)
+        bound._inner = self._inner.with_registry(lookup)
+        return bound
+
+    def prepare(self, header: bytes | None) -> None:
+        self._inner.prepare(header)
 
     def encode(self, value: Any) -> bytes:
         if isinstance(value, self._cls):

@@ -199,10 +199,19 @@ class KafkaTxnEndpoints:
             # then retry until the producer's deadline and the missing-topic grace (a minute) while
             # the client's END_TXN timed out. A write that takes long has the log looked up again.
             done, _ = await asyncio.wait({writes}, timeout=_ACK_LOG_RECHECK_S)
-            if not done and await self._ack_log_partitions(ack_topic, txn_id) is None:
+            if not done and await self._ack_log_gone(ack_topic, txn_id):
                 writes.cancel()
                 return
         await writes
+
+    async def _ack_log_gone(self, ack_topic: str, txn_id: TxnID) -> bool:
+        """Whether the pending-ack log is known not to exist now (False if the lookup fails: the
+        marker writes in flight decide then)."""
+        try:
+            return await self._ack_log_partitions(ack_topic, txn_id) is None
+        except StoreError as exc:
+            log.debug("%s: checking for %s failed (%s); waiting for its markers", txn_id, ack_topic, exc)
+            return False
 
     async def _ack_log_partitions(self, ack_topic: str, txn_id: TxnID) -> int | None:
         """The partition count of a pending-ack log, cached; None if there is no such log (no

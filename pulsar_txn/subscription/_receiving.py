@@ -15,6 +15,7 @@ from pulsar_txn.errors import (
     Timeout,
 )
 from pulsar_txn.message import Message, MessageId
+from pulsar_txn.schema import prepare_all
 from pulsar_txn.subscription._base import (
     POLL_RECORDS,
     ConsumerBase,
@@ -89,6 +90,7 @@ class Receiving(ConsumerBase[T]):
             # nothing read here is stale when it is queued.
             records = self._poll_acking_skipped(wait) if assigned else []
             decoded = [self._decode(r) for r in records]
+            prepare_all(self.schema, decoded)
             with self._lock:
                 self._incoming.extend(decoded)
         if not records:
@@ -146,6 +148,7 @@ class Receiving(ConsumerBase[T]):
                     return
             records = self._poll_acking_skipped(0)
             decoded = [self._decode(r) for r in records]
+            prepare_all(self.schema, decoded)
             with self._lock:
                 self._incoming.extend(decoded)
         finally:

@@ -253,6 +253,8 @@ def test_a_transaction_in_the_buffer_and_pending_acks_then_aborted_by_the_admin(
     }
     position = admin.position_stats_in_pending_ack(topic, sub, msg.message_id)
     assert position == {"state": "PendingAck", "txns": [str(held.txn_id)]}
+    with pytest.raises(ConfigError, match="of topic"):  # it answered for this topic's message
+        admin.position_stats_in_pending_ack(topic, sub, MessageId("another", msg.message_id.partition, 0))
 
     admin.abort_transaction(held.txn_id)
     # Answered once the markers are written; the terminal record follows.

@@ -55,6 +55,11 @@ class OtherOrder:
     order_id: str
 
 
+@dataclasses.dataclass
+class NumberedOrder:
+    order_id: int
+
+
 def test_avro_records_sent_in_a_transaction_come_back_as_records_and_raw_bytes_stay_available(
     cluster: ClusterFactory, uid: str
 ) -> None:
@@ -76,7 +81,7 @@ def test_avro_records_sent_in_a_transaction_come_back_as_records_and_raw_bytes_s
         consumer.acknowledge(m)
 
 
-def test_readers_with_another_schema_get_incompatible_schema_but_bytes_readers_get_the_payload(
+def test_readers_with_another_schema_resolve_it_or_get_incompatible_schema_and_bytes_readers_the_payload(
     cluster: ClusterFactory, uid: str
 ) -> None:
     c = cluster()
@@ -84,9 +89,13 @@ def test_readers_with_another_schema_get_incompatible_schema_but_bytes_readers_g
     c.client.create_topic(topic, 1)
     writer = AvroSchema(Order)
     c.client.create_producer(topic, schema=writer).send(Order("o1", 2.0, []))
+    # Another Avro record reads it by Avro resolution through the schema registry, as Pulsar's
+    # client does (the writer takes the reader's record name): the fields it lacks are dropped.
     (other,) = read_all(c.client.create_reader(topic, schema=AvroSchema(OtherOrder)))
-    with pytest.raises(IncompatibleSchema):
-        other.value()
+    assert other.value() == OtherOrder("o1")
+    (clash,) = read_all(c.client.create_reader(topic, schema=AvroSchema(NumberedOrder)))
+    with pytest.raises(IncompatibleSchema):  # order_id: a string written, a long wanted
+        clash.value()
     (as_json,) = read_all(c.client.create_reader(topic, schema=JsonSchema(Order)))
     with pytest.raises(IncompatibleSchema):
         as_json.value()

@@ -72,6 +72,9 @@ class FakeStore:
     def forget(self, topic, partitions):
         return 0
 
+    def drop_cached(self, exists):
+        return 0
+
     def matches(self, *a):
         return True
 
