@@ -126,20 +126,25 @@ class SchemaRegistry:
 
 
 def _decoding_form(schema: dict[str, Any]) -> str:
-    """``schema`` without what Avro decoding does not use (documentation, defaults, aliases, sort
-    order): two registered schemas of one fingerprint that differ in the rest cannot both be real."""
-
-    def strip(node: Any) -> Any:
+    """What of ``schema`` decoding uses beyond its fingerprint (the Parsing Canonical Form, equal for
+    every schema filed under one fingerprint): the logical types (with a decimal's precision and
+    scale), in the order they appear. Registrations of one fingerprint that differ in these cannot
+    both be real; differences in anything else (documentation, defaults, ``{"type": "long"}`` for
+    ``"long"``, custom properties) do not change a decoded value."""
+    found: list[tuple[Any, Any, Any]] = []
+    stack: list[Any] = [schema]
+    while stack:  # iterative: a forged schema may nest deeply
+        node = stack.pop()
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if k not in _NOT_DECODING}
-        if isinstance(node, list):
-            return [strip(v) for v in node]
-        return node
-
-    return json.dumps(strip(schema), sort_keys=True)
-
-
-_NOT_DECODING = frozenset({"doc", "default", "aliases", "order"})
+            if "logicalType" in node:
+                found.append((node.get("logicalType"), node.get("precision"), node.get("scale")))
+            for key in ("type", "fields", "items", "values"):
+                child = node.get(key)
+                if isinstance(child, dict | list):
+                    stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+    return json.dumps(found, default=str)
 
 
 def _verified(key: bytes, value: bytes | None) -> tuple[str, dict[str, Any]] | None:

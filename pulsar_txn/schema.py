@@ -356,7 +356,11 @@ class AvroSchema(_RecordSchema[R]):
         return self.avro_schema
 
     def with_registry(self, lookup: Callable[[str], dict[str, Any] | None]) -> AvroSchema[R]:
-        bound = copy.copy(self)  # shares the writer schemas found so far: one fingerprint, one schema
+        bound = copy.copy(self)
+        # Writer schemas of its own: one fingerprint may stand for schemas that decode differently
+        # (logical types are not in it) in two clients' registries.
+        bound._writers = dict(self._writers)
+        bound._reader_of = dict(self._reader_of)
         bound._registry = lookup
         return bound
 
@@ -422,8 +426,9 @@ class AvroSchema(_RecordSchema[R]):
 def _renamed_as(writer: dict[str, Any], reader: dict[str, Any] | None) -> dict[str, Any]:
     """``writer`` with the reader's record name, as pulsar-client's AvroSchema resolves a message's
     writer schema (Avro resolution needs equal names; a record renamed between versions, ``V1`` to
-    ``V2``, is still the same record). Not for a self-referencing writer: its references to its own
-    name would then point nowhere."""
+    ``V2``, is still the same record). Only the name: the writer's namespace stays, so its nested
+    types keep the full names it refers to them by (fastavro matches records by their short name).
+    Not for a self-referencing writer: its references to its own name would point nowhere."""
     if (
         reader is None
         or writer.get("type") != "record"
@@ -431,11 +436,9 @@ def _renamed_as(writer: dict[str, Any], reader: dict[str, Any] | None) -> dict[s
         or _is_recursive(fastavro.parse_schema(writer))
     ):
         return writer
-    renamed = {k: v for k, v in writer.items() if k != "namespace"}
-    renamed["name"] = reader["name"]
-    if "namespace" in reader:
-        renamed["namespace"] = reader["namespace"]
-    return renamed
+    name = str(writer.get("name", ""))
+    prefix = name.rsplit(".", 1)[0] + "." if "." in name else ""
+    return {**writer, "name": prefix + str(reader["name"]).rsplit(".", 1)[-1]}
 
 
 MAX_RECURSIVE_NESTING = 100

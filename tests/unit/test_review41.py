@@ -78,3 +78,83 @@ def test_one_schema_object_decodes_through_each_clients_registry() -> None:
         first.decode_message(data, header)
     assert second.decode_message(data, header) == V2(1, "dflt")
     assert shared.with_registry(lambda fp: None) is not shared
+
+
+def _price(scale: int, extra: bool = False) -> dict[str, Any]:
+    amount = {
+        "name": "amount",
+        "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": scale},
+    }
+    fields = [amount, {"name": "note", "type": "string", "default": ""}] if extra else [amount]
+    return {"type": "record", "name": "Price", "fields": fields}
+
+
+def test_bound_copies_keep_the_writer_schemas_of_their_own_registry() -> None:
+    # The copies shared one cache: whichever client looked a fingerprint up first decided the
+    # decimal scale for every other client (12.34 read as 1234.00 through the second).
+    from decimal import Decimal
+
+    two, four = AvroSchema(dict, schema=_price(2)), AvroSchema(dict, schema=_price(4))
+    assert two.fingerprint == four.fingerprint
+    shared = AvroSchema(dict, schema=_price(2, extra=True))
+    a = shared.with_registry(lambda fp: _price(2))
+    b = shared.with_registry(lambda fp: _price(4))
+    assert a.decode_message(two.encode({"amount": Decimal("12.34")}), two.header())["amount"] == Decimal(
+        "12.34"
+    )
+    assert b.decode_message(four.encode({"amount": Decimal("12.34")}), four.header())["amount"] == Decimal(
+        "12.34"
+    )
+
+
+def test_only_logical_types_make_two_registrations_of_one_fingerprint_differ() -> None:
+    from pulsar_txn._schema_registry import _decoding_form
+
+    plain = {
+        "type": "record",
+        "name": "E",
+        "fields": [{"name": "a", "type": "long"}, {"name": "s", "type": "string"}],
+    }
+    javaish = {
+        "type": "record",
+        "name": "E",
+        "doc": "generated",
+        "fields": [
+            {"name": "a", "type": {"type": "long"}},
+            {"name": "s", "type": {"type": "string", "avro.java.string": "String"}, "default": "x"},
+        ],
+    }
+    assert _decoding_form(plain) == _decoding_form(javaish)  # refused as forged before
+    assert _decoding_form(_price(2)) != _decoding_form(_price(4))
+
+
+def test_a_writer_from_the_registry_keeps_its_namespace_for_its_nested_types() -> None:
+    # Taking the reader's namespace too moved the nested Item, and "com.acme.v1.Item" pointed nowhere.
+    item = {"type": "record", "name": "Item", "fields": [{"name": "n", "type": "long"}]}
+
+    def order(ns: str, extra: bool = False) -> dict[str, Any]:
+        fields: list[dict[str, Any]] = [
+            {"name": "first", "type": item},
+            {"name": "second", "type": f"{ns}.Item"},
+        ]
+        if extra:
+            fields.append({"name": "note", "type": "string", "default": ""})
+        return {"type": "record", "name": "Order", "namespace": ns, "fields": fields}
+
+    writer = AvroSchema(dict, schema=order("com.acme.v1"))
+    data = writer.encode({"first": {"n": 1}, "second": {"n": 2}})
+    for reader_ns in ("com.acme.v2", None):
+        schema = order("com.acme.v2", extra=True)
+        if reader_ns is None:
+            schema = {k: v for k, v in schema.items() if k != "namespace"}
+            schema["fields"] = [
+                *schema["fields"][:1],
+                {"name": "second", "type": "Item"},
+                schema["fields"][2],
+            ]
+        reader = AvroSchema(dict, schema=schema).with_registry(lambda fp: order("com.acme.v1"))
+        assert reader.decode_message(data, writer.header()) == {
+            "first": {"n": 1},
+            "second": {"n": 2},
+            "note": "",
+        }
