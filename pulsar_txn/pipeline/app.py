@@ -21,6 +21,7 @@ from pulsar_txn.errors import (
     InvalidTopicName,
     MessageTooBig,
     PulsarTxnError,
+    SchemaSerializationError,
     TopicNotFound,
     TransactionNotFound,
 )
@@ -44,7 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Transform = Callable[[Message[bytes]], bytes | str]
+Transform = Callable[[Message[bytes]], bytes | str | None]
+"""An output payload for an input message; None writes a record without a value (a tombstone, as
+a null input is: ``msg.has_null_value``)."""
 SOURCE_PROPERTY = "pipeline.source"  # the input MessageId an output message was made from
 _MAX_CHAIN = 4  # batches of one input partition committing at once (bounds what a failure undoes)
 _BEGUN_AHEAD = 4  # transactions begun ahead of use: the chains of several partitions draw on them
@@ -59,12 +62,14 @@ def _unfixable(exc: PulsarTxnError, busy_since: float | None) -> bool:
     subscription for longer than a consumer that just left may."""
     if isinstance(exc, MessageTooBig) or isinstance(exc.__cause__, MessageTooBig):
         return True
+    if isinstance(exc, SchemaSerializationError):  # a transform output the producer cannot take
+        return True
     return busy_since is not None and time.monotonic() - busy_since > _BUSY_GIVE_UP_S
 
 
-def upper(msg: Message[bytes]) -> bytes:
-    """The default transform (the demo's): upper-case the payload."""
-    return msg.data.upper()
+def upper(msg: Message[bytes]) -> bytes | None:
+    """The default transform (the demo's): upper-case the payload (a null value stays null)."""
+    return None if msg.has_null_value else msg.data.upper()
 
 
 @dataclass(frozen=True)
@@ -298,10 +303,17 @@ class ExactlyOncePipeline:
             consumer.acknowledge_async(batch, txn=txn)
             producer = self._producer(partition)
             for msg in batch:
+                output = self._transform(msg)
+                source = {SOURCE_PROPERTY: str(msg.message_id)}
+                if output is None:  # a tombstone
+                    producer._send_payload(
+                        None, None, None, txn, source, msg.partition_key, msg.event_timestamp
+                    )
+                    continue
                 producer.send_async(
-                    self._transform(msg),
+                    output,
                     txn=txn,
-                    properties={SOURCE_PROPERTY: str(msg.message_id)},
+                    properties=source,
                     partition_key=msg.partition_key,
                     event_timestamp=msg.event_timestamp,
                 )

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         transform = upper
         if args.work_ms > 0:
 
-            def transform(msg: Message[bytes]) -> bytes:
+            def transform(msg: Message[bytes]) -> bytes | None:
                 time.sleep(args.work_ms / 1000)
                 return upper(msg)
 

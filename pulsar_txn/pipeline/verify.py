@@ -65,7 +65,7 @@ def verify_exactly_once(
     client: Client,
     input_topic: str,
     output_topic: str,
-    transform: Callable[[Message[bytes]], bytes | str] | None = None,
+    transform: Callable[[Message[bytes]], bytes | str | None] | None = None,
 ) -> Verdict:
     inputs = read_committed(client, input_topic)
     outputs = read_committed(client, output_topic)
@@ -90,8 +90,12 @@ def verify_exactly_once(
         )
         if transform is not None:
             expected = transform(src)
-            expected_b = expected.encode() if isinstance(expected, str) else expected
-            if out.data != expected_b:
+            if expected is None:  # a tombstone, and an empty payload is not one
+                if not out.has_null_value:
+                    verdict.wrong_value.append(source)
+            elif out.has_null_value or out.data != (
+                expected.encode() if isinstance(expected, str) else expected
+            ):
                 verdict.wrong_value.append(source)
     verdict.missing = [i for i in by_id if seen[i] == 0]
     verdict.duplicated = [i for i, n in seen.items() if n > 1]
