@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -312,6 +313,18 @@ def create_again_behind_an_open_txn(c: Cluster, topic: str) -> Any:
 def read_all(reader: Any, timeout_ms: int = 1500) -> list[Any]:
     """Everything a Reader delivers until it has been quiet for ``timeout_ms``."""
     return _until_quiet(reader.read_next, timeout_ms)
+
+
+def run_pipeline_bounded(pipeline: Any, seconds: float = 60) -> Any:
+    """``pipeline.run`` with its stop set after ``seconds``: a run that should end by itself (idle
+    exit, an unfixable failure) fails the test instead of hanging it."""
+    stop = threading.Event()
+    timer = threading.Timer(seconds, stop.set)
+    timer.start()
+    try:
+        return pipeline.run(stop)
+    finally:
+        timer.cancel()
 
 
 def receive_all(consumer: Any, timeout_ms: int = 1500) -> list[Any]:

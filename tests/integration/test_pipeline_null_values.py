@@ -5,7 +5,6 @@ ends the run (it restarted sessions for ever, nothing processed)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from pulsar_txn.message import Message
 from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineSettings
 from pulsar_txn.pipeline.app import upper
 from pulsar_txn.pipeline.verify import verify_exactly_once
-from tests.conftest import Cluster, read_all
+from tests.conftest import Cluster, read_all, run_pipeline_bounded
 
 pytestmark = pytest.mark.integration
 
@@ -34,22 +33,12 @@ def _setup(c: Cluster, uid: str, values: list[bytes | None]) -> PipelineSettings
     )
 
 
-def _run(pipeline: ExactlyOncePipeline, seconds: float = 60) -> Any:
-    stop = threading.Event()
-    timer = threading.Timer(seconds, stop.set)
-    timer.start()
-    try:
-        return pipeline.run(stop)
-    finally:
-        timer.cancel()
-
-
 def test_a_null_input_makes_a_null_output_and_the_verifier_checks_it(
     cluster: Callable[..., Cluster], uid: str
 ) -> None:
     c = cluster()
     settings = _setup(c, uid, [b"x", None, b""])
-    _run(ExactlyOncePipeline(c.client, settings))
+    run_pipeline_bounded(ExactlyOncePipeline(c.client, settings))
     out = read_all(c.client.create_reader(f"out_{uid}"))
     assert [(m.has_null_value, m.data) for m in out] == [(False, b"X"), (True, b""), (False, b"")]
     assert verify_exactly_once(c.client, f"in_{uid}", f"out_{uid}", upper).ok
@@ -70,5 +59,5 @@ def test_an_output_the_producer_cannot_take_ends_the_run(cluster: Callable[..., 
 
     pipeline = ExactlyOncePipeline(c.client, settings, bad)
     with pytest.raises(SchemaSerializationError):
-        _run(pipeline)
+        run_pipeline_bounded(pipeline)
     assert pipeline.progress.sessions == 1

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,24 +12,9 @@ import pytest
 import pulsar_txn.pipeline.app as pipeline_app
 from pulsar_txn.errors import ConsumerBusy, MessageTooBig, TransactionHasOperationFailed
 from pulsar_txn.pipeline import ExactlyOncePipeline, PipelineSettings
-from tests.conftest import Cluster
+from tests.conftest import Cluster, run_pipeline_bounded
 
 pytestmark = pytest.mark.integration
-
-
-def _bounded(pipeline: ExactlyOncePipeline, seconds: float) -> Callable[[], Any]:
-    """``pipeline.run`` with a stop set after ``seconds``: before the fixes these runs never ended."""
-
-    def run() -> Any:
-        stop = threading.Event()
-        timer = threading.Timer(seconds, stop.set)
-        timer.start()
-        try:
-            return pipeline.run(stop)
-        finally:
-            timer.cancel()
-
-    return run
 
 
 def test_an_input_whose_output_the_broker_refuses_as_too_large_ends_the_run(
@@ -45,7 +29,7 @@ def test_an_input_whose_output_the_broker_refuses_as_too_large_ends_the_run(
     settings = PipelineSettings(f"in_{uid}", f"out_{uid}", subscription=f"s_{uid}", instance_id=f"p-{uid}")
     pipeline = ExactlyOncePipeline(c.client, settings)
     with pytest.raises(TransactionHasOperationFailed) as failed:
-        _bounded(pipeline, 60)()
+        run_pipeline_bounded(pipeline, 60)
     assert isinstance(failed.value.__cause__, MessageTooBig)
     assert pipeline.progress.sessions == 1
 
@@ -64,7 +48,7 @@ def test_a_second_instance_id_on_the_subscription_gives_up_with_consumer_busy(
         f"in_{uid}", f"out_{uid}", subscription=f"s_{uid}", instance_id=f"p-{uid}", retry_backoff_s=0.5
     )
     with pytest.raises(ConsumerBusy):
-        _bounded(ExactlyOncePipeline(c.client, settings), 60)()
+        run_pipeline_bounded(ExactlyOncePipeline(c.client, settings), 60)
     holder.close()
 
 
