@@ -413,21 +413,25 @@ class SnapshotStore:
             except TimeoutError:
                 raise BrokerUnavailableError.no_answer(f"tombstones in {self.topic}", timeout) from None
         for p in parts:
-            self._segments_written.pop((topic, p), None)
-            self._taken.pop((topic, p), None)
-            self._writes.pop((topic, p), None)
+            self._uncache((topic, p))
         return len(written)
 
     def drop_cached(self, exists: Callable[[str], bool]) -> int:
         """Forget what this store keeps in memory about partitions of topics that no longer
         ``exists`` (no I/O); how many it forgot. A writer's cache otherwise keeps every deleted
         topic it wrote a snapshot of (its partitions are often revoked before the deletion is seen)."""
-        caches = (self._segments_written, self._taken, self._writes)
-        gone = {tp for cache in caches for tp in cache if not exists(tp[0])}
+        gone = {tp for cache in self._caches() for tp in cache if not exists(tp[0])}
         for tp in gone:
-            for cache in caches:
-                cache.pop(tp, None)
+            self._uncache(tp)
         return len(gone)
+
+    def _caches(self) -> tuple[dict[tuple[str, int], Any], ...]:
+        """What this store keeps in memory per partition."""
+        return (self._segments_written, self._taken, self._writes)
+
+    def _uncache(self, tp: tuple[str, int]) -> None:
+        for cache in self._caches():
+            cache.pop(tp, None)
 
     def load(
         self, topic: str, partition: int, *, num_tcs: int = 1 << 16, marker_secret: bytes | None = None
