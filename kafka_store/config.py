@@ -8,6 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+MAX_TIMEOUT_MS = 2**31 - 1
+"""librdkafka's timeouts are 32-bit milliseconds (about 24.8 days): a longer one is capped to it."""
 # "passphrase" / "private.key": librdkafka 2.10+ sasl.oauthbearer.assertion.private.key.{passphrase,pem}.
 _SECRET_WORDS = (
     "password",
@@ -53,7 +56,7 @@ class KafkaConfig(BaseModel):
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
-    request_timeout_ms: int = Field(default=10_000, gt=0)
+    request_timeout_ms: int = Field(default=10_000, gt=0, le=MAX_TIMEOUT_MS)
     # > 0: caught-up subscription and Reader tails pause their partitions for this long between
     # fetch rounds. For brokers that answer empty fetches at once (ignoring fetch.wait.max.ms), where
     # idle readers would spin; Apache Kafka holds empty fetches itself. Off by default.

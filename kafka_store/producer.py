@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kafka_store._clients import kafka_error_of, make_client
 from kafka_store._threads import in_callback_thread, mark_callback_thread
-from kafka_store.config import KafkaConfig
+from kafka_store.config import MAX_TIMEOUT_MS, KafkaConfig
 from kafka_store.errors import (
     BrokerUnavailableError,
     ProduceError,
@@ -85,7 +85,9 @@ class Appender:
                 "acks": "all",
                 "linger.ms": linger_ms,
                 "batch.num.messages": batch_max_records,
-                "message.timeout.ms": delivery_timeout_ms,
+                # Capped: a client whose operation timeout is longer (allowed, ~31 years at most)
+                # must still be able to write.
+                "message.timeout.ms": min(delivery_timeout_ms, MAX_TIMEOUT_MS),
                 "message.max.bytes": max(max_record_bytes + 4096, 1_000_000),
                 "compression.type": "none",
                 # Topics are created explicitly with their configs, never as a side effect of a write.

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from kafka_store import KafkaConfig
+from kafka_store.config import MAX_TIMEOUT_MS
 from pulsar_txn._args import token_problem
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port
@@ -28,7 +29,7 @@ class CoordinatorConfig(BaseModel):
     ownership: Literal["group", "static"] = "group"
     static_tc_ids: tuple[int, ...] = ()
     coordinator_group: str = "pulsar-txn-coordinators"
-    group_session_timeout_ms: int = Field(default=6_000, ge=1_000)
+    group_session_timeout_ms: int = Field(default=6_000, ge=1_000, le=3_600_000)  # librdkafka's range
     group_instance_id: str | None = Field(
         default=None,
         min_length=1,
@@ -140,6 +141,11 @@ class CoordinatorConfig(BaseModel):
             problem = None if secret is None else token_problem(secret.get_secret_value())
             if problem is not None:
                 raise ValueError(f"{name} {problem}")
+        for name in type(self).model_fields:
+            # Durations end up in librdkafka's 32-bit timeouts or in waits: a longer one failed
+            # every Kafka write (a wrapped, negative message.timeout.ms) or a wait (OverflowError).
+            if name.endswith("_ms") and getattr(self, name) > MAX_TIMEOUT_MS:
+                raise ValueError(f"{name} exceeds {MAX_TIMEOUT_MS} ms (about 24.8 days)")
         if self.default_txn_timeout_ms > self.max_txn_timeout_ms:
             raise ValueError("default_txn_timeout_ms exceeds max_txn_timeout_ms")
         if self.ownership == "static":

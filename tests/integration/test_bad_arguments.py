@@ -96,6 +96,24 @@ def test_a_huge_subscribe_timeout_is_a_long_wait_not_an_overflow(env: tuple[Clie
     client.subscribe(topic, "s_huge", subscribe_timeout=1e300).close()
 
 
+def test_a_client_with_the_longest_operation_timeout_still_writes(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Found by review (session 42): past ~24.8 days, the operation timeout wrapped into librdkafka's
+    32-bit message.timeout.ms (-1294967296 for 35 days) and every send failed with a ConfigError."""
+    c = cluster()
+    topic = f"longest_{uid}"
+    c.client.create_topic(topic, 1)
+    client = c.other_client(operation_timeout_seconds=1e9)  # the documented cap
+    try:
+        producer = client.create_producer(topic)
+        assert producer.send(b"plain").offset >= 0
+        with client.transaction() as txn:
+            producer.send(b"in a txn", txn=txn)
+    finally:
+        client.close()
+
+
 def test_receive_timeouts_that_are_no_number_or_not_finite_are_refused_at_once(
     env: tuple[ClientType, str],
 ) -> None:

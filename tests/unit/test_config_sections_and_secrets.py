@@ -70,6 +70,29 @@ def test_the_admin_endpoint_accepts_its_token_when_it_is_not_ascii(token: str) -
 
 
 @pytest.mark.parametrize(
+    "setting",
+    ["log_write_timeout_ms", "tb_topic_refresh_ms", "recovery_timeout_ms", "end_txn_retention_ms"],
+)
+def test_a_duration_longer_than_kafka_clients_take_is_refused(setting: str) -> None:
+    """Found by review (session 42): log_write_timeout_ms=3e9 passed validation, wrapped into a
+    negative message.timeout.ms, and the coordinator never served its TCs (claim writes failed for
+    ever). Every *_ms setting is bounded by librdkafka's 32-bit milliseconds."""
+    from pydantic import ValidationError
+
+    from kafka_store import KafkaConfig
+    from kafka_store.config import MAX_TIMEOUT_MS
+    from pulsar_txn.config import CoordinatorConfig
+
+    with pytest.raises(ValidationError, match=setting):
+        CoordinatorConfig(**{setting: MAX_TIMEOUT_MS + 1})
+    assert getattr(CoordinatorConfig(**{setting: MAX_TIMEOUT_MS}), setting) == MAX_TIMEOUT_MS
+    with pytest.raises(ValidationError, match="group_session_timeout_ms"):
+        CoordinatorConfig(group_session_timeout_ms=3_600_001)
+    with pytest.raises(ValidationError, match="request_timeout_ms"):
+        KafkaConfig(bootstrap_servers="k:9092", request_timeout_ms=MAX_TIMEOUT_MS + 1)
+
+
+@pytest.mark.parametrize(
     "url", ["http://coord:8080", "pulsar://coord:notaport", "coord:6650", "pulsar://0.0.0.0:6650"]
 )
 def test_an_advertised_url_clients_cannot_use_is_refused(url: str) -> None:
