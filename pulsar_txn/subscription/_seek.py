@@ -122,8 +122,8 @@ class Seeking(ConsumerBase[T]):
             appender = self._client._appender()
             futures = []
             for txn, kind, offsets in records:
-                value, headers = self._encoded_ack(part, txn, kind, offsets)
-                futures.append((txn, appender.append(part.pa_topic, part.tp[1], value, headers=headers)))
+                for value, headers in self._encoded_acks(part, txn, kind, offsets):
+                    futures.append((txn, appender.append(part.pa_topic, part.tp[1], value, headers=headers)))
             carried: dict[TxnID, int] = {}
             for txn, fut in futures:
                 offset = fut.result(self._client.operation_timeout_seconds)

@@ -176,19 +176,24 @@ class TxnAcking(ConsumerBase[T]):
         now = key not in self._ack_writing or len(batch.offsets) >= ACK_BATCH_MAX
         return now, batch.written
 
-    def _encoded_ack(
+    def _encoded_acks(
         self, part: Part, txn_id: TxnID, kind: AckKind, offsets: Sequence[int]
-    ) -> tuple[bytes, list[tuple[str, bytes]]]:
-        """A PendingAck record for ``part``'s partition of its log (signed with the marker secret)."""
-        return encode_pending_ack(
-            txn_id,
-            kind,
-            offsets,
-            topic=part.pa_topic,
-            partition=part.tp[1],
-            secret=self._client._secret,
-            owner=part.fold.owner,
-        )
+    ) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+        """PendingAck records for ``part``'s partition of its log (signed with the marker secret), at
+        most ``ACK_BATCH_MAX`` offsets each: one record of a whole large ack list passed Kafka's record
+        size limit (from ~330,000 offsets) and could never be stored."""
+        return [
+            encode_pending_ack(
+                txn_id,
+                kind,
+                offsets[i : i + ACK_BATCH_MAX],
+                topic=part.pa_topic,
+                partition=part.tp[1],
+                secret=self._client._secret,
+                owner=part.fold.owner,
+            )
+            for i in range(0, len(offsets), ACK_BATCH_MAX)
+        ]
 
     def _flush_batch(self, key: tuple[TxnID, TP, AckKind], txn: Transaction, part: Part) -> None:
         with self._lock:
@@ -197,7 +202,9 @@ class TxnAcking(ConsumerBase[T]):
                 return
             part.inflight.add(batch.written)
             self._ack_writing.add(key)
-        value, headers = self._encoded_ack(part, txn.txn_id, key[2], batch.offsets)
+        records = self._encoded_acks(part, txn.txn_id, key[2], batch.offsets)
+        left = [len(records)]  # records whose write has not ended yet
+        lost: list[PulsarTxnError] = []  # the first failed write's error
         written = batch.written
 
         def ended() -> Callable[[], None] | None:
@@ -230,21 +237,24 @@ class TxnAcking(ConsumerBase[T]):
                 return
 
             def stored(offset: int | None, error: StoreError | None) -> None:
-                if error is not None or offset is None:
-                    failed(store_failure(error, f"pending ack write to {part.pa_topic} failed"))
-                    return
                 with self._lock:
-                    part.fold.note_written(txn.txn_id, offset)
+                    if error is None and offset is not None:
+                        part.fold.note_written(txn.txn_id, offset)
+                    elif not lost:
+                        lost.append(store_failure(error, f"pending ack write to {part.pa_topic} failed"))
+                    left[0] -= 1
+                    if left[0]:
+                        return  # the batch's write is over once each of its records' is
                     follow = ended()
                 try:
-                    settle(written, None)
+                    settle(written, lost[0] if lost else None)
                 finally:
                     if follow is not None:
                         follow()
 
-            self._client._appender().append_cb(
-                part.pa_topic, part.tp[1], value, headers=headers, callback=stored
-            )
+            appender = self._client._appender()
+            for value, headers in records:  # in order, one partition: stored in this order
+                appender.append_cb(part.pa_topic, part.tp[1], value, headers=headers, callback=stored)
 
         batch.registered.add_done_callback(write)
 
