@@ -227,6 +227,11 @@ class Appender:
             self.append_cb(topic, partition, value, key=key, headers=headers, callback=done)
         return future
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (value, key and headers) ``append`` takes."""
+        return self._max_record_bytes
+
     def append_cb(
         self,
         topic: str,

@@ -52,6 +52,10 @@ from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
 
+# Room a transaction's log record keeps for what ending it adds (status, times, header MAC): the
+# participants of an open transaction always fit the records that end it.
+_END_ROOM_BYTES = 4096
+
 # Errors of a TC this instance no longer serves: retrying its writes here is pointless.
 _NOT_OWNER: tuple[type[Exception], ...] = (CoordinatorFencedError, TransactionCoordinatorNotFoundError)
 _CLAIM_PREFIX = b"claim/"
@@ -417,8 +421,17 @@ class TransactionCoordinator:
 
     async def _write_meta(self, meta: TxnMeta, *, confirm: bool = True) -> None:
         key = txn_key(meta.txn_id, self.epoch)
+        value = meta.encode(self.epoch)
+        limit = self._appender.max_record_bytes - _END_ROOM_BYTES
+        if meta.status is TxnStatus.OPEN and len(key) + len(value) > limit:
+            # Every record holds the whole state: one over Kafka's record limit is refused on every
+            # retry (it was a retriable PersistenceError: callers retried until their timeout).
+            raise NotAllowedError(
+                f"transaction {meta.txn_id} would need a log record of {len(key) + len(value)} bytes, "
+                f"over {limit}: it holds too many (or too long) partition and subscription names"
+            )
         self._keys_by_seq.setdefault(meta.txn_id.least_bits, set()).add(key)
-        await self._persist([(key, meta.encode(self.epoch))], confirm=confirm)
+        await self._persist([(key, value)], confirm=confirm)
 
     async def _write_state(self, meta: TxnMeta) -> None:
         """Write ``meta`` (a full state), settling the unlogged items it carries."""

@@ -85,3 +85,28 @@ def test_a_request_over_the_coordinators_frame_limit_fails_at_once_not_retriable
             client.add_partitions(txn, parts)
         assert not caught.value.retriable
         client.end_txn(txn, TxnAction.ABORT)  # the connection is fine
+
+
+def test_a_transaction_whose_log_record_would_pass_kafkas_limit_is_refused_at_once_and_still_ends(
+    embedded: Callable[..., Any], coord_config: Callable[..., Any]
+) -> None:
+    """Found by review (session 42): each log record holds the whole state, so adds of ~250-byte
+    names passed Kafka's 1 MB record limit from ~4,000 partitions (under max_txn_participants). The
+    broker's refusal came back as a retriable PersistenceError: the client retried it until its
+    operation timeout. Now it is refused before the write; what was added before stays, and the
+    transaction still ends."""
+    # The partitions named do not exist: their markers are given up at once.
+    ec = embedded(coord_config(num_tcs=1, static_tc_ids=(0,), end_missing_topic_grace_ms=0), serve=True)
+    with SyncTcClient(ec.url, operation_timeout=20, num_tcs=1) as client:
+        txn = client.new_txn(120_000)
+        added = 0
+        with pytest.raises(NotAllowedError, match="log record") as caught:
+            for chunk in range(6):  # 6 x 800 names of ~250 bytes: ~1.2 MB
+                names = [f"persistent://public/default/t{chunk}-" + "x" * 200 + f"-p-{i}" for i in range(800)]
+                client.add_partitions(txn, names)
+                added += len(names)
+        assert not caught.value.retriable
+        assert 0 < added < 4800
+        meta = ec.service.coordinator(0)._txns[txn.least_bits]
+        assert len(meta.partitions) == added  # the refused request left nothing behind
+        client.end_txn(txn, TxnAction.ABORT)  # its ending records fit
