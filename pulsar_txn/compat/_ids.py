@@ -63,10 +63,12 @@ class MessageId:
         return str(self._id).encode()
 
     @staticmethod
-    def deserialize(message_id_bytes: bytes, topic: str | None = None) -> MessageId:
+    def deserialize(message_id_bytes: bytes | str, topic: str | None = None) -> MessageId:
+        """The id ``serialize`` gave, as bytes or (as pulsar-client takes too) text."""
         try:
-            mid = _message.MessageId.parse(bytes(message_id_bytes).decode())
-        except (ValueError, UnicodeDecodeError):
+            text = message_id_bytes if isinstance(message_id_bytes, str) else bytes(message_id_bytes).decode()
+            mid = _message.MessageId.parse(text)
+        except (ValueError, TypeError, UnicodeDecodeError):
             raise ConfigError(f"not a serialized MessageId: {message_id_bytes!r}") from None
         if topic is not None and not mid.topic and mid not in (_message.EARLIEST, _message.LATEST):
             mid = _message.MessageId(topic, mid.partition, mid.offset)
@@ -87,11 +89,27 @@ class MessageId:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageId) and self._key() == other._key() and self._same_topic(other)
 
-    def __lt__(self, other: MessageId) -> bool:
-        return self._key() < other._key()
+    def _other_key(self, other: object) -> tuple[int, int, int] | None:
+        """``other``'s sort key, for this layer's ids and the library's own (None: not an id)."""
+        if isinstance(other, _message.MessageId):
+            other = MessageId.wrap(other)
+        return other._key() if isinstance(other, MessageId) else None
 
-    def __le__(self, other: MessageId) -> bool:
-        return self._key() <= other._key()
+    def __lt__(self, other: object) -> bool:
+        key = self._other_key(other)
+        return NotImplemented if key is None else self._key() < key
+
+    def __le__(self, other: object) -> bool:
+        key = self._other_key(other)
+        return NotImplemented if key is None else self._key() <= key
+
+    def __gt__(self, other: object) -> bool:
+        key = self._other_key(other)
+        return NotImplemented if key is None else self._key() > key
+
+    def __ge__(self, other: object) -> bool:
+        key = self._other_key(other)
+        return NotImplemented if key is None else self._key() >= key
 
     def __hash__(self) -> int:
         return hash(self._key())

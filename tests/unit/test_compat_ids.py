@@ -59,3 +59,32 @@ def test_a_serialized_earliest_or_latest_given_a_topic_stays_itself() -> None:
     for sentinel in (compat.MessageId.earliest, compat.MessageId.latest):
         again = compat.MessageId.deserialize(sentinel.serialize(), topic="persistent://public/default/t")
         assert again == sentinel
+
+
+def test_deserialize_takes_the_serialized_id_as_text_too_and_refuses_garbage_text_typed() -> None:
+    """Found by review (session 42): pulsar-client takes a str too; ours raised a raw TypeError for
+    any str (a program storing ids as text could not read them back)."""
+    import pulsar_txn.compat as compat
+    from pulsar_txn.message import MessageId as NativeId
+
+    mid = compat.MessageId.wrap(NativeId("t", 0, 5))
+    assert compat.MessageId.deserialize(mid.serialize().decode()) == mid
+    with pytest.raises(compat.InvalidConfiguration):
+        compat.MessageId.deserialize("garbage")
+    with pytest.raises(compat.InvalidConfiguration):
+        compat.MessageId.deserialize(5)  # type: ignore[arg-type]
+
+
+def test_ids_order_against_the_librarys_own_ids_and_refuse_other_types() -> None:
+    """Found by review (session 42): ``id < 5`` raised AttributeError, and a native id compared by a
+    key of another shape (offset 5 sorted below offset 1)."""
+    import pulsar_txn.compat as compat
+    from pulsar_txn.message import MessageId as NativeId
+
+    later = compat.MessageId.wrap(NativeId("t", 0, 5))
+    assert not later < NativeId("t", 0, 1)
+    assert later > NativeId("t", 0, 1) and NativeId("t", 0, 1) < later
+    assert later >= compat.MessageId.wrap(NativeId("t", 0, 5))
+    assert compat.MessageId.latest > NativeId("t", 0, 1)
+    with pytest.raises(TypeError):
+        later < 5  # noqa: B015
