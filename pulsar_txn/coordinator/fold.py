@@ -46,6 +46,9 @@ class TcLogFold:
     stale_keys: set[bytes] = field(default_factory=set)
     next_seq: int = 0
     skipped_records: int = 0
+    # Records skipped for failing authentication: with them, sequences this fold cannot see may have
+    # been handed out (an older build's unsigned log, or one written before the secret was set).
+    unauthenticated_records: int = 0
     last_offset: int = -1
     # Values of the claims folded: a claim is written once, so a second record with the same value
     # is a copy (a signed claim re-sent by anyone able to write the log would fence the owner).
@@ -60,6 +63,7 @@ class TcLogFold:
             self._skip(offset, "record without key")
             return None
         if not log_record_valid(self.secret, self.topic, self.tc_id, key, value, headers):
+            self.unauthenticated_records += 1
             self._skip(offset, "record failed authentication (forged, or written without the secret)")
             return None
         if value is None:

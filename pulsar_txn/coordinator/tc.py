@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 # Room a transaction's log record keeps for what ending it adds (status, times, header MAC): the
 # participants of an open transaction always fit the records that end it.
 _END_ROOM_BYTES = 4096
+# A TC recovering a log with records it cannot authenticate continues its sequence at the time in ms
+# shifted by this: above any sequence a TC can have reached (65,536 transactions a millisecond), and
+# below 2**63 for thousands of years.
+_SEQ_CLOCK_SHIFT = 16
 
 # Errors of a TC this instance no longer serves: retrying its writes here is pointless.
 _NOT_OWNER: tuple[type[Exception], ...] = (CoordinatorFencedError, TransactionCoordinatorNotFoundError)
@@ -223,6 +227,12 @@ class TransactionCoordinator:
         self._txns = fold.txns
         self._keys_by_seq = fold.keys_by_seq
         self._next_seq = fold.next_seq
+        if fold.unauthenticated_records:
+            # Unsigned records (an older build's log, or one written before the secret was set)
+            # may hold sequences handed out already: a TxnID given out again was taken for ended
+            # in every partition with the old one's marker, and its committed data never shown.
+            # Continue above any of them: a floor from the clock, far above a count of past ones.
+            self._next_seq = max(self._next_seq, _now_ms() << _SEQ_CLOCK_SHIFT)
         stale = list(fold.stale_keys)
         await self._adopt(stale)
         self._check_not_closed()

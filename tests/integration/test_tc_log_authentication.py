@@ -18,6 +18,7 @@ from pulsar_txn.coordinator.fold import read_tc_log
 from pulsar_txn.coordinator.records import TXN_META, TxnMeta, claim_key, encode_claim, txn_key
 from pulsar_txn.coordinator.service import OWNER
 from pulsar_txn.coordinator.status import TxnStatus
+from pulsar_txn.message import EARLIEST
 from tests.conftest import Cluster, read_all, wait_until
 
 pytestmark = pytest.mark.integration
@@ -168,3 +169,33 @@ def test_a_copied_open_record_does_not_make_a_failover_commit_skip_partitions(
         assert [m.data for m in read_all(client.create_reader(tb))] == [b"b-committed"]
     finally:
         client.close()
+
+
+def test_a_log_written_without_the_secret_never_has_its_txn_ids_handed_out_again(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """Found by the upgrade review (session 42): a cluster upgraded from a build that did not sign
+    its transaction log (before session 34), or one whose secret is set for the first time, folds
+    none of the earlier records, and its TCs handed out TxnIDs from 0 again. Where the old (0,0)'s
+    marker counts (signed by the old build, or read with ``PULSAR_TXN_UNSIGNED_TXN_HISTORY=1``),
+    the new (0,0) was taken for ended: commit() succeeded and its messages were never delivered."""
+    topic = f"unsigned_history_{uid}"
+    before = cluster(num_tcs=1, static_tc_ids=(0,))  # a log no record of which is signed
+    before.client.create_topic(topic, 1)
+    old_ids = []
+    for i in range(3):
+        with before.client.transaction(60) as txn:
+            before.client.create_producer(topic).send(f"old{i}".encode(), txn=txn)
+        old_ids.append(txn.txn_id)
+    before.stop()
+
+    after = cluster(num_tcs=1, static_tc_ids=(0,), marker_secret=SECRET)
+    producer = after.client.create_producer(topic)
+    with after.client.transaction(60) as txn:
+        producer.send(b"new", txn=txn)
+    assert txn.txn_id.least_bits > max(t.least_bits for t in old_ids)
+    reader = after.client.create_reader(topic, EARLIEST)
+    try:
+        assert b"new" in [m.data for m in read_all(reader)]
+    finally:
+        reader.close()
