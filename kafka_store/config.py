@@ -5,9 +5,25 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+
+def refuse_bool_numbers(cls: type[BaseModel], data: Any) -> Any:
+    """A model's "before" validator: pydantic takes true for 1 in a number field (lax mode), so
+    ``num_tcs = true`` in a config file set up a one-TC cluster for good. True/false only where a
+    field is a bool."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if field is None or field.annotation is bool:
+                continue
+            items = value if isinstance(value, list | tuple) else (value,)
+            if any(isinstance(v, bool) for v in items):
+                raise ValueError(f"{name} is not a true/false setting")
+    return data
+
 
 MAX_TIMEOUT_MS = 2**31 - 1
 """librdkafka's timeouts are 32-bit milliseconds (about 24.8 days): a longer one is capped to it."""
@@ -65,6 +81,8 @@ class KafkaConfig(BaseModel):
     replication_factor: int = Field(default=-1, ge=-1)
     # Any other librdkafka property, passed through unchanged (e.g. {"socket.keepalive.enable": "true"}).
     extra: dict[str, str] = Field(default_factory=dict)
+
+    _no_bool_numbers = model_validator(mode="before")(refuse_bool_numbers)
 
     @field_validator("extra")
     @classmethod

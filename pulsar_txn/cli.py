@@ -367,9 +367,19 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def _log_setup(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["migrate-run"]:
+    verbose = 0  # the root's own flag may come first: ``pulsar-txn -v migrate-run --no-check x.py``
+    while argv[verbose : verbose + 1] in (["-v"], ["--verbose"]):
+        verbose += 1
+    if argv[verbose : verbose + 1] == ["migrate-run"]:
         # Its own options come before the program's arguments; argparse's REMAINDER would not
         # pass a leading option (``--no-check``) through, so it parses its command line itself.
         from pulsar_txn.compat.run import main as run_main
@@ -377,18 +387,17 @@ def main(argv: list[str] | None = None) -> int:
         # The embedded broker and coordinator started for the run are stopped on SIGTERM too (this
         # path bypasses cmd_migrate_run, and a SIGTERM used to leave the broker running).
         _stop_cleanly_on_sigterm()
+        if verbose:  # else the program's own logging setup stands, as when run by python
+            _log_setup(True)
         try:
-            return run_main(argv[1:])
+            return run_main(argv[verbose + 1 :])
         except (PulsarTxnError, StoreError, OSError) as exc:  # starting Kafka or the coordinator
             print(f"pulsar-txn migrate-run: error: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             return 130
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _log_setup(args.verbose)
     try:
         code: int = args.func(args)
         return code

@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from kafka_store import KafkaConfig
-from kafka_store.config import MAX_TIMEOUT_MS
+from kafka_store.config import MAX_TIMEOUT_MS, refuse_bool_numbers
 from pulsar_txn._args import token_problem
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port, system_topic_setting
 
 
 class CoordinatorConfig(BaseModel):
@@ -28,7 +28,8 @@ class CoordinatorConfig(BaseModel):
     # -- ownership -------------------------------------------------------------------------------
     ownership: Literal["group", "static"] = "group"
     static_tc_ids: tuple[int, ...] = ()
-    coordinator_group: str = "pulsar-txn-coordinators"
+    # Non-empty: librdkafka aborts the process (an assertion) making a consumer of group "".
+    coordinator_group: str = Field(default="pulsar-txn-coordinators", min_length=1)
     group_session_timeout_ms: int = Field(default=6_000, ge=1_000, le=3_600_000)  # librdkafka's range
     group_instance_id: str | None = Field(
         default=None,
@@ -85,7 +86,7 @@ class CoordinatorConfig(BaseModel):
 
     # -- transaction buffer service (snapshots, hanging transactions) ---------------------------
     tb_service_enabled: bool = True
-    tb_group: str = "pulsar-txn-transaction-buffer"
+    tb_group: str = Field(default="pulsar-txn-transaction-buffer", min_length=1)
     snapshot_topic: str = "__transaction_buffer_snapshot"
     snapshot_partitions: int = Field(default=8, ge=1)
     tb_snapshot_max_changes: int = Field(default=1000, ge=1, description="Pulsar: 1000")
@@ -129,8 +130,12 @@ class CoordinatorConfig(BaseModel):
         """The marker secret as the HMAC key (None: no authentication)."""
         return self.marker_secret.get_secret_value().encode() if self.marker_secret else None
 
+    _no_bool_numbers = model_validator(mode="before")(refuse_bool_numbers)
+
     @model_validator(mode="after")
     def _check(self) -> CoordinatorConfig:
+        for name in ("log_topic", "owners_topic", "snapshot_topic"):  # as the admin commands check
+            system_topic_setting(getattr(self, name), name)
         # An empty secret would silently turn token auth / marker authentication off: refuse it.
         for name in ("auth_token", "marker_secret", "metrics_token"):
             secret = getattr(self, name)

@@ -96,9 +96,7 @@ def test_a_huge_subscribe_timeout_is_a_long_wait_not_an_overflow(env: tuple[Clie
     client.subscribe(topic, "s_huge", subscribe_timeout=1e300).close()
 
 
-def test_a_client_with_the_longest_operation_timeout_still_writes(
-    cluster: ClusterFactory, uid: str
-) -> None:
+def test_a_client_with_the_longest_operation_timeout_still_writes(cluster: ClusterFactory, uid: str) -> None:
     """Found by review (session 42): past ~24.8 days, the operation timeout wrapped into librdkafka's
     32-bit message.timeout.ms (-1294967296 for 35 days) and every send failed with a ConfigError."""
     c = cluster()

@@ -113,6 +113,23 @@ def test_migrate_run_puts_the_programs_directory_on_the_path(tmp_path: Path) -> 
     assert "ok 42" in run.stdout
 
 
+def test_migrate_run_takes_its_own_options_after_the_verbose_flag(tmp_path: Path) -> None:
+    """Found by the CLI review (session 42): ``pulsar-txn -v migrate-run --no-check ...`` went through
+    argparse's REMAINDER, which refused the command's own options."""
+    (tmp_path / "main.py").write_text("import pulsar\nprint('ran')\n")
+    run = subprocess.run(
+        [
+            *(PTXN, "-v", "migrate-run", "--no-check", "--service-url", "pulsar://127.0.0.1:1"),
+            *("--bootstrap-servers", "127.0.0.1:1", str(tmp_path / "main.py")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "ran" in run.stdout
+
+
 def test_migrate_run_reports_a_dead_broker_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "p.py").write_text("import pulsar\n")
     run = subprocess.run(

@@ -70,6 +70,41 @@ def test_the_admin_endpoint_accepts_its_token_when_it_is_not_ascii(token: str) -
 
 
 @pytest.mark.parametrize(
+    "overrides",
+    [
+        {"coordinator_group": ""},  # librdkafka aborted the process (SIGABRT) on a group ""
+        {"tb_group": ""},
+        {"log_topic": "bad name"},  # Kafka refused it at CreateTopics, after the server listened
+        {"owners_topic": ""},
+        {"snapshot_topic": "a/b"},
+        {"num_tcs": True},  # taken as 1: a one-TC cluster, for good
+        {"port": True},
+        {"static_tc_ids": [True], "ownership": "static"},
+    ],
+)
+def test_settings_kafka_or_the_cluster_cannot_use_are_refused_when_the_config_loads(
+    overrides: dict[str, object],
+) -> None:
+    """Found by the CLI review (session 42)."""
+    from pydantic import ValidationError
+
+    from pulsar_txn.config import CoordinatorConfig
+
+    with pytest.raises(ValidationError, match=next(iter(overrides))):
+        CoordinatorConfig(**overrides)  # type: ignore[arg-type]
+
+
+def test_a_kafka_number_setting_refuses_true_and_false() -> None:
+    from pydantic import ValidationError
+
+    from kafka_store import KafkaConfig
+
+    with pytest.raises(ValidationError, match="request_timeout_ms"):
+        KafkaConfig(bootstrap_servers="k:9092", request_timeout_ms=True)
+    assert KafkaConfig(bootstrap_servers="k:9092", request_timeout_ms=5).request_timeout_ms == 5
+
+
+@pytest.mark.parametrize(
     "setting",
     ["log_write_timeout_ms", "tb_topic_refresh_ms", "recovery_timeout_ms", "end_txn_retention_ms"],
 )
