@@ -12,16 +12,20 @@ import time
 
 from pulsar_txn import _args, _prometheus
 from pulsar_txn.admin_http import AdminHttpServer, AdminHttpThread, TextBody
-from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC
 from pulsar_txn.message import Message
-from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName
+from pulsar_txn.naming import TopicName
 from pulsar_txn.pipeline.app import ExactlyOncePipeline, PipelineProgress, PipelineSettings, upper
 from pulsar_txn.pipeline.fencing import PipelineFenced
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service-url", required=True, help="coordinator, e.g. pulsar://127.0.0.1:6650")
-    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (or [kafka] in --config)")
+    p.add_argument(
+        "--config",
+        help="JSON or TOML file with a [kafka] section (SASL/SSL settings; passwords from "
+        "PULSAR_TXN_SASL_PASSWORD / PULSAR_TXN_SSL_KEY_PASSWORD) and optionally [coordinator]",
+    )
     p.add_argument("--input", required=True, help="input topic")
     p.add_argument("--output", required=True, help="output topic (created like the input if missing)")
     p.add_argument("--subscription", default="pulsar-txn-pipeline")
@@ -47,9 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--idle-fetch-backoff-ms",
         type=int,
-        default=0,
         help="idle gate of the input's tailing readers (KafkaConfig.idle_fetch_backoff_ms): 5 on a broker "
-        "that answers empty fetches at once, such as the embedded one; 0 (off) for Apache Kafka",
+        "that answers empty fetches at once, such as the embedded one; 0 (off, the default unless the "
+        "config file sets it) for Apache Kafka",
     )
 
 
@@ -61,18 +65,22 @@ def run(args: argparse.Namespace) -> int:
     for name in ("PULSAR_TXN_AUTH_TOKEN", "PULSAR_TXN_METRICS_TOKEN"):
         if os.environ.get(name):
             _args.bearer_token(os.environ[name], name)
+    from pulsar_txn.cli import build_configs
+
+    # As every other command reads Kafka: the file's [kafka] (a SASL or SSL cluster), secrets from
+    # the environment (empty means unset), then the flags.
+    kafka, coordinator = build_configs(args)
+    if args.idle_fetch_backoff_ms is not None:
+        kafka = type(kafka)(**{**kafka.model_dump(), "idle_fetch_backoff_ms": args.idle_fetch_backoff_ms})
+    marker, token = coordinator.marker_secret, coordinator.auth_token
     client = Client(
         args.service_url,
-        kafka={
-            "bootstrap_servers": args.bootstrap_servers,
-            "idle_fetch_backoff_ms": args.idle_fetch_backoff_ms,
-        },
+        kafka=kafka,
         num_tcs=args.num_tcs,
-        # Empty means unset, as for the coordinator (pulsar_txn/cli.py).
-        authentication=os.environ.get("PULSAR_TXN_AUTH_TOKEN") or None,
-        marker_secret=os.environ.get("PULSAR_TXN_MARKER_SECRET") or None,
-        snapshot_topic=args.snapshot_topic or DEFAULT_SNAPSHOT_TOPIC,
-        log_topic=args.log_topic or DEFAULT_LOG_TOPIC,
+        authentication=token.get_secret_value() if token else None,
+        marker_secret=marker.get_secret_value() if marker else None,
+        snapshot_topic=args.snapshot_topic or coordinator.snapshot_topic,
+        log_topic=args.log_topic or coordinator.log_topic,
     )
     settings = PipelineSettings(
         args.input,

@@ -75,3 +75,39 @@ def test_the_pipeline_cli_passes_the_log_topic_to_its_client(monkeypatch: pytest
     with pytest.raises(Stop):
         pipeline_cli.run(args)
     assert seen["log_topic"] == "__my_log"
+
+
+def test_the_pipeline_cli_reads_kafka_settings_from_a_config_file_with_secrets_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Found by the CLI review (session 42): ``pulsar-txn pipeline`` had no ``--config``, so it could
+    not reach a Kafka cluster that needs SASL or SSL (every other Kafka-reading command could)."""
+    from pulsar_txn import client as client_module
+    from pulsar_txn.pipeline import cli as pipeline_cli
+
+    seen: dict[str, Any] = {}
+
+    class Stop(Exception):
+        pass
+
+    def recording(*_args: Any, **kwargs: Any) -> None:
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(client_module, "Client", recording)
+    monkeypatch.setenv("PULSAR_TXN_SASL_PASSWORD", "s3cret")
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        '[kafka]\nbootstrap_servers = "kafka:9093"\nsecurity_protocol = "SASL_SSL"\n'
+        'sasl_mechanism = "PLAIN"\nsasl_username = "pipe"\n'
+    )
+    parser = argparse.ArgumentParser()
+    pipeline_cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--service-url", "pulsar://127.0.0.1:1", "--config", str(config), "--input", "i", "--output", "o"]
+    )
+    with pytest.raises(Stop):
+        pipeline_cli.run(args)
+    conf = seen["kafka"].to_librdkafka()
+    assert conf["bootstrap.servers"] == "kafka:9093" and conf["security.protocol"] == "SASL_SSL"
+    assert conf["sasl.password"] == "s3cret"
