@@ -291,10 +291,7 @@ class TransactionsAdmin:
         from pulsar_txn.message import MessageId
 
         _args.instance(message_id, MessageId, "message_id")
-        if message_id.partition < 0 or message_id.offset < 0:
-            raise ConfigError(
-                f"not a message position: partition {message_id.partition}, offset {message_id.offset}"
-            )
+        _args.position(message_id.partition, message_id.offset, "message_id")  # past int64 too
         base = TopicName.parse(topic).base
         if message_id.topic and message_id.topic != base.kafka_topic:
             raise ConfigError(f"message id {message_id} is of topic {message_id.topic!r}, not of {topic!r}")

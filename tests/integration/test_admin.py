@@ -255,6 +255,8 @@ def test_a_transaction_in_the_buffer_and_pending_acks_then_aborted_by_the_admin(
     assert position == {"state": "PendingAck", "txns": [str(held.txn_id)]}
     with pytest.raises(ConfigError, match="of topic"):  # it answered for this topic's message
         admin.position_stats_in_pending_ack(topic, sub, MessageId("another", msg.message_id.partition, 0))
+    with pytest.raises(ConfigError, match="2\\*\\*63"):  # answered NotInPendingAck (CLI review, s42)
+        admin.position_stats_in_pending_ack(topic, sub, MessageId(msg.message_id.topic, 0, 10**23))
 
     admin.abort_transaction(held.txn_id)
     # Answered once the markers are written; the terminal record follows.
