@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_txn import _args
+from pulsar_txn._listen import start_server
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class AdminHttpServer:
         return f"http://{host}:{port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        self._server = await start_server(self._handle, self._host, self._port, "the admin endpoint")
 
     async def stop(self) -> None:
         """Stop listening and end the answers in progress; returns with their sockets closed."""

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from pulsar_txn._listen import start_server
 from pulsar_txn.coordinator.api import CoordinatorApi
 from pulsar_txn.errors import ProtocolError, PulsarTxnError, ServerError, TransactionCoordinatorNotFoundError
 from pulsar_txn.naming import WILDCARD_HOSTS
@@ -142,7 +143,7 @@ class CoordinatorServer:
     async def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("the server is already started")
-        self._server = await asyncio.start_server(self._accept, self.host, self._requested_port)
+        self._server = await start_server(self._accept, self.host, self._requested_port, "the coordinator")
         self._port = self._server.sockets[0].getsockname()[1]
         log.info(
             "transaction coordinator listening on %s:%d (advertised %s)", self.host, self._port, self.url
