@@ -68,8 +68,12 @@ class RangePartition(InputPartition):
         self.discarded = discarded  # never-delivered offset ranges [first, last] meeting the range
 
 
-def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPartition]:
-    """The topic-partitions named by subscribe / subscribePattern / assign, sorted."""
+def resolve_partitions(
+    opts: SourceOptions, kafka: KafkaConfig, *, skip_missing: bool = False
+) -> list[TopicPartition]:
+    """The topic-partitions named by subscribe / subscribePattern / assign, sorted. A ``subscribe``
+    topic that does not exist is ``TopicNotFound``, or (``skip_missing``: a running stream, whose
+    caller reports the partitions gone) left out."""
     kind, value = opts.subscription
     admin = TopicAdmin(kafka)
     try:
@@ -85,7 +89,13 @@ def resolve_partitions(opts: SourceOptions, kafka: KafkaConfig) -> list[TopicPar
             topics = [t for t in admin.list_topics() if pattern.fullmatch(t) and is_data_topic(t)]
         out: set[TopicPartition] = set()
         for topic in dict.fromkeys(topics):
-            out.update((topic, p) for p in range(admin.partition_count(topic)))
+            try:
+                count = admin.partition_count(topic)
+            except TopicNotFoundError:
+                if not skip_missing:
+                    raise
+                continue
+            out.update((topic, p) for p in range(count))
         return sorted(out)
     except StoreError as exc:
         raise _typed(exc) from None
@@ -160,8 +170,8 @@ class Planner:
             if self._buffer().num_tcs != UNKNOWN_NUM_TCS:
                 self.states.clear()
 
-    def partitions(self) -> list[TopicPartition]:
-        return resolve_partitions(self.opts, self.kafka)
+    def partitions(self, *, skip_missing: bool = False) -> list[TopicPartition]:
+        return resolve_partitions(self.opts, self.kafka, skip_missing=skip_missing)
 
     def state(
         self, tp: TopicPartition, at_least: int | None = None, end: int | None = None
@@ -295,6 +305,26 @@ class Planner:
         if self.opts.fail_on_data_loss:
             raise DataLossError(f"{text} (set failOnDataLoss=false to go on)")
         log.warning("%s; going on from the new partition", text)
+
+    def vanished(self, tps: list[TopicPartition]) -> None:
+        """A running stream's partitions ``tps`` are gone (their topic deleted): what the query had
+        not read of them is lost. A ``DataLossError``, as Spark's Kafka source reports partitions
+        that are gone, or (``failOnDataLoss=false``) a warning; the query reads on without them."""
+        names = ", ".join(f"{t}[{p}]" for t, p in tps)
+        text = f"{names}: gone (the topic was deleted); records not read yet may have been missed"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{text} (set failOnDataLoss=false to go on)")
+        log.warning("%s; going on without them", text)
+
+    def past_end(self, tp: TopicPartition, start: int, end: int) -> int:
+        """A ``startingOffsets`` offset past the partition's end offset: a ``DataLossError``, as
+        Spark's Kafka source reports it once it plans there, or (``failOnDataLoss=false``) a warning
+        and the end offset, where Spark's source goes on from."""
+        text = f"{tp[0]}[{tp[1]}]: startingOffsets {start} is past the partition's end offset {end}"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{text} (set failOnDataLoss=false to start at the end)")
+        log.warning("%s; starting at the end", text)
+        return end
 
     def check_start(self, tp: TopicPartition, start: int, low: int) -> int:
         """A start below the log-start offset lost records to retention: fail, or skip ahead."""

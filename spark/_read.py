@@ -140,7 +140,7 @@ def _columns(
     stamps: list[int] = []
     types: list[int] = []
     txns: list[str | None] = []
-    headers: list[list[dict[str, Any]]] = []
+    headers: list[list[dict[str, Any]] | None] = []
     done = False
     visible = state.txn_visible if state is not None else None
     for m in msgs:
@@ -169,7 +169,8 @@ def _columns(
         types.append(ts_type - 1)  # librdkafka 1/2 (create/log-append) -> Kafka's 0/1; none -> -1
         txns.append(_txn_name(txn, names) if txn is not None else None)
         if include_headers:
-            headers.append([{"key": k, "value": v} for k, v in h] if h else [])
+            # null for a record without headers, as Spark's Kafka source gives
+            headers.append([{"key": k, "value": v} for k, v in h] if h else None)
     return (offsets, keys, values, stamps, types, txns, headers), done
 
 
