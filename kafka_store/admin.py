@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from kafka_store._clients import kafka_error_of, make_client, wait_future
 from kafka_store.config import KafkaConfig, admin_conf
@@ -83,6 +88,19 @@ class TopicAdmin:
             raise self._translate(exc, f"add partitions to {name}") from None
         except TimeoutError:  # the admin future's own timeout: not a KafkaException
             raise BrokerUnavailableError.no_answer(f"add partitions to {name}", self._timeout) from None
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        """The topic's configuration (DescribeConfigs): every setting with its value."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        what = f"describe the configuration of {name}"
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
+            entries = wait_future(next(iter(futures.values())), self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, what) from None
+        except TimeoutError:
+            raise BrokerUnavailableError.no_answer(what, self._timeout) from None
+        return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
     def partition_count(self, name: str) -> int:
         try:

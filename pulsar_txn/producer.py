@@ -90,7 +90,26 @@ class Producer(Generic[T]):
         self._pending: deque[_Send] = deque()  # sends waiting for an earlier one to start
         self._hooked: set[Future[None]] = set()  # registrations that will start queued sends
         self._names: dict[int, str] = {}  # partition -> its Pulsar name, for ADD_PARTITION_TO_TXN
+        self._compacted: bool | None = None  # the topic's cleanup.policy compacts (None: not asked yet)
         self._closed = False
+
+    def _refuse_compacted(self) -> None:
+        """A transactional send to a topic Kafka compacts is refused before anything is written:
+        its markers have no key, which a compacted topic refuses, so the transaction could never end
+        and would hold the partition's readers back for good (asked once per producer; a topic that
+        cannot be asked about is taken as not compacted, as before)."""
+        if self._compacted is None:
+            try:
+                config = self._client._admin.topic_config(self.topic.kafka_topic)
+                self._compacted = "compact" in config.get("cleanup.policy", "")
+            except StoreError as exc:
+                log.warning("%s: cleanup.policy not known (%s); taken as not compacted", self.topic, exc)
+                self._compacted = False
+        if self._compacted:
+            raise NotAllowedError(
+                f"{self.topic} is a compacted topic (cleanup.policy=compact): transactions cannot "
+                "write to it (their commit/abort markers have no key, which compaction refuses)"
+            )
 
     def _choose_partition(self, key: bytes | None) -> int:
         if self.topic.partition is not None:
@@ -168,6 +187,8 @@ class Producer(Generic[T]):
             event_time = int(event_timestamp)
         if txn is not None and not isinstance(txn, Transaction):
             raise ConfigError(f"txn is a Transaction, not {type(txn).__name__} {txn!r}")
+        if txn is not None and self._compacted is not False:
+            self._refuse_compacted()
         if callback is not None and not callable(callback):  # else it failed later, only logged
             raise ConfigError(f"callback is a function (result, msg_id), not {type(callback).__name__}")
         if properties is not None and not isinstance(properties, Mapping):

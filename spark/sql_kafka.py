@@ -90,6 +90,9 @@ class CommittedRead:
             "startingOffsets": self.starting_offsets,
             "endingOffsets": self.ending_offsets,
             "includeHeaders": "true",
+            # Kafka's own transactions too (a Kafka transactional producer's aborted records carry no
+            # headers of ours): Kafka consumers read uncommitted unless told (interop review, s42).
+            "kafka.isolation.level": "read_committed",
         }
 
     def filter_column(self) -> Any:

@@ -22,6 +22,9 @@ def test_offsets_end_at_max_read_position_and_every_partition_is_assigned() -> N
     assert json.loads(plan.starting_offsets) == {"t": {"0": 3, "1": 0}, "u": {"0": 5}}
     assert json.loads(plan.ending_offsets) == {"t": {"0": 10, "1": 0}, "u": {"0": 6}}
     assert plan.kafka_options()["includeHeaders"] == "true"
+    # Kafka's own aborted transactions are dropped by Kafka (interop review, session 42: the Java
+    # client's default read_uncommitted passed them through, and they carry no header of ours).
+    assert plan.kafka_options()["kafka.isolation.level"] == "read_committed"
 
 
 def test_filter_always_drops_control_records_and_corrupt_txn_headers() -> None:
