@@ -177,12 +177,15 @@ class Transaction:
                 return
         hook()
 
-    def record_failure(self, exc: BaseException) -> None:
+    def record_failure(self, exc: BaseException, what: str | None) -> None:
         """An operation of this transaction failed before it started: ``commit`` will abort instead
-        (Pulsar: a failed op makes the commit fail with TransactionHasOperationFailed)."""
+        (Pulsar: a failed op makes the commit fail with TransactionHasOperationFailed). With
+        ``what``, the operation was not counted by ``begin_send``/``begin_ack``: it counts only while
+        the transaction is OPEN, else ``InvalidTxnStatusError`` (as ``begin_ack`` would have
+        raised), and the end that has begun keeps its outcome."""
         failed: Future[None] = Future()
         failed.set_exception(exc)
-        self.track(failed)
+        self._track(failed, what)
 
     def op_finished(self, error: BaseException | None) -> None:
         """A send or ack counted by ``begin_send`` / ``begin_ack`` ended (a counter, cheaper than a
@@ -199,7 +202,13 @@ class Transaction:
 
     def track(self, op: Future[Any]) -> None:
         """Make ``commit`` wait for this operation (a send or an ack of the transaction)."""
+        self._track(op, None)
+
+    def _track(self, op: Future[Any], open_for: str | None) -> None:
+        """``track``; with ``open_for``, only while OPEN (else ``InvalidTxnStatusError``)."""
         with self._lock:
+            if open_for is not None:
+                self._require_open(open_for)
             self._ops.append(op)
             ending = self._ending
             if ending is not None:

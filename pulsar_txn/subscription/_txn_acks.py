@@ -52,14 +52,16 @@ class TxnAcking(ConsumerBase[T]):
         try:
             sub_topic = self._txn_ack_topic(kind, mids)
         except PulsarTxnError as exc:
-            txn.record_failure(exc)
+            # Refused outright once the end has begun (InvalidTxnStatusError): an ack made after
+            # commit() must not turn it into an abort of everything before.
+            txn.record_failure(exc, "acknowledge")
             raise
         # Counted from here until tracked: a commit beginning meanwhile waits for this ack's write.
         registered = txn.begin_ack(str(sub_topic), self.subscription)
         try:
             return self._ack_counted(txn, kind, mids, registered)
         except PulsarTxnError as exc:
-            txn.record_failure(exc)  # before op_finished: a commit waiting on it then sees the failure
+            txn.record_failure(exc, None)  # before op_finished: a commit waiting on it sees the failure
             raise
         finally:
             txn.op_finished(None)
