@@ -13,6 +13,9 @@ from pulsar_txn._args import token_problem
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.naming import DEFAULT_LOG_TOPIC, WILDCARD_HOSTS, service_host_port, system_topic_setting
 
+# Millisecond settings only compared with times and added to them, never waited on as such.
+_UNBOUNDED_MS = frozenset({"default_txn_timeout_ms", "max_txn_timeout_ms", "end_txn_retention_ms"})
+
 
 class CoordinatorConfig(BaseModel):
     """Tunables of the transaction coordinator. Defaults follow Pulsar where Pulsar has one."""
@@ -147,9 +150,10 @@ class CoordinatorConfig(BaseModel):
             if problem is not None:
                 raise ValueError(f"{name} {problem}")
         for name in type(self).model_fields:
-            # Durations end up in librdkafka's 32-bit timeouts or in waits: a longer one failed
-            # every Kafka write (a wrapped, negative message.timeout.ms) or a wait (OverflowError).
-            if name.endswith("_ms") and getattr(self, name) > MAX_TIMEOUT_MS:
+            # Durations that end up in librdkafka's 32-bit timeouts or in waits: a longer one
+            # failed every Kafka write (a wrapped, negative message.timeout.ms) or a wait
+            # (OverflowError). Transaction timeouts and retention are only compared and added.
+            if name.endswith("_ms") and name not in _UNBOUNDED_MS and getattr(self, name) > MAX_TIMEOUT_MS:
                 raise ValueError(f"{name} exceeds {MAX_TIMEOUT_MS} ms (about 24.8 days)")
         if self.default_txn_timeout_ms > self.max_txn_timeout_ms:
             raise ValueError("default_txn_timeout_ms exceeds max_txn_timeout_ms")

@@ -66,7 +66,12 @@ class MessageId:
     def deserialize(message_id_bytes: bytes | str, topic: str | None = None) -> MessageId:
         """The id ``serialize`` gave, as bytes or (as pulsar-client takes too) text."""
         try:
-            text = message_id_bytes if isinstance(message_id_bytes, str) else bytes(message_id_bytes).decode()
+            if isinstance(message_id_bytes, str):
+                text = message_id_bytes
+            elif isinstance(message_id_bytes, bytes | bytearray | memoryview):
+                text = bytes(message_id_bytes).decode()
+            else:  # bytes(int) would allocate that many zero bytes
+                raise TypeError(type(message_id_bytes).__name__)
             mid = _message.MessageId.parse(text)
         except (ValueError, TypeError, UnicodeDecodeError):
             raise ConfigError(f"not a serialized MessageId: {message_id_bytes!r}") from None

@@ -71,8 +71,9 @@ def test_deserialize_takes_the_serialized_id_as_text_too_and_refuses_garbage_tex
     assert compat.MessageId.deserialize(mid.serialize().decode()) == mid
     with pytest.raises(compat.InvalidConfiguration):
         compat.MessageId.deserialize("garbage")
-    with pytest.raises(compat.InvalidConfiguration):
-        compat.MessageId.deserialize(5)  # type: ignore[arg-type]
+    for not_bytes in (5, 2**62, 2**70, None):  # bytes(2**62): MemoryError (diff review)
+        with pytest.raises(compat.InvalidConfiguration):
+            compat.MessageId.deserialize(not_bytes)  # type: ignore[arg-type]
 
 
 def test_ids_order_against_the_librarys_own_ids_and_refuse_other_types() -> None:

@@ -106,7 +106,7 @@ def test_a_kafka_number_setting_refuses_true_and_false() -> None:
 
 @pytest.mark.parametrize(
     "setting",
-    ["log_write_timeout_ms", "tb_topic_refresh_ms", "recovery_timeout_ms", "end_txn_retention_ms"],
+    ["log_write_timeout_ms", "tb_topic_refresh_ms", "recovery_timeout_ms", "end_retry_max_backoff_ms"],
 )
 def test_a_duration_longer_than_kafka_clients_take_is_refused(setting: str) -> None:
     """Found by review (session 42): log_write_timeout_ms=3e9 passed validation, wrapped into a
@@ -123,6 +123,9 @@ def test_a_duration_longer_than_kafka_clients_take_is_refused(setting: str) -> N
     assert getattr(CoordinatorConfig(**{setting: MAX_TIMEOUT_MS}), setting) == MAX_TIMEOUT_MS
     with pytest.raises(ValidationError, match="group_session_timeout_ms"):
         CoordinatorConfig(group_session_timeout_ms=3_600_001)
+    # Only compared and added (the diff review: a config of 30-day transactions loaded before).
+    month = 30 * 86_400_000
+    assert CoordinatorConfig(max_txn_timeout_ms=month, end_txn_retention_ms=month).max_txn_timeout_ms == month
     with pytest.raises(ValidationError, match="request_timeout_ms"):
         KafkaConfig(bootstrap_servers="k:9092", request_timeout_ms=MAX_TIMEOUT_MS + 1)
 
