@@ -195,6 +195,10 @@ class GroupReader:
         self._assigned_pairs: list[tuple[str, int]] = []
         self._starts: dict[tuple[str, int], int] = {}  # where each assigned partition was started
         self._unread: set[tuple[str, int]] = set()  # assigned partitions with no record delivered yet
+        # Where each partition reads next, after what was delivered and the ends reported (not the
+        # client's position: librdkafka before 2.16, #4844, puts it one past the end once consume()
+        # returns the end event, and resume_all's seek there skipped the next record written).
+        self._next: dict[tuple[str, int], int] = {}
         self.eof: dict[tuple[str, int], int] = {}
 
     def subscribe(self, topics: list[str]) -> None:
@@ -209,6 +213,7 @@ class GroupReader:
         self._assigned_pairs = pairs
         self._starts = {pair: starts.get(pair, 0) for pair in pairs}
         self._unread = set(pairs)
+        self._next = {}
         consumer.assign(
             [
                 TopicPartition(tp.topic, tp.partition, starts.get((tp.topic, tp.partition), 0))
@@ -224,6 +229,7 @@ class GroupReader:
         self._assigned_pairs = []
         self._starts = {}
         self._unread = set()
+        self._next = {}
         consumer.unassign()
 
     def poll_batch(self, max_records: int = 5000, timeout: float = 0.1) -> list[Any]:
@@ -240,17 +246,21 @@ class GroupReader:
                 self._end(err.str())
                 return []
             raise
-        unread = self._unread  # after the poll: an assignment made in it replaces the set
+        unread, after = self._unread, self._next  # after the poll: an assignment in it replaces them
         for msg in msgs:
             err = msg.error()
             if err is None:
                 out.append(msg)
                 pair = (msg.topic() or "", msg.partition() or 0)
                 self.eof.pop(pair, None)
+                after[pair] = (msg.offset() or 0) + 1
                 if unread:
                     unread.discard(pair)
             elif err.code() == KafkaError._PARTITION_EOF:
-                self.eof[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+                pair = (msg.topic() or "", msg.partition() or 0)
+                end = msg.offset() or 0
+                self.eof[pair] = end
+                after[pair] = max(after.get(pair, end), end)
             elif is_fatal(err):
                 self._end(err.str())
                 return []
@@ -285,8 +295,10 @@ class GroupReader:
         except KafkaException as exc:
             raise StoreError(f"seek of {topic}[{partition}] to its start: {exc}", retriable=True) from None
         self.eof.pop((topic, partition), None)
+        self._next.pop((topic, partition), None)
         if (topic, partition) in self._starts:  # where resume_all seeks it back to until it delivers
             self._starts[(topic, partition)] = OFFSET_BEGINNING
+            self._unread.add((topic, partition))
 
     def pause_all(self) -> None:
         """Stop fetching while idle (brokers that answer empty fetches at once make idle readers spin)."""
@@ -304,21 +316,19 @@ class GroupReader:
         if not assignment:
             return
         self._consumer.resume(assignment)
-        try:
-            positions = self._consumer.position(assignment)
-        except (KafkaException, RuntimeError):
-            return
-        for tp in positions:
-            if tp.offset < 0:
+        for tp in assignment:
+            pair = (tp.topic, tp.partition)
+            at = self._next.get(pair)
+            if at is None:
                 # Nothing delivered since the assignment: sought back to where it was assigned. An
                 # end reported for it may be stale (from before the assignment), and left in place it
                 # kept counting as caught up: each pause then dropped the first fetch, which on a
                 # loaded machine never came back within one poll, and the partition was never read
-                # again. (A position can also be unknown after a delivery: then left as it is.)
-                pair = (tp.topic, tp.partition)
+                # again.
                 if pair not in self._unread or pair not in self._starts:
                     continue
-                tp = TopicPartition(tp.topic, tp.partition, self._starts[pair])
+                at = self._starts[pair]
+            tp = TopicPartition(tp.topic, tp.partition, at)
             try:
                 self._consumer.seek(tp)
             except KafkaException as exc:

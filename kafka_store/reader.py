@@ -213,19 +213,13 @@ class PartitionReader:
     def rearm_ends(self, partitions: list[tuple[str, int]]) -> None:
         """Have these partitions report their end anew: librdkafka reports an end once per arrival
         there, so a partition that got nothing new since would never report it again. Each is sought
-        to its own position (nothing skipped or read twice), and ``at_eof`` holds again only once a
-        fetch made after this call has reached the end."""
-        if not partitions:
-            return
-        try:
-            positions = self.consumer.position([TopicPartition(t, p) for t, p in partitions])
-        except KafkaException as exc:
-            raise _translate(exc, "positions") from None
-        for tp in positions:
-            key = (tp.topic, tp.partition)
-            offset = tp.offset if tp.offset >= 0 else self._next.get(key, -1)  # nothing consumed yet
-            if offset >= 0:
-                self.seek(tp.topic, tp.partition, offset)
+        to where it reads next as this reader keeps it (nothing skipped or read twice: not the
+        client's position, see ``_on_error``), and ``at_eof`` holds again only once a fetch made
+        after this call has reached the end."""
+        for topic, partition in partitions:
+            offset = self._next.get((topic, partition), OFFSET_INVALID)
+            if offset >= 0 or offset == OFFSET_BEGINNING:  # the beginning is sought again as such
+                self.seek(topic, partition, offset)
 
     def eof_offset(self, topic: str, partition: int) -> int | None:
         """The end offset seen when the reader last reached the end of the partition (None if not)."""
@@ -244,7 +238,10 @@ class PartitionReader:
     def _poll_messages(self, max_records: int, timeout: float, records: bool) -> list[Any]:
         """Client messages, or (``records``) ``StoredRecord``s."""
         if not self._idle_backoff:
-            return self._poll_now(max_records, timeout, records)
+            out = self._poll_now(max_records, timeout, records)
+            if out:  # where reading goes on (rearm_ends): not the client's position (see _on_error)
+                self._note_next(out, records)
+            return out
         # The idle gate: fetch in short open windows, paused in between while nothing arrives.
         deadline = time.monotonic() + timeout
         wait_until = deadline
@@ -269,8 +266,7 @@ class PartitionReader:
             out = self._poll_now(
                 max_records - len(got), min(max(wait_until - time.monotonic(), 0.0), _POLL_SLICE_S), records
             )
-            for tp, offset in _last_offsets(out, records, self._assigned).items():
-                self._next[tp] = max(self._next.get(tp, 0), offset + 1)  # never back below an end reached
+            self._note_next(out, records)
             got.extend(out)
             # Pause once every partition has reported, since the gate opened, an end we have consumed
             # up to: then nothing fetched can be waiting, however slow the broker is. Checked after
@@ -284,6 +280,10 @@ class PartitionReader:
                     return got
             if (got and not settling) or len(got) >= max_records or time.monotonic() >= wait_until:
                 return got
+
+    def _note_next(self, out: list[Any], records: bool) -> None:
+        for tp, offset in _last_offsets(out, records, self._assigned).items():
+            self._next[tp] = max(self._next.get(tp, 0), offset + 1)  # never back below an end reached
 
     @property
     def idle_gate_closed(self) -> bool:
@@ -361,14 +361,16 @@ class PartitionReader:
         err = msg.error()
         if err.code() == KafkaError._PARTITION_EOF:
             tp = (msg.topic() or "", msg.partition() or 0)
-            self._eof[tp] = msg.offset() or 0
+            end = msg.offset() or 0
+            self._eof[tp] = end
+            # Reading goes on from the end: offsets below it that no record was delivered for (below
+            # the log start, trailing control records) must not keep the gate open for good (the end
+            # event comes after the partition's records). Kept here, not read from the client:
+            # librdkafka before 2.16 (#4844) puts its position one past the end once consume()
+            # returns the end event, and a seek there skipped the next record written.
+            self._next[tp] = max(self._next.get(tp, end), end)
             if self._idle_backoff:
-                end = msg.offset() or 0
                 self._eof_seen[tp] = end
-                # Reading goes on from the end: offsets below it that no record was delivered
-                # for (below the log start, trailing control records) must not keep the gate
-                # open for good (the end event comes after the partition's records).
-                self._next[tp] = max(self._next.get(tp, end), end)
         elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
             raise TopicNotFoundError(f"read {msg.topic()}[{msg.partition()}]: {err.str()}")
         elif err.fatal():
