@@ -12,6 +12,7 @@ from pulsar_txn import _args
 from pulsar_txn._boundary import public_errors
 from pulsar_txn.errors import (
     ConfigError,
+    MessageTooBig,
     Timeout,
 )
 from pulsar_txn.message import Message, MessageId
@@ -203,6 +204,20 @@ class Receiving(ConsumerBase[T]):
         for i, (msg, part) in enumerate(dead):
             try:
                 self._dead_letter(msg, part)
+            except MessageTooBig as exc:
+                # Its copy can never be stored (the DLQ's two properties pushed a message near the
+                # limit over it): retried, it held the cursor back for good. Said once, then the
+                # message goes to the application as if under the limit of redeliveries (a nack
+                # of it tries the DLQ again).
+                mid, dlq = msg.message_id, self._dlq
+                with self._lock:
+                    assert dlq is not None
+                    self._redelivery_counts[(mid.topic, mid.partition, mid.offset)] = dlq.max_redeliver_count
+                    for later, _part in dead[i:]:
+                        self._requeue(later, 0.0 if later is msg else 1.0)
+                raise MessageTooBig(
+                    f"{mid} cannot be dead-lettered ({exc}); the next receive delivers it instead"
+                ) from exc
             except BaseException:
                 # Not lost: this one and the rest come round again (their counts unchanged).
                 with self._lock:
