@@ -283,6 +283,9 @@ class TransactionBufferService:
         with self._lock:
             for tp in partitions:
                 self._owned.pop(tp, None)
+        # Now: the loop idles from here on and rebuilds them no more (a fenced node listed the
+        # partitions its successor serves, with frozen numbers, in its stats and /metrics).
+        self._refresh_stats()
 
     def _same_partition(self, tp: TP, owned: _Owned) -> bool | None:
         """Before a snapshot: is the record last folded at the previous snapshot (or load) still there?

@@ -296,3 +296,27 @@ def test_resolving_a_hanging_txn_behind_the_service_fold_adds_no_marker_after_th
         service._appender.close()
     assert markers() == [(txn.txn_id, TxnAction.COMMIT)]
     assert service.hanging_resolved == 0
+
+
+def test_a_fenced_tb_service_stops_listing_the_partitions_it_gave_up(
+    kafka: KafkaConfig, coord_config: Callable[..., CoordinatorConfig], uid: str
+) -> None:
+    """Found by the multi-coordinator review (session 42): a service fenced by another with its
+    group_instance_id dropped its partitions but kept listing them, with frozen numbers, in its
+    stats and /metrics (its loop idles from then on and rebuilt them no more)."""
+    topic = f"tbfenced_{uid}"
+    TopicAdmin(kafka).ensure_topic(topic, 1, {})
+    config = coord_config(
+        tb_snapshot_interval_ms=100, tb_topic_refresh_ms=300, group_instance_id=f"same-{uid}"
+    )
+    first, second = TransactionBufferService(kafka, config), TransactionBufferService(kafka, config)
+    name = f"{topic}-partition-0"
+    first.start()
+    try:
+        wait_until(lambda: name in first.stats()["partitions"], 30, what="the first service owns it")
+        second.start()  # same instance id: the broker fences the first
+        wait_until(lambda: name in second.stats()["partitions"], 30, what="the second service owns it")
+        wait_until(lambda: name not in first.stats()["partitions"], 30, what="the fenced one drops it")
+    finally:
+        second.stop()
+        first.stop()
