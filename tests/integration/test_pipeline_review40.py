@@ -52,9 +52,8 @@ def test_a_second_instance_id_on_the_subscription_gives_up_with_consumer_busy(
     holder.close()
 
 
-def test_the_pipeline_cli_passes_the_log_topic_to_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Outcomes of unsure batches are looked up in the coordinators' log: a cluster with another
-    log topic could never be asked (the CLI had no way to name it)."""
+def _client_settings_of_the_cli(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, Any]:
+    """The keyword arguments ``pulsar-txn pipeline <argv>`` makes its Client with (nothing runs)."""
     from pulsar_txn import client as client_module
     from pulsar_txn.pipeline import cli as pipeline_cli
 
@@ -70,10 +69,16 @@ def test_the_pipeline_cli_passes_the_log_topic_to_its_client(monkeypatch: pytest
     monkeypatch.setattr(client_module, "Client", recording)
     parser = argparse.ArgumentParser()
     pipeline_cli.add_arguments(parser)
-    argv = "--service-url pulsar://127.0.0.1:1 --bootstrap-servers 127.0.0.1:1 --input i --output o"
-    args = parser.parse_args([*argv.split(), "--log-topic", "__my_log"])
     with pytest.raises(Stop):
-        pipeline_cli.run(args)
+        pipeline_cli.run(parser.parse_args(argv))
+    return seen
+
+
+def test_the_pipeline_cli_passes_the_log_topic_to_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outcomes of unsure batches are looked up in the coordinators' log: a cluster with another
+    log topic could never be asked (the CLI had no way to name it)."""
+    argv = "--service-url pulsar://127.0.0.1:1 --bootstrap-servers 127.0.0.1:1 --input i --output o"
+    seen = _client_settings_of_the_cli(monkeypatch, [*argv.split(), "--log-topic", "__my_log"])
     assert seen["log_topic"] == "__my_log"
 
 
@@ -82,32 +87,13 @@ def test_the_pipeline_cli_reads_kafka_settings_from_a_config_file_with_secrets_f
 ) -> None:
     """Found by the CLI review (session 42): ``pulsar-txn pipeline`` had no ``--config``, so it could
     not reach a Kafka cluster that needs SASL or SSL (every other Kafka-reading command could)."""
-    from pulsar_txn import client as client_module
-    from pulsar_txn.pipeline import cli as pipeline_cli
-
-    seen: dict[str, Any] = {}
-
-    class Stop(Exception):
-        pass
-
-    def recording(*_args: Any, **kwargs: Any) -> None:
-        seen.update(kwargs)
-        raise Stop
-
-    monkeypatch.setattr(client_module, "Client", recording)
     monkeypatch.setenv("PULSAR_TXN_SASL_PASSWORD", "s3cret")
     config = tmp_path / "pipeline.toml"
     config.write_text(
         '[kafka]\nbootstrap_servers = "kafka:9093"\nsecurity_protocol = "SASL_SSL"\n'
         'sasl_mechanism = "PLAIN"\nsasl_username = "pipe"\n'
     )
-    parser = argparse.ArgumentParser()
-    pipeline_cli.add_arguments(parser)
-    args = parser.parse_args(
-        ["--service-url", "pulsar://127.0.0.1:1", "--config", str(config), "--input", "i", "--output", "o"]
-    )
-    with pytest.raises(Stop):
-        pipeline_cli.run(args)
-    conf = seen["kafka"].to_librdkafka()
+    argv = ["--service-url", "pulsar://127.0.0.1:1", "--config", str(config), "--input", "i", "--output", "o"]
+    conf = _client_settings_of_the_cli(monkeypatch, argv)["kafka"].to_librdkafka()
     assert conf["bootstrap.servers"] == "kafka:9093" and conf["security.protocol"] == "SASL_SSL"
     assert conf["sasl.password"] == "s3cret"
