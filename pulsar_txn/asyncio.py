@@ -342,6 +342,8 @@ class AsyncProducer(Generic[T]):
             await _connected(sync_txn, self._pool)
             if self.sync._refresh_due():  # a metadata request: not on the event loop
                 await self._pool.run(self.sync._refresh_partitions)
+            if sync_txn is not None and self.sync._compacted is None:  # DescribeConfigs, as above
+                await self._pool.run(self.sync._refuse_compacted)
             fut = self.sync.send_async(
                 content,
                 callback,
