@@ -16,6 +16,7 @@ from kafka_store import StoreError, TopicAdmin
 from pulsar_txn.client import Client
 from pulsar_txn.errors import (
     ConfigError,
+    MessageTooBig,
     PulsarTxnError,
     Timeout,
     TopicNotFound,
@@ -25,7 +26,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.message import MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.producer import Producer
-from spark._write_schema import RowLayout
+from spark._write_schema import OutMessage, RowLayout
 
 _CHECK_EVERY = 10_000  # in-flight sends between checks for an early failure
 
@@ -116,29 +117,26 @@ def write_partition(
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
+    client = client_for(settings)
+    producers: dict[tuple[str, int | None], Producer[bytes | str]] = {}
     if ctx is not None and ctx.attemptNumber() > 0:
         # An earlier attempt of this task may have produced part of the partition into the same
         # transaction: producing again would duplicate it. Fail, so the driver aborts the whole txn.
         # (A re-run stage starts its tasks at attempt 0 again, and PySpark's TaskContext has no stage
-        # attempt number: the driver checks that case, writer._retried_result_stage.)
+        # attempt number: the driver checks that case, writer._retried_result_stage.) Spark reports
+        # only the last attempt's error: a failure the rows themselves cause (a bad row, a missing or
+        # compacted topic, a message over the record limit) is found again and raised as it was.
+        _fail_as_before(client, layout, rows, producers)
         raise TransactionHasOperationFailed(
             f"task for partition {ctx.partitionId()} is attempt {ctx.attemptNumber()}: an earlier attempt "
             f"may have produced into {txn_id}; the batch must be retried in a new transaction (why the "
             "first attempt failed is in its task's error: the stage's failed tasks in the Spark UI or log)"
         )
-    client = client_for(settings)
     txn = client.resume_transaction(txn_id, txn_timeout_ms)
-    producers: dict[tuple[str, int | None], Producer[bytes | str]] = {}
     inflight: deque[Future[MessageId]] = deque()
     for row in rows:
         msg = layout.message(row)
-        producer = producers.get((msg.topic, msg.partition))
-        if producer is None:
-            require_topic(client, msg.topic)
-            name = TopicName.parse(msg.topic)
-            if msg.partition is not None:
-                name = name.with_partition(msg.partition)
-            producer = producers[(msg.topic, msg.partition)] = client.create_producer(str(name))
+        producer = _producer_for(client, producers, msg)
         inflight.append(
             producer.send_async(msg.value, txn=txn, partition_key=msg.key, properties=msg.properties or None)
         )
@@ -149,6 +147,39 @@ def write_partition(
         producer.flush()
     for fut in inflight:
         _check(fut, settings.operation_timeout_seconds)
+
+
+def _producer_for(
+    client: Client, producers: dict[tuple[str, int | None], Producer[bytes | str]], msg: OutMessage
+) -> Producer[bytes | str]:
+    """The producer of ``msg``'s topic (and partition, if the row names one), made once per task."""
+    producer = producers.get((msg.topic, msg.partition))
+    if producer is None:
+        require_topic(client, msg.topic)
+        name = TopicName.parse(msg.topic)
+        if msg.partition is not None:
+            name = name.with_partition(msg.partition)
+        producer = producers[(msg.topic, msg.partition)] = client.create_producer(str(name))
+    return producer
+
+
+def _fail_as_before(
+    client: Client,
+    layout: RowLayout,
+    rows: Iterable[Any],
+    producers: dict[tuple[str, int | None], Producer[bytes | str]],
+) -> None:
+    """For a retried task: raise the error the rows make a send fail with, without producing (each
+    row checked as a send checks it; a message within a few hundred bytes of the limit, whose
+    headers decide, is not caught here)."""
+    limit = client._appender().max_record_bytes
+    for row in rows:
+        msg = layout.message(row)  # a bad row: IncompatibleSchema
+        _producer_for(client, producers, msg)._refuse_compacted()  # missing or compacted topic
+        size = len(msg.value) + len((msg.key or "").encode())
+        size += sum(len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
+        if size > limit:
+            raise MessageTooBig(f"a row's message is {size} bytes: over the {limit}-byte record limit")
 
 
 def _check(fut: Future[MessageId], timeout: float) -> None:
