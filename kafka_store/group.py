@@ -194,10 +194,10 @@ class GroupReader:
         # and asking the client costs a TopicPartition object per assigned partition each time.
         self._assigned_pairs: list[tuple[str, int]] = []
         self._starts: dict[tuple[str, int], int] = {}  # where each assigned partition was started
-        self._unread: set[tuple[str, int]] = set()  # assigned partitions with no record delivered yet
         # Where each partition reads next, after what was delivered and the ends reported (not the
         # client's position: librdkafka before 2.16, #4844, puts it one past the end once consume()
-        # returns the end event, and resume_all's seek there skipped the next record written).
+        # returns the end event, and resume_all's seek there skipped the next record written). A
+        # partition not in it has delivered nothing since it was assigned or sought to its start.
         self._next: dict[tuple[str, int], int] = {}
         self.eof: dict[tuple[str, int], int] = {}
 
@@ -212,7 +212,6 @@ class GroupReader:
         starts = self._on_assign(pairs)
         self._assigned_pairs = pairs
         self._starts = {pair: starts.get(pair, 0) for pair in pairs}
-        self._unread = set(pairs)
         self._next = {}
         consumer.assign(
             [
@@ -228,7 +227,6 @@ class GroupReader:
         self._on_revoke(pairs)
         self._assigned_pairs = []
         self._starts = {}
-        self._unread = set()
         self._next = {}
         consumer.unassign()
 
@@ -246,7 +244,7 @@ class GroupReader:
                 self._end(err.str())
                 return []
             raise
-        unread, after = self._unread, self._next  # after the poll: an assignment in it replaces them
+        after = self._next  # after the poll: an assignment made in it replaces it
         for msg in msgs:
             err = msg.error()
             if err is None:
@@ -254,8 +252,6 @@ class GroupReader:
                 pair = (msg.topic() or "", msg.partition() or 0)
                 self.eof.pop(pair, None)
                 after[pair] = (msg.offset() or 0) + 1
-                if unread:
-                    unread.discard(pair)
             elif err.code() == KafkaError._PARTITION_EOF:
                 pair = (msg.topic() or "", msg.partition() or 0)
                 end = msg.offset() or 0
@@ -298,7 +294,6 @@ class GroupReader:
         self._next.pop((topic, partition), None)
         if (topic, partition) in self._starts:  # where resume_all seeks it back to until it delivers
             self._starts[(topic, partition)] = OFFSET_BEGINNING
-            self._unread.add((topic, partition))
 
     def pause_all(self) -> None:
         """Stop fetching while idle (brokers that answer empty fetches at once make idle readers spin)."""
@@ -325,9 +320,9 @@ class GroupReader:
                 # kept counting as caught up: each pause then dropped the first fetch, which on a
                 # loaded machine never came back within one poll, and the partition was never read
                 # again.
-                if pair not in self._unread or pair not in self._starts:
+                at = self._starts.get(pair)
+                if at is None:
                     continue
-                at = self._starts[pair]
             tp = TopicPartition(tp.topic, tp.partition, at)
             try:
                 self._consumer.seek(tp)

@@ -302,9 +302,15 @@ class Planner:
             f"{tp[0]}[{tp[1]}]: {what} is {now_at}, below the query's offset {offset}: the topic was "
             "deleted and created again; records may have been missed"
         )
+        self._lost(text, "go on", "going on from the new partition")
+
+    def _lost(self, text: str, instead: str, then: str) -> None:
+        """Records may have been missed (``text`` says how): a ``DataLossError`` naming what
+        ``failOnDataLoss=false`` does (``instead``), or with it a warning of what the query does now
+        (``then``)."""
         if self.opts.fail_on_data_loss:
-            raise DataLossError(f"{text} (set failOnDataLoss=false to go on)")
-        log.warning("%s; going on from the new partition", text)
+            raise DataLossError(f"{text} (set failOnDataLoss=false to {instead})")
+        log.warning("%s; %s", text, then)
 
     def vanished(self, tps: list[TopicPartition]) -> None:
         """A running stream's partitions ``tps`` are gone (their topic deleted): what the query had
@@ -312,18 +318,14 @@ class Planner:
         that are gone, or (``failOnDataLoss=false``) a warning; the query reads on without them."""
         names = ", ".join(f"{t}[{p}]" for t, p in tps)
         text = f"{names}: gone (the topic was deleted); records not read yet may have been missed"
-        if self.opts.fail_on_data_loss:
-            raise DataLossError(f"{text} (set failOnDataLoss=false to go on)")
-        log.warning("%s; going on without them", text)
+        self._lost(text, "go on", "going on without them")
 
     def past_end(self, tp: TopicPartition, start: int, end: int) -> int:
         """A ``startingOffsets`` offset past the partition's end offset: a ``DataLossError``, as
         Spark's Kafka source reports it once it plans there, or (``failOnDataLoss=false``) a warning
         and the end offset, where Spark's source goes on from."""
         text = f"{tp[0]}[{tp[1]}]: startingOffsets {start} is past the partition's end offset {end}"
-        if self.opts.fail_on_data_loss:
-            raise DataLossError(f"{text} (set failOnDataLoss=false to start at the end)")
-        log.warning("%s; starting at the end", text)
+        self._lost(text, "start at the end", "starting at the end")
         return end
 
     def check_start(self, tp: TopicPartition, start: int, low: int) -> int:
