@@ -41,7 +41,7 @@ from pulsar_txn._topic_delete import TopicDeleted
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Timeout
-from pulsar_txn.message import EARLIEST, Message, MessageId
+from pulsar_txn.message import EARLIEST, Message, MessageId, moved_by_seek
 from pulsar_txn.producer import Producer, SendCallback
 from pulsar_txn.reader import Reader
 from pulsar_txn.schema import Schema
@@ -535,8 +535,11 @@ class AsyncConsumer(Generic[T]):
     async def seek(self, message_id: MessageId | int) -> None:
         """Reset the subscription's cursor on that partition to ``message_id``."""
         await self._settle_orphan()
-        self._stash.clear()
         await self._pool.run(self.sync.seek, message_id)
+        # Received by a cancelled call and handed out to nobody: those of a partition the seek moved
+        # come again from the new position; the others' are delivered by the next calls (the sync
+        # consumer counts them delivered, so nothing else would).
+        self._stash = deque(m for m in self._stash if not moved_by_seek(message_id, m.message_id))
 
     async def close(self) -> None:
         """Persist the cursor and leave the subscription."""

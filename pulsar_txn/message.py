@@ -86,6 +86,16 @@ EARLIEST = MessageId("", -1, -2)
 LATEST = MessageId("", -1, -1)
 """Start a reader after the last committed message (Pulsar's ``MessageId.latest``)."""
 
+
+def moved_by_seek(target: MessageId | int, message_id: MessageId) -> bool:
+    """Whether a seek to ``target`` moves the partition ``message_id`` lies in: a publish time,
+    ``EARLIEST`` and ``LATEST`` move every partition, an id only its own (one without a topic: that
+    partition of the one topic a seek accepts it for)."""
+    if not isinstance(target, MessageId) or target in (EARLIEST, LATEST):
+        return True
+    return target.partition == message_id.partition and target.topic in ("", message_id.topic)
+
+
 _BYTES = BytesSchema()
 
 

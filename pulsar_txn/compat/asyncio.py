@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import re
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -32,8 +33,9 @@ from pulsar_txn.compat import (
     _api,
     _params,
 )
-from pulsar_txn.compat._ids import Message, MessageId
+from pulsar_txn.compat._ids import Message, MessageId, native_id
 from pulsar_txn.errors import PulsarTxnError, Timeout
+from pulsar_txn.message import moved_by_seek
 from pulsar_txn.transaction import Transaction, TransactionBuilder
 
 T = TypeVar("T")
@@ -57,6 +59,7 @@ class _Waiter:
     def __init__(self, next_message: Callable[[int], Message[Any]]) -> None:
         self._next = next_message
         self._pending: asyncio.Future[Message[Any]] | None = None
+        self._held: deque[Message[Any]] = deque()  # brought by a slice a seek waited for
         # One caller at a time: concurrent receives all awaited the same slice and got the same
         # message (pulsar.asyncio gives each receive its own).
         self._lock = asyncio.Lock()
@@ -64,31 +67,44 @@ class _Waiter:
     async def next(self) -> Message[Any]:
         async with self._lock:
             while True:
+                if self._held:
+                    return self._held.popleft()
                 if self._pending is None:
                     self._pending = asyncio.ensure_future(_run(self._next, _SLICE_MS))
                     # A slice left by a cancelled call may end in an error nobody awaits (the
                     # consumer closed): asyncio logged "Task exception was never retrieved".
                     self._pending.add_done_callback(_retrieved)
+                pending = self._pending
                 try:
-                    msg = await asyncio.shield(self._pending)
+                    msg = await asyncio.shield(pending)
                 except asyncio.CancelledError:
                     raise  # the slice goes on: the next call takes what it brings
                 except Timeout:
-                    self._pending = None
+                    self._release(pending)
                     continue
                 except BaseException:
-                    self._pending = None  # an error ends this slice only: the next call reads again
+                    self._release(pending)  # an error ends this slice only: the next call reads again
                     raise
+                if self._pending is not pending:
+                    continue  # a seek took the slice over: its message, if kept, is in _held
                 self._pending = None
                 return msg
 
-    async def discard(self) -> None:
-        """Before a seek: let a slice left by a cancelled call end, and drop what it brought (it is
-        from before the seek; what lies after the new position is read again from there)."""
+    def _release(self, pending: asyncio.Future[Message[Any]]) -> None:
+        if self._pending is pending:
+            self._pending = None
+
+    async def seek(self, messageid: Any, seek: Callable[[Any], None]) -> None:
+        """Seek with the blocking layer's ``seek``. A slice left by a cancelled call ends first; what
+        it brought is dropped if the seek moved its partition (it is read again from the new
+        position) and delivered by the next call otherwise (the blocking layer counts it read)."""
         pending, self._pending = self._pending, None
         if pending is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(pending)
+                self._held.append(await asyncio.shield(pending))
+        await _run(seek, messageid)
+        target = _api._seek_target(messageid)
+        self._held = deque(m for m in self._held if not moved_by_seek(target, native_id(m)))
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
@@ -221,8 +237,7 @@ class Consumer(Generic[T]):
 
     async def seek(self, messageid: Any) -> None:
         """Move the subscription to a MessageId, or to a publish time (ms since the epoch)."""
-        await self._waiter.discard()
-        await _run(self.sync.seek, messageid)
+        await self._waiter.seek(messageid, self.sync.seek)
 
     async def get_last_message_id(self) -> MessageId:
         """See ``pulsar_txn.compat.Consumer.get_last_message_id``."""
@@ -262,8 +277,7 @@ class Reader(Generic[T]):
 
     async def seek(self, messageid: Any) -> None:
         """Move the reader to a MessageId, or to a publish time (ms since the epoch)."""
-        await self._waiter.discard()
-        await _run(self.sync.seek, messageid)
+        await self._waiter.seek(messageid, self.sync.seek)
 
     async def close(self) -> None:
         """Close the reader."""

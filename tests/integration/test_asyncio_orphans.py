@@ -5,13 +5,18 @@ test failed before its fix)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+import pulsar_txn.compat as pulsar
+import pulsar_txn.compat.asyncio as pulsar_asyncio
+from pulsar_txn import MessageId, Timeout
 from pulsar_txn.asyncio import AsyncClient
-from tests.conftest import Cluster, wait_until
+from tests.conftest import Cluster, compat_options, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +128,89 @@ def test_a_reader_and_producer_opened_for_cancelled_callers_are_closed(
     wait_until(lambda: len(opened) == 2, 30, what="both opened after all")
     reader, producer = opened
     wait_until(lambda: reader._closed and producer._closed, 30, what="both closed")  # type: ignore[attr-defined]
+
+
+def _on_partition_1(c: Cluster, topic: str, n: int) -> None:
+    """A topic of two partitions whose messages all lie on partition 1."""
+    c.client.create_topic(topic, 2)
+    producer = c.client.create_producer(f"{topic}-partition-1")
+    for i in range(n):
+        producer.send(f"m{i}".encode())
+
+
+async def _drain(next_message: Callable[[], Any]) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(await asyncio.wait_for(next_message(), 1.5))
+        except (TimeoutError, Timeout):
+            return out
+
+
+def test_a_seek_keeps_what_a_cancelled_receive_took_from_a_partition_it_does_not_move(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A receive cancelled while its poll waits for the pool: the poll still takes m0 of partition 1.
+    A seek of partition 0 leaves partition 1 where it is, so m0 must still be handed out (the seek
+    dropped it, and the sync consumer, which counts it delivered, never sent it again)."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"aio_seek_orphan_{uid}"
+    _on_partition_1(c, topic, 5)
+
+    async def main() -> list[bytes]:
+        async with AsyncClient(c.client, max_workers=1) as client:
+            consumer = await client.subscribe(topic, f"s_{uid}", initial_position="Earliest")
+            busy = asyncio.create_task(client._pool.run(time.sleep, 0.5))
+            await asyncio.sleep(0.1)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(consumer.receive(5000), 0.1)
+            await busy
+            await consumer.seek(MessageId(topic, 0, 0))
+            return [m.data for m in await _drain(lambda: consumer.receive(1000))]
+
+    assert sorted(asyncio.run(main())) == [f"m{i}".encode() for i in range(5)]
+
+
+async def _cancel_until_a_slice_brings_one(waiter: Any, next_message: Callable[[], Any]) -> list[Any]:
+    """Cancels calls until one is cancelled while its slice takes a message (kept for the next call)."""
+    got = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            got.append(await asyncio.wait_for(next_message(), 0.005))
+        except TimeoutError:
+            pending = waiter._pending
+            if pending is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(pending), 1.0)
+                    return got
+    raise AssertionError("no cancelled call's slice brought a message")
+
+
+@pytest.mark.parametrize("kind", ["consumer", "reader"])
+def test_a_compat_async_seek_keeps_what_a_cancelled_call_took_from_a_partition_it_does_not_move(
+    cluster: ClusterFactory, uid: str, kind: str
+) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"compat_seek_orphan_{kind}_{uid}"
+    _on_partition_1(c, topic, 5)
+
+    async def main() -> list[bytes]:
+        client = pulsar_asyncio.Client(c.coordinator.url or "", **compat_options(c))
+        try:
+            if kind == "consumer":
+                earliest = pulsar.InitialPosition.Earliest
+                handle: Any = await client.subscribe(topic, f"s_{uid}", initial_position=earliest)
+                next_message = handle.receive
+            else:
+                handle = await client.create_reader(topic, pulsar.MessageId.earliest)
+                next_message = handle.read_next
+            got = await _cancel_until_a_slice_brings_one(handle._waiter, next_message)
+            await handle.seek(pulsar.MessageId.wrap(MessageId(topic, 0, 0)))  # partition 0 only
+            got += await _drain(next_message)
+            await handle.close()
+            return [m.data() for m in got]
+        finally:
+            await client.close()
+
+    assert sorted(asyncio.run(main())) == [f"m{i}".encode() for i in range(5)]
