@@ -409,7 +409,28 @@ class Appender:
             time.sleep(0.01)
         with self._held_lock:
             held = sum(len(q) for q in self._held.values())
-        return held + sum(int(p.flush(max(0.0, deadline - time.monotonic()))) for p in self._producers())
+        return held + sum(self._drain(p, deadline) for p in self._producers())
+
+    def _drain(self, producer: Producer, deadline: float) -> int:
+        """Wait until the producer has nothing in flight and its delivery reports are served, by
+        its poll thread; returns how many are left. Not the client's ``flush()``: that serves
+        reports on the calling thread beside the poll thread, so one partition's callbacks ran out
+        of send order, and on the application's thread."""
+        pause = 0.0005
+        while True:
+            try:
+                left = len(producer)
+            except RuntimeError:  # destroyed by close() meanwhile: its reports are out
+                return 0
+            now = time.monotonic()
+            if left == 0 or now >= deadline:
+                return left
+            if self._stop.is_set() or in_callback_thread():  # no poll thread serves it (now)
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    return int(producer.flush(deadline - now))
+                return 0
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 0.01)
 
     def _producers(self) -> list[Producer]:
         """The current producer and those set aside with records still in flight."""
@@ -426,8 +447,7 @@ class Appender:
             for producer in self._producers():
                 with contextlib.suppress(KafkaException, RuntimeError):
                     producer.purge()
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    producer.flush(1.0)
+                self._drain(producer, time.monotonic() + 1.0)
         self._stop.set()  # records held for a retry are failed by their retry thread (_resend_held)
         for thread in self._threads:
             thread.join(timeout)

@@ -179,10 +179,11 @@ class Producer(Generic[T]):
         if event_timestamp is not None:
             if isinstance(event_timestamp, bool) or not isinstance(event_timestamp, int | float):
                 raise ConfigError(f"event_timestamp is an int (ms), not {type(event_timestamp).__name__}")
-            if not math.isfinite(event_timestamp) or not 0 < event_timestamp <= _MAX_EVENT_TIME:
+            # Whole ms, checked after the fraction is dropped: 0.5 was stored as 0, "no event time".
+            if not math.isfinite(event_timestamp) or not 0 < int(event_timestamp) <= _MAX_EVENT_TIME:
                 # As Pulsar's builder (``timestamp > 0``): 0 reads back as "no event time".
                 raise ConfigError(
-                    f"event_timestamp must be > 0 ms and fit in 64 bits, not {event_timestamp!r}"
+                    f"event_timestamp must be >= 1 ms and fit in 64 bits, not {event_timestamp!r}"
                 )
             event_time = int(event_timestamp)
         if txn is not None and not isinstance(txn, Transaction):

@@ -568,7 +568,9 @@ def _seek_target(messageid: Any) -> _message.MessageId | int:
 
 
 def _send_options(given: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: given[k] for k in ("properties", "partition_key") if given.get(k) is not None}
+    out = {k: given[k] for k in ("properties",) if given.get(k) is not None}
+    if given.get("partition_key"):  # pulsar-client sets it only when truthy: "" is no key
+        out["partition_key"] = given["partition_key"]
     if given.get("event_timestamp"):  # pulsar-client sets it only when truthy: 0 is "none"
         out["event_timestamp"] = given["event_timestamp"]
     return out

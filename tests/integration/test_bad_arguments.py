@@ -36,11 +36,20 @@ def env(cluster: ClusterFactory, uid: str) -> tuple[ClientType, str]:
         {"properties": [("a", "b")]},
         {"event_timestamp": NAN},
         {"event_timestamp": INF},
+        {"event_timestamp": 0.5},
         {"partition_key": "\ud800"},
         {"properties": {"k": "\ud800"}},
         {"txn": "(0,1)"},
     ],
-    ids=["properties-list", "time-nan", "time-inf", "key-surrogate", "property-surrogate", "txn-str"],
+    ids=[
+        "properties-list",
+        "time-nan",
+        "time-inf",
+        "time-under-1ms",
+        "key-surrogate",
+        "property-surrogate",
+        "txn-str",
+    ],
 )
 def test_a_send_with_a_bad_argument_is_refused_as_config_error(
     env: tuple[ClientType, str], kwargs: dict[str, Any]
