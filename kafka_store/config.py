@@ -3,11 +3,38 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from kafka_store.lograte import LogThrottle
+
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+
+class _Repeats(logging.Filter):
+    """librdkafka logs a dead broker's connection failures once a second per client, for as long as
+    it stays down (~1,400 lines a minute from one coordinator process): lines alike but for their
+    numbers (ports, ms, client names) pass once a minute, with how many were left out."""
+
+    _NUMBERS = re.compile(r"\d+")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._throttle = LogThrottle()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        left_out = self._throttle.admit((record.levelno, self._NUMBERS.sub("#", text)))
+        if left_out is None:
+            return False
+        if left_out:
+            record.msg, record.args = f"{text} (and {left_out} more like it since the last such line)", ()
+        return True
+
+
+_LIBRDKAFKA_LOG.addFilter(_Repeats())
 
 
 def refuse_bool_numbers(cls: type[BaseModel], data: Any) -> Any:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafka_store import CodecError, StoredRecord
+from kafka_store.lograte import THROTTLE
 from pulsar_txn._record_mac import has_valid_mac
 from pulsar_txn.buffer.marker import (
     CTL_HEADER,
@@ -253,7 +254,9 @@ class TxnBufferState:
     def _message(self, offset: int, raw: bytes, headers: Headers) -> Verdict:
         if not raw or len(raw) != 16:
             self.counters.corrupt_txn_headers += 1
-            log.warning(
+            THROTTLE.warning(
+                log,
+                (self.topic, self.partition, "corrupt-txn-header"),
                 "%s[%d]@%d: corrupt TxnID header (%d bytes); skipped",
                 self.topic,
                 self.partition,
@@ -267,8 +270,14 @@ class TxnBufferState:
             return txn
         if txn.most_bits >= self.num_tcs:
             self.counters.unknown_tc_records += 1
-            log.warning(
-                "%s[%d]@%d: message of %s from unknown TC; skipped", self.topic, self.partition, offset, txn
+            THROTTLE.warning(
+                log,
+                (self.topic, self.partition, "unknown-tc"),
+                "%s[%d]@%d: message of %s from unknown TC; skipped",
+                self.topic,
+                self.partition,
+                offset,
+                txn,
             )
             self._discard(offset)
             return False
@@ -313,8 +322,14 @@ class TxnBufferState:
         if self.txn_auth_from is None:
             return True
         self.counters.forged_txn_messages += 1
-        log.warning(
-            "%s[%d]@%d: message of %s failed authentication; skipped", self.topic, self.partition, offset, txn
+        THROTTLE.warning(
+            log,
+            (self.topic, self.partition, "forged-txn-message"),
+            "%s[%d]@%d: message of %s failed authentication; skipped",
+            self.topic,
+            self.partition,
+            offset,
+            txn,
         )
         self._discard(offset)
         return False
@@ -324,13 +339,23 @@ class TxnBufferState:
             marker = decode_marker(value)
         except CodecError as exc:
             self.counters.corrupt_markers += 1
-            log.warning("%s[%d]@%d: unreadable marker skipped: %s", self.topic, self.partition, offset, exc)
+            THROTTLE.warning(
+                log,
+                (self.topic, self.partition, "corrupt-marker"),
+                "%s[%d]@%d: unreadable marker skipped: %s",
+                self.topic,
+                self.partition,
+                offset,
+                exc,
+            )
             return
         if self.marker_secret is not None and not verify(
             marker, self.topic, self.partition, self.marker_secret
         ):
             self.counters.forged_markers += 1
-            log.warning(
+            THROTTLE.warning(
+                log,
+                (self.topic, self.partition, "forged-marker"),
                 "%s[%d]@%d: marker for %s failed authentication; ignored",
                 self.topic,
                 self.partition,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kafka_store import REGISTRY, CodecError, KafkaConfig, read_range
+from kafka_store.lograte import THROTTLE
 from pulsar_txn.coordinator._log_mac import Headers, log_record_valid
 from pulsar_txn.coordinator.records import CLAIM, SEQ_HIGH_WATER, TXN_META, TxnMeta
 from pulsar_txn.coordinator.status import reachable
@@ -149,7 +150,9 @@ class TcLogFold:
 
     def _skip(self, offset: int, why: str) -> None:
         self.skipped_records += 1
-        log.warning("TC %d log offset %d skipped: %s", self.tc_id, offset, why)
+        THROTTLE.warning(
+            log, ("tc-log", self.tc_id), "TC %d log offset %d skipped: %s", self.tc_id, offset, why
+        )
 
 
 def _keep_known(meta: TxnMeta, known: TxnMeta) -> None:

@@ -25,6 +25,7 @@ from kafka_store import (
     TopicAdmin,
     TopicNotFoundError,
 )
+from kafka_store.lograte import THROTTLE
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator._log_mac import log_headers, log_record_valid
@@ -521,12 +522,23 @@ class CoordinatorService:
             if not log_record_valid(self._secret, self.config.owners_topic, 0, key, value, headers):
                 # Forged (or written without the secret): it could send clients, and their auth
                 # tokens, to any address.
-                log.warning("owner directory offset %d skipped: failed authentication", offset)
+                THROTTLE.warning(
+                    log,
+                    (self.config.owners_topic, "forged"),
+                    "owner directory offset %d skipped: failed authentication",
+                    offset,
+                )
                 continue
             try:
                 fields = REGISTRY.decode_as(OWNER, value)
             except CodecError as exc:
-                log.warning("owner directory offset %d skipped: %s", offset, exc)
+                THROTTLE.warning(
+                    log,
+                    (self.config.owners_topic, "corrupt"),
+                    "owner directory offset %d skipped: %s",
+                    offset,
+                    exc,
+                )
                 continue
             tc_id, epoch = int(fields["tc_id"]), int(fields["epoch"])
             known = self._owners.get(tc_id)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kafka_store import REGISTRY, CodecError, RecordKind, StoredRecord
+from kafka_store.lograte import THROTTLE
 from pulsar_txn._record_mac import has_valid_mac, record_mac
 from pulsar_txn.buffer.marker import CTL_HEADER, MARKER_CTL, TXN_HEADER, TxnMarker, decode_marker, verify
 from pulsar_txn.pendingack.state import AckKind, PendingAckState
@@ -359,4 +360,12 @@ class PendingAckFold:
 
     def _skip(self, offset: int, why: str) -> None:
         self.skipped += 1
-        log.warning("%s[%d]@%d pending-ack record skipped: %s", self.topic, self.partition, offset, why)
+        THROTTLE.warning(
+            log,
+            (self.topic, self.partition, "pending-ack"),
+            "%s[%d]@%d pending-ack record skipped: %s",
+            self.topic,
+            self.partition,
+            offset,
+            why,
+        )
