@@ -272,6 +272,11 @@ class Appender:
         d.deadline = time.monotonic() + self._timeout_s
         if self._held and self._hold(d, start=False):
             return  # records of its partition wait for a retry: it goes after them, never before
+        if self._retired:
+            # A producer set aside (renew, a fatal error) may still have records of this partition
+            # in flight: sent now, through the new producer, it could be stored before them.
+            self._hold(d)
+            return
         self._produce(d)
 
     def _hold(self, d: Delivery, *, start: bool = True) -> bool:
@@ -314,6 +319,7 @@ class Appender:
                     self._stale.discard(tp)
                     break
                 d = queue[0]  # after the refresh: an earlier record may have been held meanwhile
+            self._wait_retired(d.deadline)
             try:
                 sent = self._produce(d, held=True)
             except Exception:  # a report handler's bug (run here when a held record fails)
@@ -330,6 +336,12 @@ class Appender:
             # else: its partition is not in the metadata yet (now marked stale): again, refreshed
         for d in left:
             _settle_closed(d)
+
+    def _wait_retired(self, deadline: float) -> None:
+        """Until the producers set aside have nothing in flight (their poll threads let them go),
+        or ``deadline``: what they still hold would fail by then anyway (the same message timeout)."""
+        while self._retired and not self._stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def _produce(self, d: Delivery, *, held: bool = False) -> bool:
         """Queue ``d`` on the producer, or settle it with its error. False: it waits for a retry off

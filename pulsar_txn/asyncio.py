@@ -38,6 +38,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from pulsar_txn import _args
 from pulsar_txn._boundary import call_translated
 from pulsar_txn._topic_delete import TopicDeleted
+from pulsar_txn._turns import Turns
 from pulsar_txn.client import Client
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import AlreadyClosed, ConfigError, PulsarTxnError, Timeout
@@ -277,7 +278,8 @@ async def _connected(txn: Transaction | None, pool: _Pool) -> None:
 
 class AsyncProducer(Generic[T]):
     """The async face of a ``Producer``. Sends run on the sync core's delivery futures, with no
-    thread per send; at most ``max_pending_messages`` sends are in flight (more wait their turn)."""
+    thread per send, and start in call order; at most ``max_pending_messages`` sends are in flight
+    (more wait their turn)."""
 
     def __init__(self, producer: Producer[T], pool: _Pool, timeout: float, max_pending_messages: int) -> None:
         self.sync = producer
@@ -290,6 +292,7 @@ class AsyncProducer(Generic[T]):
         # A thread semaphore, not an asyncio one: that one binds to the first loop that waits on it,
         # and a place given back through a loop closed meanwhile was lost for good.
         self._room = threading.Semaphore(max_pending_messages)
+        self._turns = Turns()
 
     @property
     def topic(self) -> str:
@@ -336,25 +339,33 @@ class AsyncProducer(Generic[T]):
         """Queue the send and return at once with a future of its MessageId: send many, then
         ``await asyncio.gather(*futures)``. (The Pythonic form of Pulsar's ``sendAsync``.)
         ``callback(result, msg_id)``, as in the sync ``send_async``, runs on a client thread."""
-        give_back = await self._take_room()
+        # Sends reach the sync producer in call order: a send waiting for room or for a look-up
+        # below (a transaction's connection, the partition count, a compacted-topic check) held
+        # back, the later ones went first.
+        ticket = self._turns.take()
         try:
-            sync_txn = _unwrap(txn)
-            await _connected(sync_txn, self._pool)
-            if self.sync._refresh_due():  # a metadata request: not on the event loop
-                await self._pool.run(self.sync._refresh_partitions)
-            if sync_txn is not None and self.sync._compacted is None:  # DescribeConfigs, as above
-                await self._pool.run(self.sync._refuse_compacted)
-            fut = self.sync.send_async(
-                content,
-                callback,
-                txn=sync_txn,
-                properties=properties,
-                partition_key=partition_key,
-                event_timestamp=event_timestamp,
-            )
-        except BaseException:
-            give_back()
-            raise
+            await self._turns.wait(ticket)
+            give_back = await self._take_room()
+            try:
+                sync_txn = _unwrap(txn)
+                await _connected(sync_txn, self._pool)
+                if self.sync._refresh_due():  # a metadata request: not on the event loop
+                    await self._pool.run(self.sync._refresh_partitions)
+                if sync_txn is not None and self.sync._compacted is None:  # DescribeConfigs, as above
+                    await self._pool.run(self.sync._refuse_compacted)
+                fut = self.sync.send_async(
+                    content,
+                    callback,
+                    txn=sync_txn,
+                    properties=properties,
+                    partition_key=partition_key,
+                    event_timestamp=event_timestamp,
+                )
+            except BaseException:
+                give_back()
+                raise
+        finally:
+            self._turns.done(ticket)
         fut.add_done_callback(give_back)
         return asyncio.wrap_future(fut)
 

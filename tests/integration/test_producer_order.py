@@ -1,0 +1,111 @@
+"""A producer's per-partition order is its call order (Pulsar's per-producer ordering), whatever
+else its client does meanwhile, for the sync and the asyncio producer alike (an ordering review of
+session 43; each test failed before its fix)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kafka_store.reader import read_range
+from pulsar_txn.asyncio import AsyncClient
+from pulsar_txn.buffer.reader import is_control
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+
+ClusterFactory = Callable[..., Cluster]
+
+
+def _stored(c: Cluster, topic: str) -> list[int]:
+    return [
+        int(r.value[:8])
+        for r in read_range(c.client.kafka, topic, 0)
+        if r.value is not None and not is_control(r.headers)
+    ]
+
+
+def _inversions(order: list[int]) -> list[tuple[int, int]]:
+    return [(a, b) for a, b in itertools.pairwise(order) if b < a]
+
+
+def test_sends_keep_call_order_across_the_clients_producer_renewal(cluster: ClusterFactory, uid: str) -> None:
+    """Deleting a topic renews the client's Kafka producer; the old one still had this producer's
+    records in flight, and later ones went out through the new one at the same time."""
+    c = cluster(tb_service_enabled=False)
+    topic, other = f"order_{uid}", f"other_{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_topic(other, 1)
+    producer = c.client.create_producer(topic)
+    called: list[int] = []
+    lock = threading.Lock()
+
+    def callback_for(i: int) -> Callable[[Any, Any], None]:
+        def callback(_result: Any, _mid: Any) -> None:
+            with lock:
+                called.append(i)
+
+        return callback
+
+    deleted = threading.Event()
+    deleter = threading.Thread(target=lambda: (c.client.delete_topic(other), deleted.set()))
+    payload = b"x" * 30_000
+    sent = after = 0
+    deadline = time.monotonic() + 60
+    deleter.start()
+    while time.monotonic() < deadline and after < 3000:  # a backlog across the renewal
+        producer.send_async(b"%08d" % sent + payload, callback_for(sent))
+        sent += 1
+        after += deleted.is_set()
+    deleter.join()
+    producer.flush()
+    stored = _stored(c, topic)
+    c.client.delete_topic(topic)  # ~100 MB: the broker rewrites its whole store after each change
+    assert len(stored) == sent
+    assert _inversions(stored) == [] and _inversions(called) == []
+
+
+def _async_client(c: Cluster) -> AsyncClient:
+    return AsyncClient(c.client)
+
+
+def test_async_sends_waiting_for_room_start_in_call_order(cluster: ClusterFactory, uid: str) -> None:
+    c = cluster(tb_service_enabled=False)
+    topic = f"aio_order_{uid}"
+    c.client.create_topic(topic, 1)
+
+    async def main() -> None:
+        async with _async_client(c) as client:
+            producer = await client.create_producer(topic, max_pending_messages=4)
+            await asyncio.gather(*(producer.send(b"%08d" % i) for i in range(300)))
+
+    asyncio.run(main())
+    assert _stored(c, topic) == list(range(300))
+
+
+def test_a_plain_send_does_not_overtake_the_first_transactional_one(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """The first transactional send checks the topic (DescribeConfigs) in the pool first."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"aio_order_txn_{uid}"
+    c.client.create_topic(topic, 1)
+
+    async def main() -> None:
+        async with _async_client(c) as client:
+            producer = await client.create_producer(topic)
+            async with client.transaction(timeout=30) as txn:
+                await asyncio.gather(
+                    producer.send(b"%08d" % 0, txn=txn),
+                    producer.send(b"%08d" % 1),
+                    producer.send(b"%08d" % 2),
+                )
+
+    asyncio.run(main())
+    assert _stored(c, topic) == [0, 1, 2]
