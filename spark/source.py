@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from pulsar_txn.errors import ConfigError
 from spark._offsets import Offsets, from_json, rate_limit, to_json
-from spark._options import SourceOptions, TopicPartition, parse_options
+from spark._options import LATEST, SourceOptions, TopicPartition, parse_options
 from spark._plan import Planner, RangePartition
 from spark._read import read_partition
 from spark._schema import spark_schema
@@ -90,15 +90,26 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # (snapshot + tail scan) and then only scanned forward at each planning call.
         self.planner = Planner(options)
         self._target: Offsets | None = None
+        # Spark keeps no start for batch 0 (its offset log holds ends): it asks initialOffset() when
+        # it plans batch 0, again when it runs it, and again after a restart before batch 0 was
+        # committed. The first answer is kept, and a start at "latest" (which moves between the
+        # asks) gets an empty batch 0 ending there, so the offset log holds it for any re-run.
+        self._initial: Offsets | None = None
+        starting = options.starting
+        self._empty_first = starting == "latest" or (
+            isinstance(starting, dict) and LATEST in starting.values()
+        )
 
     def initialOffset(self) -> dict[str, Any]:
-        tps = self.planner.partitions()
-        bounds = self.planner.bounds(tps)
-        starts = self.planner.resolve(self.options.starting, bounds)
-        for tp, start in starts.items():
-            if start > bounds[tp].end:  # taken later for a topic created again, from its log start
-                starts[tp] = self.planner.past_end(tp, start, bounds[tp].end)
-        return to_json(starts)
+        if self._initial is None:
+            tps = self.planner.partitions()
+            bounds = self.planner.bounds(tps)
+            starts = self.planner.resolve(self.options.starting, bounds)
+            for tp, start in starts.items():
+                if start > bounds[tp].end:  # taken later for a topic created again, from its log start
+                    starts[tp] = self.planner.past_end(tp, start, bounds[tp].end)
+            self._initial = starts
+        return to_json(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -135,7 +146,12 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return begins, ends
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begins, ends = self._available(from_json(start))
+        starts = from_json(start)
+        if self._empty_first:
+            self._empty_first = False
+            if starts == self._initial:  # batch 0 (see __init__)
+                return to_json(starts)
+        begins, ends = self._available(starts)
         if isinstance(limit, ReadMaxRows):
             ends = rate_limit(begins, ends, limit.max_rows)
         return to_json(ends)
