@@ -70,8 +70,10 @@ class TopicAdmin:
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._translate(exc, f"create topic {name}") from None
         except Exception as exc:  # concurrent.futures.TimeoutError and friends
+            # A TimeoutError says nothing (str() is ""): name the cluster that did not answer.
             raise BrokerUnavailableError(
-                f"create topic {name}: {exc or type(exc).__name__} (no answer in {self._timeout:g} s)"
+                f"create topic {name}: {str(exc) or type(exc).__name__}: no answer from Kafka at "
+                f"{self._config.bootstrap_servers} in {self._timeout:g} s"
             ) from None
         return self.partition_count(name)
 
