@@ -13,6 +13,7 @@ fetched again later by a gap reader: memory stays bounded whatever the partition
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from kafka_store import (
     TopicNotFoundError,
     end_offsets,
     read_range,
+    watermark_offsets,
 )
 from pulsar_txn.buffer.marker import CTL_HEADER
 from pulsar_txn.buffer.snapshot import SnapshotStore, still_the_partition
@@ -170,6 +172,11 @@ class LoadedState(NamedTuple):
     """When that snapshot was taken (ms since the epoch), None without one."""
 
 
+def _fold_to_end(state: TxnBufferState, kafka: KafkaConfig) -> bool:
+    scan(state, kafka)
+    return True
+
+
 def load_states(
     kafka: KafkaConfig,
     topic: str,
@@ -180,7 +187,9 @@ def load_states(
     end: int | None = None,
 ) -> dict[int, LoadedState]:
     """The TB state of each partition at its end (or ``end``): latest snapshot + scan of what
-    follows. The snapshots are loaded together (one replay per snapshot-topic partition)."""
+    follows. The snapshots are loaded together (one replay per snapshot-topic partition). At the
+    end, as a reader opening the partition: what retention deleted is pruned, and a transaction
+    held open below the log start whose TC ended it is ended (its marker may be gone, unread)."""
     opts = options or BufferOptions()
     loaded = (
         store.load_many(
@@ -198,7 +207,20 @@ def load_states(
         else:
             state = TxnBufferState(topic, p, num_tcs=opts.num_tcs, marker_secret=opts.marker_secret)
             out[p] = LoadedState(state, None, None)
-        scan(state, kafka, end)
+        if end is not None:
+            scan(state, kafka, end)
+            continue
+        low, high = watermark_offsets(kafka, [(topic, p)])[(topic, p)]
+        scan(state, kafka, high)
+        if low > 0:
+            # A snapshot older than the log start kept a transaction open whose marker retention
+            # deleted unread: LATEST started below messages published long before, stats showed it open.
+            state.skip_deleted(low)
+            held = state.held_below(low)
+            if held:
+                end_held(
+                    kafka, opts.log_topic, state, held, low, functools.partial(_fold_to_end, state, kafka)
+                )
     return out
 
 

@@ -17,7 +17,7 @@ from pulsar_txn._loop_inbox import inbox
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.errors import InvalidTopicName
-from pulsar_txn.naming import TopicName, pending_ack_topic
+from pulsar_txn.naming import DEFAULT_LOG_TOPIC, TopicName, pending_ack_topic
 from pulsar_txn.txnid import TxnAction, TxnID
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,14 @@ class KafkaTxnEndpoints:
         snapshots: SnapshotStore | None = None,
         num_tcs: int = 1 << 16,
         missing_topic_grace_ms: int = 60_000,
+        log_topic: str = DEFAULT_LOG_TOPIC,
     ) -> None:
         self._appender = appender
         self._admin = admin
         self._secret = marker_secret
         self._snapshots = snapshots
         self._num_tcs = num_tcs
+        self._log_topic = log_topic  # where a transaction held below a partition's log start is looked up
         self._partition_counts: dict[str, int] = {}
         self._missing_grace = missing_topic_grace_ms / 1000
         self._missing_since: dict[tuple[str, int], float] = {}  # when a failed marker write found it gone
@@ -158,7 +160,9 @@ class KafkaTxnEndpoints:
                 topic,
                 partition,
                 store=self._snapshots,
-                options=BufferOptions(num_tcs=self._num_tcs, marker_secret=self._secret),
+                options=BufferOptions(
+                    num_tcs=self._num_tcs, marker_secret=self._secret, log_topic=self._log_topic
+                ),
             )
         except StoreError as exc:
             log.warning(

@@ -295,6 +295,7 @@ class CoordinatorService:
             snapshots=snapshots,
             num_tcs=cfg.num_tcs,
             missing_topic_grace_ms=cfg.end_missing_topic_grace_ms,
+            log_topic=cfg.log_topic,
         )
         self._tail = LogTail(self.kafka, self._loop, self._dispatch, self._known_through)
         self._tail.add(cfg.owners_topic, 0, 0)

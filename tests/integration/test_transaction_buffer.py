@@ -33,6 +33,7 @@ from pulsar_txn.buffer.marker import (
 from pulsar_txn.buffer.reader import BufferOptions, CommittedReader, load_state
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.buffer.state import UNSIGNED_TXN_HISTORY_ENV, TxnBufferState
+from pulsar_txn.errors import Timeout
 from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.producer import Producer
 from pulsar_txn.transaction import Transaction
@@ -1102,3 +1103,63 @@ def test_a_reader_behind_a_snapshot_older_than_the_log_start_is_not_held_by_a_de
             reader.close()
     finally:
         store.close()
+
+
+def _committed_behind_a_snapshot_then_deleted(
+    c: Cluster, kafka: KafkaConfig, admin: TopicAdmin, topic: str
+) -> Producer[bytes]:
+    """As above: a snapshot holds T open at 0, T commits (marker at 2), offsets 0-2 are deleted."""
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"t0", txn=txn)
+    producer.send(b"p1")
+    options = BufferOptions(num_tcs=c.config.num_tcs, log_topic=c.config.log_topic)
+    with closing(SnapshotStore(kafka, topic=c.config.snapshot_topic)) as store:
+        held, _ = load_state(kafka, topic, 0, options=options)
+        store.write(held).result(15)
+    txn.commit()
+    producer.send(b"p3")
+    producer.send(b"p4")
+    admin.delete_records_before(topic, 0, 3).result(15)
+    return producer
+
+
+@pytest.mark.parametrize("kind", ["reader", "consumer"])
+def test_a_latest_start_behind_a_snapshot_older_than_the_log_start_is_the_real_max_read_position(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str, kind: str
+) -> None:
+    """The one-off state loads (a LATEST start, the last message id, the stats) kept T open below
+    the log start: a LATEST reader or a new Latest subscription started at 0 and, once their own
+    reader ended T, delivered p3 and p4, published before they existed (a retention review of
+    session 43). Failed before."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"stale_latest_{kind}_{uid}"
+    producer = _committed_behind_a_snapshot_then_deleted(c, kafka, admin, topic)
+    handle: Any = (
+        c.client.create_reader(topic, LATEST) if kind == "reader" else c.client.subscribe(topic, f"s_{uid}")
+    )
+    producer.send(b"after")
+    got: list[bytes] = []
+    deadline = time.monotonic() + 8  # past the readers' own check for deleted markers (5 s)
+    while time.monotonic() < deadline:
+        try:
+            got.append(bytes(handle.receive(300).data) if kind == "consumer" else handle.read_next(300).data)
+        except Timeout:
+            continue
+    handle.close()
+    assert got == [b"after"]
+
+
+def test_the_last_message_id_and_stats_behind_a_snapshot_older_than_the_log_start(
+    cluster: ClusterFactory, kafka: KafkaConfig, admin: TopicAdmin, uid: str
+) -> None:
+    from pulsar_txn.admin import TransactionsAdmin
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"stale_last_{uid}"
+    _committed_behind_a_snapshot_then_deleted(c, kafka, admin, topic)
+    last = c.client.get_last_message_ids(topic)[0]
+    assert last is not None and last.offset == 4
+    (stats,) = TransactionsAdmin(c.client).transaction_buffer_stats(topic).values()
+    assert stats["ongoing_txn_size"] == 0 and stats["max_read_position"] == 5
