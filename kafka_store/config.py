@@ -16,7 +16,8 @@ _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 class _Repeats(logging.Filter):
     """librdkafka logs a dead broker's connection failures once a second per client, for as long as
     it stays down (~1,400 lines a minute from one coordinator process): lines alike but for their
-    numbers (ports, ms, client names) pass once a minute, with how many were left out."""
+    numbers (ports, ms, client names) pass once a minute, with how many were left out. Warnings and
+    errors only."""
 
     _NUMBERS = re.compile(r"\d+")
 
@@ -25,6 +26,8 @@ class _Repeats(logging.Filter):
         self._throttle = LogThrottle()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:  # debug output asked for (kafka.extra "debug") is kept whole
+            return True
         text = record.getMessage()
         left_out = self._throttle.admit((record.levelno, self._NUMBERS.sub("#", text)))
         if left_out is None:

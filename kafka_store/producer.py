@@ -107,6 +107,9 @@ class Appender:
         self._lock = threading.Lock()
         # Producers that had a fatal error, held (not their id()s, which a new producer could reuse).
         self._retired: list[Producer] = []
+        # Per partition, the last record queued on a producer: until it is reported, a partition
+        # whose last record went through a producer since set aside has records in flight there.
+        self._last_sent: dict[tuple[str, int], Delivery] = {}
 
     def _ensure_started(self) -> Producer:
         """The current producer, made if there is none; ``_Closed`` once ``close`` has begun: a
@@ -272,9 +275,9 @@ class Appender:
         d.deadline = time.monotonic() + self._timeout_s
         if self._held and self._hold(d, start=False):
             return  # records of its partition wait for a retry: it goes after them, never before
-        if self._retired:
-            # A producer set aside (renew, a fatal error) may still have records of this partition
-            # in flight: sent now, through the new producer, it could be stored before them.
+        if self._retired and self._behind_retired((d.topic, d.partition)):
+            # A producer set aside (renew, a fatal error) still has records of this partition in
+            # flight: sent now, through the new producer, it could be stored before them.
             self._hold(d)
             return
         self._produce(d)
@@ -319,7 +322,7 @@ class Appender:
                     self._stale.discard(tp)
                     break
                 d = queue[0]  # after the refresh: an earlier record may have been held meanwhile
-            self._wait_retired(d.deadline)
+            self._wait_retired(tp, d.deadline)
             try:
                 sent = self._produce(d, held=True)
             except Exception:  # a report handler's bug (run here when a held record fails)
@@ -337,10 +340,16 @@ class Appender:
         for d in left:
             _settle_closed(d)
 
-    def _wait_retired(self, deadline: float) -> None:
-        """Until the producers set aside have nothing in flight (their poll threads let them go),
-        or ``deadline``: what they still hold would fail by then anyway (the same message timeout)."""
-        while self._retired and not self._stop.is_set() and time.monotonic() < deadline:
+    def _behind_retired(self, tp: tuple[str, int]) -> bool:
+        last = self._last_sent.get(tp)
+        producer = last.producer if last is not None else None  # None once reported
+        return producer is not None and producer is not self._producer
+
+    def _wait_retired(self, tp: tuple[str, int], deadline: float) -> None:
+        """Until the partition's records on producers set aside are reported (only its own: those
+        of a deleted topic fail only at their message timeout), or ``deadline``: what they still
+        hold would fail by then anyway (the same message timeout)."""
+        while self._behind_retired(tp) and not self._stop.is_set() and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def _produce(self, d: Delivery, *, held: bool = False) -> bool:
@@ -362,6 +371,7 @@ class Appender:
                 d.producer.produce(
                     d.topic, value=d.value, key=d.key, partition=d.partition, headers=d.headers, on_delivery=d
                 )
+                self._last_sent[(d.topic, d.partition)] = d
                 return True
             except BufferError:
                 if time.monotonic() > d.deadline:
@@ -423,6 +433,11 @@ class Appender:
             held = sum(len(q) for q in self._held.values())
         return held + sum(self._drain(p, deadline) for p in self._producers())
 
+    def on_delivery_thread(self) -> bool:
+        """Whether the calling thread serves this appender's delivery reports (a report handler,
+        e.g. a send callback): it cannot wait for reports, its own among them."""
+        return threading.current_thread() in self._threads
+
     def _drain(self, producer: Producer, deadline: float) -> int:
         """Wait until the producer has nothing in flight and its delivery reports are served, by
         its poll thread; returns how many are left. Not the client's ``flush()``: that serves
@@ -437,7 +452,9 @@ class Appender:
             now = time.monotonic()
             if left == 0 or now >= deadline:
                 return left
-            if self._stop.is_set() or in_callback_thread():  # no poll thread serves it (now)
+            if self.on_delivery_thread():  # the reports it waits for are served by this thread
+                return left
+            if self._stop.is_set():  # no poll thread serves it any more
                 with contextlib.suppress(KafkaException, RuntimeError):
                     return int(producer.flush(deadline - now))
                 return 0
@@ -462,7 +479,8 @@ class Appender:
                 self._drain(producer, time.monotonic() + 1.0)
         self._stop.set()  # records held for a retry are failed by their retry thread (_resend_held)
         for thread in self._threads:
-            thread.join(timeout)
+            if thread is not threading.current_thread():  # closed from a report handler
+                thread.join(timeout)
         with self._lock:  # after stop, under the lock: no thread makes a producer again (_Closed)
             producers = [p for p in [*self._retired, self._producer] if p is not None]
             self._producer = None
@@ -535,14 +553,25 @@ class Delivery:
         raise NotImplementedError
 
     def __call__(self, err: KafkaError | None, msg: Any) -> None:
-        if err is None:
-            self.delivered(int(msg.offset()), None)
-        elif err.code() == KafkaError._UNKNOWN_PARTITION and time.monotonic() < self.deadline:
+        if (
+            err is not None
+            and err.code() == KafkaError._UNKNOWN_PARTITION
+            and time.monotonic() < self.deadline
+        ):
             # Never sent: the producer's metadata predates the partition. Refresh off the delivery
             # thread, then queue it again.
             self.appender._hold(self)
-        else:
-            self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
+            return
+        try:
+            if err is None:
+                self.delivered(int(msg.offset()), None)
+            else:
+                self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
+        finally:
+            # Reported: nothing of its partition waits behind it (Appender._behind_retired), and
+            # the payload is not kept by the partition's last-sent entry.
+            self.producer = None
+            self.value = None
 
 
 class _CallbackDelivery(Delivery):

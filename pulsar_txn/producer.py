@@ -329,6 +329,13 @@ class Producer(Generic[T]):
         self._flush()
 
     def _flush(self) -> None:
+        if self._client._appender().on_delivery_thread():
+            # It would wait for the report this thread is handling: it stalled for the operation
+            # timeout, and confluent-kafka's flush() there aborted the process.
+            raise NotAllowedError(
+                f"flush of {self.topic} in a send callback: callbacks run on the thread that reports "
+                "deliveries, which cannot wait for them; flush after the callback returns"
+            )
         timeout = self._client.operation_timeout_seconds
         deadline = time.monotonic() + timeout
         with self._order_lock:

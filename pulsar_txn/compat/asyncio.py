@@ -15,7 +15,6 @@ under way is returned by the next call)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import re
 from collections import deque
@@ -95,13 +94,17 @@ class _Waiter:
             self._pending = None
 
     async def seek(self, messageid: Any, seek: Callable[[Any], None]) -> None:
-        """Seek with the blocking layer's ``seek``. A slice left by a cancelled call ends first; what
-        it brought is dropped if the seek moved its partition (it is read again from the new
-        position) and delivered by the next call otherwise (the blocking layer counts it read)."""
-        pending, self._pending = self._pending, None
+        """Seek with the blocking layer's ``seek``. A slice under way ends first: a call waiting for
+        it takes its message, as without the seek; one left by a cancelled call is held, then dropped
+        if the seek moved its partition (read again from the new position) and delivered by the next
+        call otherwise (the blocking layer counts it read)."""
+        pending = self._pending
         if pending is not None:
-            with contextlib.suppress(Exception):
-                self._held.append(await asyncio.shield(pending))
+            await asyncio.wait([pending])  # not consumed here: a waiting call's own callback runs first
+            if self._pending is pending:  # nobody took it
+                self._pending = None
+                if not pending.cancelled() and pending.exception() is None:
+                    self._held.append(pending.result())
         await _run(seek, messageid)
         target = _api._seek_target(messageid)
         self._held = deque(m for m in self._held if not moved_by_seek(target, native_id(m)))

@@ -109,3 +109,68 @@ def test_a_plain_send_does_not_overtake_the_first_transactional_one(
 
     asyncio.run(main())
     assert _stored(c, topic) == [0, 1, 2]
+
+
+def test_a_topic_delete_does_not_hold_sends_to_other_topics(cluster: ClusterFactory, uid: str) -> None:
+    """The renewal holds back only partitions with records in flight on the old producer: after a
+    delete of a topic still being written, a send elsewhere waited behind that topic's doomed
+    records for the whole message timeout (review of this session's diff)."""
+    c = cluster(tb_service_enabled=False)
+    client = c.other_client(operation_timeout_seconds=10)
+    try:
+        x, y = f"held_x_{uid}", f"held_y_{uid}"
+        client.create_topic(x, 1)
+        client.create_topic(y, 1)
+        to_x, to_y = client.create_producer(x), client.create_producer(y)
+        to_y.send(b"warm")
+        stop = threading.Event()
+
+        def pump() -> None:
+            for n in range(200_000):
+                if stop.is_set():
+                    return
+                to_x.send_async(b"x" * 1000)
+                if n % 200 == 0:
+                    time.sleep(0.001)
+
+        pumping = threading.Thread(target=pump, daemon=True)
+        pumping.start()
+        time.sleep(0.5)
+        client.delete_topic(x)
+        time.sleep(0.2)
+        stop.set()
+        pumping.join(10)
+        started = time.monotonic()
+        to_y.send(b"after")
+        assert time.monotonic() - started < 3.0
+    finally:
+        client.close()
+
+
+def test_flush_in_a_send_callback_is_refused_at_once(cluster: ClusterFactory, uid: str) -> None:
+    """Callbacks run on the thread that reports deliveries: a flush there waited for its own report
+    for the whole operation timeout, and then confluent-kafka aborted the process (review)."""
+    from pulsar_txn.errors import NotAllowedError
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"flush_in_cb_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    outcome: list[tuple[type[BaseException] | None, float]] = []
+
+    def callback(_result: Any, _mid: Any) -> None:
+        started = time.monotonic()
+        try:
+            producer.flush()
+            outcome.append((None, time.monotonic() - started))
+        except Exception as exc:  # recorded: the test's assertion below
+            outcome.append((type(exc), time.monotonic() - started))
+
+    producer.send_async(b"first", callback)
+    for _ in range(500):
+        producer.send_async(b"y" * 100)
+    producer.flush()
+    assert len(outcome) == 1
+    error, took = outcome[0]
+    assert error is NotAllowedError and took < 1.0
+    assert len(list(read_range(c.client.kafka, topic, 0))) == 501

@@ -41,3 +41,13 @@ def test_librdkafka_lines_alike_but_for_their_numbers_pass_once(caplog: pytest.L
                 i,
             )
     assert len([r for r in caplog.records if r.name == "librdkafka"]) == 1
+
+
+def test_librdkafka_debug_output_asked_for_is_kept_whole(caplog: pytest.LogCaptureFixture) -> None:
+    """Only warnings and errors are throttled (kafka.extra {"debug": ...} output is per request)."""
+    KafkaConfig(bootstrap_servers="127.0.0.1:1").client_conf()
+    log = logging.getLogger("librdkafka")
+    with caplog.at_level(logging.DEBUG, logger="librdkafka"):
+        for i in range(20):
+            log.debug("PRODUCE [rdkafka#producer-1] produce msgset of %d message(s)", i)
+    assert len([r for r in caplog.records if r.name == "librdkafka"]) == 20
