@@ -228,8 +228,12 @@ class Transaction:
         written now and the transaction takes no more sends or acks; the returned future resolves
         once committed, or fails as ``commit`` would raise. Transactions end independently of each
         other: when their order matters (output of one before the next), commit the next only after
-        this future succeeded, as the exactly-once pipeline does."""
-        retry = self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
+        this future succeeded, as the exactly-once pipeline does. A transaction that cannot be
+        committed (not open) gives a failed future, as Pulsar's, not an exception here."""
+        try:
+            retry = self._begin_end("commit", _COMMITTABLE, TransactionState.COMMITTING)
+        except InvalidTxnStatusError as exc:
+            return _failed_future(exc)
         result = self._watched_end()
         if retry:  # its operations and checks passed before the failed END_TXN: ask again
             self._end(TxnAction.COMMIT, result)
@@ -265,8 +269,12 @@ class Transaction:
         self._wait_end(self.abort_async())
 
     def abort_async(self) -> Future[None]:
-        """``abort`` without waiting; the future resolves once aborted."""
-        retry = self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
+        """``abort`` without waiting; the future resolves once aborted (fails, as Pulsar's, for a
+        transaction that cannot be aborted)."""
+        try:
+            retry = self._begin_end("abort", _ABORTABLE, TransactionState.ABORTING)
+        except InvalidTxnStatusError as exc:
+            return _failed_future(exc)
         result = self._watched_end()
         if retry:  # an earlier END_TXN failed after the operations had ended
             self._end(TxnAction.ABORT, result)
@@ -451,11 +459,18 @@ class Transaction:
                     log.warning(
                         "transaction %s: the abort instead of the commit failed: %s", self.txn_id, exc
                     )
-                    # Not "was aborted": the abort did not get through (its timeout will end it).
+                    # Not "was aborted": the abort did not get through. Refused for good (not
+                    # retriable): the transaction was ended elsewhere, maybe committed; else its
+                    # timeout ends it.
+                    settled = isinstance(exc, PulsarTxnError) and not exc.retriable
+                    fate = (
+                        "it was ended elsewhere: its outcome is the coordinator's"
+                        if settled
+                        else "the coordinator aborts it at its timeout"
+                    )
                     told = TransactionHasOperationFailed(
-                        f"transaction {self.txn_id}: an operation in it failed ({instead.__cause__}), so it"
-                        f" was not committed; the abort sent instead failed too ({exc}): the"
-                        " coordinator aborts it at its timeout"
+                        f"transaction {self.txn_id}: an operation in it failed ({instead.__cause__}), so"
+                        f" this handle did not commit it; the abort sent instead failed ({exc}): {fate}"
                     )
                     told.__cause__ = instead.__cause__
                     result.set_exception(told)
@@ -613,6 +628,12 @@ class _EndFuture(LazyFuture[None]):
 
     def cancel(self) -> bool:
         return False
+
+
+def _failed_future(exc: BaseException) -> Future[None]:
+    result: Future[None] = _EndFuture()
+    result.set_exception(exc)
+    return result
 
 
 def _nothing() -> None:

@@ -8,13 +8,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 
 import pytest
 
 from kafka_store import KafkaConfig, free_port
 from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
-from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.errors import InvalidTxnStatusError, PulsarTxnError, TransactionHasOperationFailed
 from pulsar_txn.tc_client import SyncTcClient
 from pulsar_txn.transaction import TransactionState
 from pulsar_txn.txnid import TxnAction
@@ -123,3 +124,38 @@ def test_a_sub_millisecond_transaction_timeout_is_not_the_coordinators_default(
     assert meta is not None
     # 0 ms on the wire asked for the coordinator's default: 10 minutes here.
     assert meta.timeout_ms == txn.timeout_ms == 1
+
+
+def test_ending_a_transaction_that_cannot_end_gives_a_failed_future(cluster: ClusterFactory) -> None:
+    """As Pulsar's ``commit()`` / ``abort()`` (a failed CompletableFuture): ``commit_async`` and
+    ``abort_async`` raised at the call (transaction review of session 43)."""
+    c = cluster(tb_service_enabled=False)
+    txn = c.client.transaction(60)
+    txn.commit()
+    for end in (txn.commit_async, txn.abort_async):
+        assert isinstance(end().exception(5), InvalidTxnStatusError)
+
+
+def test_a_commit_turned_abort_refused_as_ended_elsewhere_does_not_say_it_was_not_committed(
+    cluster: ClusterFactory, uid: str
+) -> None:
+    """A failed send makes the commit abort instead; the abort is refused because another client
+    committed the transaction by id. The error said it 'was not committed' and would be aborted at
+    its timeout, while its message was committed and readable (transaction review)."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"ended_elsewhere_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    txn = c.client.transaction(60)
+    producer.send(b"good", txn=txn)
+    failed = producer.send_async(b"z" * 3_000_000, txn=txn)  # over the record limit
+    wait([failed], 10)
+    other = c.other_client()
+    try:
+        other.resume_transaction(txn.txn_id).commit()
+    finally:
+        other.close()
+    with pytest.raises(TransactionHasOperationFailed) as caught:
+        txn.commit()
+    assert "ended elsewhere" in str(caught.value) and "at its timeout" not in str(caught.value)
+    assert txn.state is TransactionState.ERROR
