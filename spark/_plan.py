@@ -57,6 +57,7 @@ class RangePartition(InputPartition):
         end: int,
         aborted: list[bytes],
         discarded: list[list[int]],
+        anchor: tuple[int, int, int] | None = None,
     ) -> None:
         super().__init__((topic, partition, start, end))
         self.options = options
@@ -66,6 +67,9 @@ class RangePartition(InputPartition):
         self.end = end
         self.aborted = aborted  # 16-byte TxnIDs of the partition's aborted txns
         self.discarded = discarded  # never-delivered offset ranges [first, last] meeting the range
+        # (scanned_to, offset, fingerprint) of the state these facts come from: the task checks the
+        # partition is still that one (not deleted and created again since planning).
+        self.anchor = anchor
 
 
 def resolve_partitions(
@@ -372,13 +376,15 @@ class Planner:
         """The input partition for ``[start, end)``; ``end`` must not pass maxReadPosition."""
         aborted: list[bytes] = []
         discarded: list[list[int]] = []
+        anchor = None
         if self.opts.transaction_filter:
             state = self.state(tp, at_least=end)
             # Every aborted txn, not only those whose abort marker is at or after ``start``: a late
             # message of an aborted txn (after its marker) is dropped through this set alone.
             aborted = sorted(t.to_bytes() for t in state.aborted)
             discarded = [list(r) for r in state.discarded if r[1] >= start and r[0] < end]
-        return RangePartition(self.opts, tp[0], tp[1], start, end, aborted, discarded)
+            anchor = (state.scanned_to, *state.anchor())
+        return RangePartition(self.opts, tp[0], tp[1], start, end, aborted, discarded, anchor)
 
     def close(self) -> None:
         if self._reader is not None:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from kafka_store import PartitionReader
 from pulsar_txn.buffer.marker import CTL_HEADER, TXN_HEADER
+from pulsar_txn.buffer.snapshot import still_the_partition
 from pulsar_txn.buffer.state import TxnBufferState
 from pulsar_txn.errors import DataLossError, InvalidTxnID, Timeout
 from pulsar_txn.txnid import TxnID
@@ -80,6 +81,8 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
             start = low
         if start >= end:
             return
+        if not _same_partition(reader, part):
+            return
         reader.assign({(topic, partition): start})
         schema = arrow_schema(opts.include_headers)
         state = RangeFilter(part.aborted, part.discarded) if opts.transaction_filter else None
@@ -95,7 +98,11 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 expected = msgs[-1].offset() + 1
             if not msgs:
                 if reader.at_eof(topic, partition):
-                    return  # nothing more below ``end`` (compaction gaps, or records deleted meanwhile)
+                    # Nothing more below ``end`` (compaction gaps, or records deleted meanwhile);
+                    # a partition now shorter than planned was created again under its name.
+                    if reader.watermarks(topic, partition)[1] < end:
+                        _replaced(part, "it now ends below the planned range")
+                    return
                 if time.monotonic() - last_progress > opts.poll_timeout_s:
                     raise Timeout(
                         f"no progress reading {topic}[{partition}] at {start}..{end} for "
@@ -108,6 +115,34 @@ def read_partition(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 yield _record_batch(batch, topic, partition, schema, opts.include_headers)
     finally:
         reader.close()
+
+
+def _same_partition(reader: PartitionReader, part: RangePartition) -> bool:
+    """Whether the partition is still the one the range was planned on (False: not to be read, with
+    ``failOnDataLoss=false``). A topic deleted and created again under its name between planning and
+    this task (or its retry) holds other records at the planned offsets, and the shipped aborted set
+    is not theirs: an open transaction's message and what it holds back were read."""
+    if part.anchor is None:
+        return True
+    scanned_to, *anchor = part.anchor
+    timeout = part.options.kafka_config().request_timeout_ms / 1000
+    same = still_the_partition(
+        reader, part.topic, part.partition, scanned_to, (anchor[0], anchor[1]), timeout, what="planned read"
+    )
+    if same is False:
+        _replaced(part, "another record stands where the plan read")
+        return False
+    return True  # None: the broker did not answer; the read that follows reports it
+
+
+def _replaced(part: RangePartition, why: str) -> None:
+    what = (
+        f"{part.topic}[{part.partition}] was deleted and created again after offsets "
+        f"{part.start}..{part.end - 1} were planned ({why})"
+    )
+    if part.options.fail_on_data_loss:
+        raise DataLossError(f"{what}: the planned records are gone (set failOnDataLoss=false to go on)")
+    log.warning("%s; nothing read from the new partition for this range", what)
 
 
 def _check_gap(reader: PartitionReader, part: RangePartition, expected: int, got: int) -> None:

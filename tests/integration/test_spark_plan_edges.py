@@ -550,3 +550,36 @@ def test_a_latest_streams_first_batch_loses_nothing_when_spark_asks_its_start_ag
     finally:
         reader.stop()
     assert rows == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_range_read_after_the_topic_was_created_again_since_planning_reads_none_of_the_new_one(
+    cluster: ClusterFactory, kafka: KafkaConfig, uid: str, fail_on_data_loss: str
+) -> None:
+    """The driver planned [0,10); the topic was then deleted and created again, an open
+    transaction's message at its offset 0, before the task read the range: the task read the new
+    partition with the old one's facts and returned the open transaction's message and what it
+    holds back (Spark batch review of session 43). Failed before."""
+    from pulsar_txn.errors import DataLossError
+    from spark._options import parse_options
+    from spark._read import read_partition
+    from spark.source import PulsarTxnBatchReader
+
+    c = cluster(tb_service_enabled=False)
+    topic = f"replaced_{fail_on_data_loss[0]}_{uid}"
+    c.client.create_topic(topic, 1)
+    producer = c.client.create_producer(topic)
+    for i in range(10):
+        producer.send(b"old%d" % i)
+    producer.close()
+    opts = _opts(c, kafka, subscribe=topic, failOnDataLoss=fail_on_data_loss)
+    (planned,) = PulsarTxnBatchReader(parse_options(opts, streaming=False)).partitions()
+    txn = create_again_behind_an_open_txn(c, topic)
+    try:
+        if fail_on_data_loss == "true":
+            with pytest.raises(DataLossError, match="created again"):
+                list(read_partition(planned))
+        else:
+            assert [v for b in read_partition(planned) for v in b.column("value").to_pylist()] == []
+    finally:
+        txn.abort()
