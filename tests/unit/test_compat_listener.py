@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from pulsar_txn.compat._listener import ListenerThread
 from pulsar_txn.errors import Timeout
 
@@ -59,12 +61,23 @@ def test_a_message_received_while_stopping_is_not_delivered() -> None:
     assert delivered == []
 
 
-def test_a_slice_left_by_a_cancelled_async_receive_is_dropped_by_a_seek() -> None:
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_slice_left_by_a_cancelled_async_receive_is_dropped_by_a_seek_that_moves_its_partition(
+    moved: bool,
+) -> None:
     """pulsar_txn.compat.asyncio: a cancelled receive leaves its slice for the next call (nothing is
-    lost); a seek first lets that slice end and drops its message, which is from before the seek."""
+    lost); a seek first lets that slice end, then drops its message if the seek moved its partition
+    (it is read again from the new position), and keeps it for the next call otherwise."""
     import asyncio
 
+    from kafka_store import StoredRecord
+    from pulsar_txn.compat import MessageId as CompatMessageId
+    from pulsar_txn.compat._ids import Message as CompatMessage
     from pulsar_txn.compat.asyncio import _Waiter
+    from pulsar_txn.message import Message, MessageId
+
+    def message(text: bytes) -> CompatMessage[Any]:
+        return CompatMessage(Message.from_record(StoredRecord("t", 0, 7, None, text, (), 0)))
 
     calls: list[str] = []
 
@@ -72,17 +85,18 @@ def test_a_slice_left_by_a_cancelled_async_receive_is_dropped_by_a_seek() -> Non
         calls.append("slice")
         if len(calls) == 1:
             time.sleep(0.2)
-            return "before-seek"
-        return "after-seek"
+            return message(b"before-seek")
+        return message(b"after-seek")
 
-    async def main() -> Any:
+    async def main() -> bytes:
         waiter = _Waiter(next_message)
         task = asyncio.ensure_future(waiter.next())
         await asyncio.sleep(0.05)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await waiter.discard()  # what seek does first
-        return await waiter.next()
+        target = CompatMessageId.wrap(MessageId("t", 0 if moved else 1, 0))
+        await waiter.seek(target, lambda _mid: None)
+        return (await waiter.next()).data()
 
-    assert asyncio.run(main()) == "after-seek"
+    assert asyncio.run(main()) == (b"after-seek" if moved else b"before-seek")
