@@ -80,3 +80,24 @@ def test_only_self_referencing_avro_schemas_take_the_bounded_reader() -> None:
     assert _is_recursive(AvroSchema(Node)._parsed)
     assert not _is_recursive(AvroSchema(Pair)._parsed)
     assert not _is_recursive(AvroSchema(Leaf)._parsed)
+
+
+def _deep(n: int) -> Node:
+    node = Node(0)
+    for i in range(n - 1):
+        node = Node(i + 1, node)
+    return node
+
+
+def test_a_recursive_json_value_nests_as_deep_as_avros_on_every_python() -> None:
+    """The JSON limit was the interpreter's stack: ~330 levels on Python 3.11, ~490 on 3.12+, so
+    3.13 wrote records 3.11 could not read (Python-version review of session 43)."""
+    from pulsar_txn.schema import MAX_RECURSIVE_NESTING
+
+    schema = JsonSchema(Node)
+    deepest = _deep(MAX_RECURSIVE_NESTING)
+    assert schema.decode(schema.encode(deepest)) == deepest
+    with pytest.raises(SchemaSerializationError, match="deeper than"):
+        schema.encode(_deep(MAX_RECURSIVE_NESTING + 1))
+    with pytest.raises(SchemaSerializationError, match="deeper than"):
+        schema.decode(_json_chain(MAX_RECURSIVE_NESTING + 1))
