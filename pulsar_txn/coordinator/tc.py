@@ -582,7 +582,8 @@ class TransactionCoordinator:
             # would make a client redo committed work. Answer it only while still the owner.
             await self._confirm_owner()
             raise
-        self.counters.end_txn.add((time.perf_counter() - started) * 1000)
+        finally:  # every request answered, refusals and failures too ("over all")
+            self.counters.end_txn.add((time.perf_counter() - started) * 1000)
 
     async def _confirm_owner(self) -> None:
         """Still this TC's owner now (else ``CoordinatorFencedError``, retriable): a harmless log

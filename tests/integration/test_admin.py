@@ -354,3 +354,24 @@ def test_buffer_and_pending_ack_stats_cover_partitions_added_since_the_clients_l
     assert len(admin.transaction_buffer_stats(topic)) == 3
     assert len(admin.pending_ack_stats(topic, f"s_{uid}")) == 3
     consumer.close()
+
+
+def test_refused_end_txn_requests_are_counted_in_the_end_txn_summary(cluster: ClusterFactory) -> None:
+    """``pulsar_txn_end_txn_latency_ms``: ``_count`` over all END_TXN requests, received to answered;
+    a refused one (InvalidTxnStatus, TransactionNotFound) was not counted (stats review of session 43)."""
+    from pulsar_txn import InvalidTxnStatusError, TransactionNotFound, TxnID
+
+    c = cluster(admin_port=0, num_tcs=1, static_tc_ids=(0,), tb_service_enabled=False)
+    admin = TransactionsAdmin(c.client, admin_url=c.coordinator.admin_url, log_topic=c.config.log_topic)
+    txn = c.client.transaction(60)
+    txn.abort()
+    before = admin.coordinator_stats()[0]["end_txn_latency"]["count"]
+    other = c.other_client()
+    try:
+        with pytest.raises(InvalidTxnStatusError):
+            other.resume_transaction(txn.txn_id).commit()
+        with pytest.raises(TransactionNotFound):
+            other.resume_transaction(TxnID(0, 12345)).commit()
+    finally:
+        other.close()
+    assert admin.coordinator_stats()[0]["end_txn_latency"]["count"] - before == 2
