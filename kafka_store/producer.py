@@ -569,9 +569,12 @@ class Delivery:
                 self.delivered(None, translate_kafka_error(err, f"append to {self.topic}[{self.partition}]"))
         finally:
             # Reported: nothing of its partition waits behind it (Appender._behind_retired), and
-            # the payload is not kept by the partition's last-sent entry.
+            # the appender keeps nothing of it (its transaction, its callback).
             self.producer = None
-            self.value = None
+            sent = self.appender._last_sent
+            key = (self.topic, self.partition)
+            if sent.get(key) is self:
+                sent.pop(key, None)
 
 
 class _CallbackDelivery(Delivery):

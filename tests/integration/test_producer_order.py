@@ -174,3 +174,17 @@ def test_flush_in_a_send_callback_is_refused_at_once(cluster: ClusterFactory, ui
     error, took = outcome[0]
     assert error is NotAllowedError and took < 1.0
     assert len(list(read_range(c.client.kafka, topic, 0))) == 501
+
+
+def test_the_appender_keeps_nothing_of_a_reported_send(cluster: ClusterFactory, uid: str) -> None:
+    """The renewal's per-partition record of the last send kept each partition's last send, with
+    its transaction and callback, for the client's life (review of this session's diff)."""
+    c = cluster(tb_service_enabled=False)
+    topic = f"kept_{uid}"
+    c.client.create_topic(topic, 3)
+    producer = c.client.create_producer(topic)
+    with c.client.transaction(30) as txn:
+        for i in range(30):
+            producer.send_async(b"%08d" % i, txn=txn)
+    producer.flush()
+    assert c.client._appender()._last_sent == {}
