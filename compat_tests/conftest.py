@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -183,6 +184,7 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # its broker's data: each run left one behind
 
 
 @pytest.fixture

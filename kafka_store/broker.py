@@ -77,7 +77,7 @@ class LocalBroker:
 
     def start(self, timeout: float = 30.0) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self.port is None:
+        if not self.port:  # None or 0: any free one (noida-db itself would pick one we cannot tell)
             self.port = free_port()
         cmd = [
             _noida_binary(),
@@ -129,7 +129,11 @@ class LocalBroker:
             os.kill(pid, 0)
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return pid
+        return pid if _is_broker_of(pid, self.data_dir) else None
+
+    def alive(self) -> bool:
+        """Whether this data dir's broker process runs (False once it exited or was killed)."""
+        return self._running_pid() is not None
 
     def _down_quietly(self) -> None:
         if self._running_pid() is None:
@@ -177,3 +181,27 @@ class LocalBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _is_broker_of(pid: int, data_dir: Path) -> bool:
+    """Whether ``pid`` is a live broker of ``data_dir``: after a SIGKILL and a reboot (or a container
+    restart) the control file's pid can belong to any process, which made the data dir unusable
+    (``noida-db down`` then said nothing runs). Told from ``/proc``; without it, assumed so."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        args = (proc / "cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # gone, or no procfs to ask
+    except (OSError, IndexError):
+        return True  # not ours to read: do not take it for stale
+    if state == "Z":  # exited, not reaped yet
+        return False
+    try:
+        given = args[args.index(b"--data-dir") + 1].decode()
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return False  # not a noida-db broker's command line
+    path = Path(given)
+    if not path.is_absolute():
+        path = (proc / "cwd").resolve() / path  # relative to the broker's working dir, not ours
+    return path.resolve() == data_dir.resolve()

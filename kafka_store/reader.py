@@ -378,14 +378,17 @@ class PartitionReader:
         else:
             log.debug("consumer error (will retry): %s", err.str())
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def watermarks(self, topic: str, partition: int, timeout: float | None = None) -> tuple[int, int]:
+        """(log start, end); ``timeout`` per attempt (default: the request timeout)."""
+        wait = self._timeout if timeout is None else timeout
         for last_try in (False, True):
             try:
                 low, high = self.consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                    TopicPartition(topic, partition), timeout=wait, cached=False
                 )
             except KafkaException as exc:
-                error = self._lookup_error(exc, topic, partition, f"watermarks of {topic}[{partition}]")
+                what = f"watermarks of {topic}[{partition}]"
+                error = self._lookup_error(exc, topic, partition, what, wait)
                 if isinstance(error, _StaleMetadata) and not last_try:
                     continue  # a partition added since this client's metadata: the listing refreshed it
                 raise error from None
@@ -407,7 +410,9 @@ class PartitionReader:
             raise StoreError(f"offset for time {timestamp_ms} of {topic}[{partition}]: {tp.error}")
         return int(tp.offset) if tp.offset >= 0 else self.watermarks(topic, partition)[1]
 
-    def _lookup_error(self, exc: KafkaException, topic: str, partition: int, what: str) -> StoreError:
+    def _lookup_error(
+        self, exc: KafkaException, topic: str, partition: int, what: str, timeout: float | None = None
+    ) -> StoreError:
         """``_translate``, except that librdkafka's local "unknown partition/topic", which it also
         says when no broker has answered yet (no metadata), is checked against the cluster's topic
         list: a dead broker is not a missing topic."""
@@ -416,7 +421,8 @@ class PartitionReader:
         if err is None or err.code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
             return error
         try:
-            meta = self.consumer.list_topics(timeout=self._timeout)  # all: naming one may create it
+            # All topics: naming one may create it.
+            meta = self.consumer.list_topics(timeout=self._timeout if timeout is None else timeout)
         except KafkaException as listing:
             return BrokerUnavailableError(f"{what}: {err.str()}; the cluster did not answer ({listing})")
         found = meta.topics.get(topic)

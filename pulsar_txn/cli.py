@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from kafka_store import KafkaConfig, LocalBroker, StoreError
+from kafka_store import BrokerStartError, KafkaConfig, LocalBroker, StoreError
 from pulsar_txn import _loops
 from pulsar_txn._admin_cli import add_commands as add_admin_commands
 from pulsar_txn._gc import tune_for_service
@@ -127,7 +127,14 @@ def tool_client(kafka: KafkaConfig, config: CoordinatorConfig, service_url: str 
     )
 
 
-async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_file: str | None) -> None:
+async def _serve_forever(
+    kafka: KafkaConfig,
+    config: CoordinatorConfig,
+    ready_file: str | None,
+    broker: LocalBroker | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; with ``broker`` (standalone's own), until it exits too
+    (``BrokerStartError``): a coordinator without its Kafka only logged connection failures."""
     from pulsar_txn.node import start_node
 
     node = await start_node(kafka, config)
@@ -140,6 +147,8 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
         ready = asyncio.ensure_future(node.service.wait_ready(config.recovery_timeout_ms / 1000))
         stopped = asyncio.ensure_future(stop.wait())
         waits += [ready, stopped]
+        if broker is not None:
+            waits.append(asyncio.ensure_future(_watch_broker(broker, stop)))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if stopped.done():  # stopped while recovering: never announced as ready
             ready.cancel()
@@ -168,6 +177,17 @@ async def _serve_forever(kafka: KafkaConfig, config: CoordinatorConfig, ready_fi
             wait.cancel()
         log.info("stopping coordinator")
         await node.stop()
+    if broker is not None and not broker.alive():
+        raise BrokerStartError(
+            f"the embedded broker exited (its log is in {broker.data_dir}); the coordinator stopped"
+        )
+
+
+async def _watch_broker(broker: LocalBroker, stop: asyncio.Event) -> None:
+    while broker.alive():
+        await asyncio.sleep(1.0)
+    log.error("the embedded broker exited: stopping")
+    stop.set()
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -187,7 +207,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         kafka, config = build_configs(args, bootstrap)
         print(f"embedded Kafka broker: {bootstrap}  (data in {data_dir})", flush=True)
         tune_for_service()
-        _loops.run(_serve_forever(kafka, config, args.ready_file))
+        _loops.run(_serve_forever(kafka, config, args.ready_file, broker))
     finally:
         broker.stop()
         print("standalone stopped", flush=True)

@@ -250,6 +250,9 @@ class Client:
                 started.stop()
             raise
         client._owned = owned
+        # Left unclosed (an exception outside ``with``, a bare exit), the broker ran on for good:
+        # ``noida-db up`` detaches it. Stopped when the client is collected or the interpreter exits.
+        weakref.finalize(client, _stop_all, owned)
         return client
 
     # ------------------------------------------------------------------ factories
@@ -737,12 +740,7 @@ class Client:
                 store.close()
             self._admin.close()
         finally:
-            owned, self._owned = self._owned, []
-            for thing in owned:
-                try:
-                    thing.stop()
-                except Exception:  # keep stopping the rest (the broker last)
-                    log.exception("stopping %r failed", thing)
+            _stop_all(self._owned)
 
     def __enter__(self) -> Client:
         return self
@@ -787,6 +785,18 @@ def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
     except ValueError:
         known = ", ".join(str(m.value) for m in kind)
         raise ConfigError(f"{what} {value!r} is not one of {known}") from None
+
+
+def _stop_all(owned: list[Any]) -> None:
+    """Stop what an embedded client started, in order (the broker last), each once: the list is
+    emptied in place, so its finalizer does nothing after ``close``."""
+    things = list(owned)
+    owned.clear()
+    for thing in things:
+        try:
+            thing.stop()
+        except Exception:  # keep stopping the rest
+            log.exception("stopping %r failed", thing)
 
 
 def _overlap(a: TopicName, b: TopicName) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,20 +27,30 @@ from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # pytest then tears the fixtures down: the session broker is stopped
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A runner's timeout sends SIGTERM, which skips every ``finally``: the broker stayed running.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[LocalBroker]:
     external = os.environ.get("PULSAR_TXN_TEST_BOOTSTRAP")
     if external:  # run the suite against an existing Kafka cluster instead
-        b = LocalBroker(tempfile.mkdtemp(), port=int(external.rsplit(":", 1)[1]))
-        yield b
+        yield LocalBroker(Path(tempfile.gettempdir()), port=int(external.rsplit(":", 1)[1]))
         return
     data = Path(tempfile.mkdtemp(prefix="pulsar-txn-test-broker-"))
     b = LocalBroker(data)
-    b.start()
     try:
+        b.start()
         yield b
     finally:
         b.stop()
+        shutil.rmtree(data, ignore_errors=True)  # up to ~1 GB after a full run
 
 
 @pytest.fixture(scope="session")

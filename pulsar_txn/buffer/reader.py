@@ -431,8 +431,11 @@ class CommittedReader:
         self._ensure_started()
         deadline = time.monotonic() + timeout
         if deadline >= self._next_deleted_check:
-            self._check_created_again()
-            self._end_deleted()
+            # Bounded by the poll's own wait (at least 1 s): with the broker gone, a receive(2000)
+            # waited a request timeout per partition (34 s for two partitions).
+            budget = min(self._kafka.request_timeout_ms / 1000, max(1.0, timeout))
+            self._check_created_again(budget)
+            self._end_deleted(budget)
         scanned = False  # a poll with no time left still takes what the scanner has fetched
         while True:
             if self._scan_ahead_wanted():
@@ -505,7 +508,7 @@ class CommittedReader:
             elif offset >= part.window_start:
                 part.window_start = offset + 1
 
-    def _check_created_again(self) -> None:
+    def _check_created_again(self, budget: float) -> None:
         """A topic deleted and created again under its name while this reader reads it restarts at
         offset 0: its TB state, folded from the old partition, covers offsets of the new one it never
         read (an open transaction's first message among them), and delivered what that transaction
@@ -517,9 +520,9 @@ class CommittedReader:
         for tp, part in list(self._parts.items()):
             state = part.state
             try:
-                high = self._scanner.watermarks(*tp)[1]
+                high = self._scanner.watermarks(*tp, timeout=budget)[1]
             except StoreError:
-                continue  # looked at again at the next check
+                return  # the broker did not answer: looked at again at the next check
             if high >= state.scanned_to and now < self._same_due.get(tp, 0.0):
                 continue
             self._same_due[tp] = now + _SAME_CHECK_EVERY_S
@@ -535,7 +538,7 @@ class CommittedReader:
             self._scanner.remove(*tp)
             self._open(tp, 0)
 
-    def _end_deleted(self) -> None:
+    def _end_deleted(self, budget: float) -> None:
         """Every ``_DELETED_CHECK_S``: a partition held by a transaction whose first message
         retention has deleted (a snapshot older than the log start, or a reader that fell behind
         it) may be held for good, its marker deleted unread. Its TC's log says whether it ended;
@@ -556,12 +559,13 @@ class CommittedReader:
                 return part.read_to >= end
 
             try:
-                low = scanner.watermarks(*tp)[0]
+                low = scanner.watermarks(*tp, timeout=budget)[0]
                 held = part.state.held_below(low)
                 if held:
                     end_held(self._kafka, self._opts.log_topic, part.state, held, low, fold_to_end)
             except StoreError as exc:  # looked at again at the next check
                 log.warning("%s[%d]: checking transactions held below the log start failed: %s", *tp, exc)
+                return
 
     def _scan_ahead_wanted(self) -> bool:
         parts = self._parts.values()

@@ -256,7 +256,10 @@ class Membership(ConsumerBase[T]):
                 if part is None:
                     continue
                 gone.append(part)
-                committed = self._flush_part(part, force=True, in_callback=True)
+                # A lost partition (the group dropped us: session expired, broker gone) is another
+                # member's already: Kafka refuses our commit, and with the broker gone waiting for
+                # the refusal held every receive behind these locks for a request timeout.
+                committed = not lost and self._flush_part(part, force=True, in_callback=True)
                 if not committed:
                     self._retained[tp] = part  # reused if the partition comes back to us
                 self._reader.remove_partition(*tp)

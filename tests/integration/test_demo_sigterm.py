@@ -167,3 +167,31 @@ def test_an_embedded_client_without_a_data_dir_leaves_no_files_behind() -> None:
     client.close()
     assert not Path(made[0]).exists()
     assert _running_with(made[0]) == []
+
+
+def test_standalone_stops_with_an_error_when_its_broker_dies(tmp_path: Path) -> None:
+    """It served on, a coordinator without its Kafka, logging only connection failures (start-up
+    review of session 43). Failed before."""
+    data, ready = tmp_path / "sa", tmp_path / "ready.json"
+    command = [sys.executable, "-m", "pulsar_txn.cli", "standalone", "--data-dir", str(data), "--port", "0"]
+    proc = subprocess.Popen(
+        [*command, "--ready-file", str(ready)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert ready.exists()
+        os.kill(json.loads((data / "broker" / "noida.control.json").read_text())["pid"], signal.SIGKILL)
+        _out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 2 and "embedded broker exited" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        for leftover in _running_with(str(data)):
+            leftover.kill()

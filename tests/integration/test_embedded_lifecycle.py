@@ -17,7 +17,7 @@ from kafka_store import KafkaConfig, LocalBroker, TopicAdmin
 from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
-from pulsar_txn.errors import ConfigError, ConnectError
+from pulsar_txn.errors import ConfigError, ConnectError, PulsarTxnError, Timeout
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +97,76 @@ def test_an_embedded_client_refused_for_a_bad_argument_leaves_no_broker_running(
     with pytest.raises(TypeError):
         Client.embedded(data_dir=tmp_path, no_such_option=1)  # refused by Client() itself
     assert LocalBroker(tmp_path / "broker")._running_pid() is None
+
+
+# -- start-up and shut-down robustness (review of session 43); each test failed before ------------
+
+
+def test_a_broker_asked_for_port_0_listens_on_a_free_port_it_names(tmp_path: Path) -> None:
+    """Port 0 ("any free one", as the CLI takes it) waited 30 s on port 0 and failed."""
+    broker = LocalBroker(tmp_path / "b", port=0)
+    try:
+        started = time.monotonic()
+        bootstrap = broker.start(timeout=20)
+        assert time.monotonic() - started < 15 and not bootstrap.endswith(":0")
+        TopicAdmin(KafkaConfig(bootstrap_servers=bootstrap)).ensure_topic("t", 1)
+    finally:
+        broker.stop()
+
+
+def test_a_stale_control_file_whose_pid_is_another_process_does_not_block_the_data_dir(
+    tmp_path: Path,
+) -> None:
+    """After a SIGKILL and a reboot the control file's pid may be any process: the data dir was
+    refused for good, while noida-db down said nothing runs."""
+    import json
+    import subprocess
+
+    data = tmp_path / "b"
+    data.mkdir()
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (data / "noida.control.json").write_text(json.dumps({"pid": other.pid}))
+        broker = LocalBroker(data)
+        try:
+            broker.start(timeout=20)
+            assert broker.alive()
+        finally:
+            broker.stop()
+        assert other.poll() is None  # the other process was left alone
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_an_embedded_client_left_unclosed_stops_its_broker_when_collected(tmp_path: Path) -> None:
+    """``noida-db up`` detaches the broker: an embedded client never closed left it running for good."""
+    client = Client.embedded(data_dir=tmp_path)
+    broker = LocalBroker(tmp_path / "broker")
+    assert broker.alive()
+    del client
+    gc.collect()
+    assert not broker.alive()
+
+
+def test_a_receive_with_the_broker_gone_returns_near_its_timeout(tmp_path: Path) -> None:
+    """The reader's periodic checks (topic created again, transactions held below the log start)
+    waited a request timeout per partition: a receive(2000) took 34 s with two partitions."""
+    import signal
+
+    client = Client.embedded(data_dir=tmp_path, operation_timeout_seconds=10)
+    try:
+        client.create_topic("gone", 2)
+        consumer = client.subscribe("gone", "s")
+        with pytest.raises(Timeout):
+            consumer.receive(1000)  # its partitions read: the periodic checks are what is left
+        pid = LocalBroker(tmp_path / "broker")._running_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(5.5)  # the checks are due every 5 s
+        started = time.monotonic()
+        with pytest.raises(PulsarTxnError):  # Timeout (nothing arrives) or a broker error
+            consumer.receive(2000)
+        assert time.monotonic() - started < 8
+    finally:
+        client.close()
