@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kafka_store._reaper import Reaper
 from kafka_store.config import KafkaConfig
 from kafka_store.errors import BrokerStartError
 
@@ -130,6 +131,11 @@ class LocalBroker:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return pid if _is_broker_of(pid, self.data_dir) else None
+
+    def reaper(self, remove: str | os.PathLike[str] | None = None) -> Reaper:
+        """A watcher that stops this broker (and removes ``remove``) once this process has exited,
+        however it exits; stop it after stopping the broker in order."""
+        return Reaper(_noida_binary(), self.data_dir, Path(remove) if remove is not None else None)
 
     def alive(self) -> bool:
         """Whether this data dir's broker process runs (False once it exited or was killed)."""

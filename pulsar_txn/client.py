@@ -219,6 +219,12 @@ class Client:
             owned.append(broker)
             if made is not None:
                 owned.append(made)  # removed after the broker stopped (close stops them in order)
+            # Last: it stops the broker after this process has exited if nobody did (no close(), an
+            # exception outside ``with``, a SIGKILL).
+            try:
+                owned.append(broker.reaper(made.path if made is not None else None))
+            except OSError as exc:  # no watcher: close() still stops it
+                log.warning("cannot watch the embedded broker for an exit without close(): %s", exc)
             kafka = broker.kafka_config()  # with the idle gate the embedded broker wants
         try:
             if kafka is None:
@@ -250,9 +256,6 @@ class Client:
                 started.stop()
             raise
         client._owned = owned
-        # Left unclosed (an exception outside ``with``, a bare exit), the broker ran on for good:
-        # ``noida-db up`` detaches it. Stopped when the client is collected or the interpreter exits.
-        weakref.finalize(client, _stop_all, owned)
         return client
 
     # ------------------------------------------------------------------ factories
@@ -788,8 +791,7 @@ def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
 
 
 def _stop_all(owned: list[Any]) -> None:
-    """Stop what an embedded client started, in order (the broker last), each once: the list is
-    emptied in place, so its finalizer does nothing after ``close``."""
+    """Stop what an embedded client started, in order (the broker last), each once."""
     things = list(owned)
     owned.clear()
     for thing in things:

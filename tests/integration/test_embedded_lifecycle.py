@@ -18,6 +18,7 @@ from pulsar_txn.client import Client
 from pulsar_txn.config import CoordinatorConfig
 from pulsar_txn.coordinator.embedded import EmbeddedCoordinator
 from pulsar_txn.errors import ConfigError, ConnectError, PulsarTxnError, Timeout
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -139,14 +140,39 @@ def test_a_stale_control_file_whose_pid_is_another_process_does_not_block_the_da
         other.wait()
 
 
-def test_an_embedded_client_left_unclosed_stops_its_broker_when_collected(tmp_path: Path) -> None:
-    """``noida-db up`` detaches the broker: an embedded client never closed left it running for good."""
-    client = Client.embedded(data_dir=tmp_path)
-    broker = LocalBroker(tmp_path / "broker")
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_an_embedded_client_never_closed_leaves_no_broker_behind(how: str) -> None:
+    """``noida-db up`` detaches the broker: a process that exited without ``close()`` (or was
+    SIGKILLed) left it running for good, with its temp data dir. Its reaper stops it once the
+    process is gone, after the application's own exit hooks, which may still use it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, sys, time\n"
+        "from pulsar_txn.client import Client\n"
+        "client = Client.embedded()\n"
+        "broker = next(t for t in client._owned if type(t).__name__ == 'LocalBroker')\n"
+        "producer = client.create_producer('t') if client.create_topic('t', 1) is None else None\n"
+        "atexit.register(lambda: print('hook', producer.send(b'last').offset, flush=True))\n"
+        "print(broker.data_dir, flush=True)\n"
+        "time.sleep(60 if sys.argv[1] == 'sigkill' else 0)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, how], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    data_dir = Path(child.stdout.readline().strip())
+    broker = LocalBroker(data_dir)
     assert broker.alive()
-    del client
-    gc.collect()
-    assert not broker.alive()
+    if how == "sigkill":
+        child.kill()
+    else:
+        assert child.stdout.readline().startswith("hook")  # the broker still served the app's hook
+    child.wait(60)
+    child.stdout.close()
+    deadline = time.monotonic() + 30
+    while (broker.alive() or data_dir.parent.exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not broker.alive() and not data_dir.parent.exists()
 
 
 def test_a_receive_with_the_broker_gone_returns_near_its_timeout(tmp_path: Path) -> None:
