@@ -187,6 +187,16 @@ async def _cancel_until_a_slice_brings_one(waiter: Any, next_message: Callable[[
     raise AssertionError("no cancelled call's slice brought a message")
 
 
+async def _compat_handle(client: Any, kind: str, topic: str, subscription: str) -> tuple[Any, Any]:
+    """A compat asyncio consumer (from the earliest message) or reader, and its next-message call."""
+    if kind == "consumer":
+        earliest = pulsar.InitialPosition.Earliest
+        consumer = await client.subscribe(topic, subscription, initial_position=earliest)
+        return consumer, consumer.receive
+    reader = await client.create_reader(topic, pulsar.MessageId.earliest)
+    return reader, reader.read_next
+
+
 @pytest.mark.parametrize("kind", ["consumer", "reader"])
 def test_a_compat_async_seek_keeps_what_a_cancelled_call_took_from_a_partition_it_does_not_move(
     cluster: ClusterFactory, uid: str, kind: str
@@ -198,13 +208,7 @@ def test_a_compat_async_seek_keeps_what_a_cancelled_call_took_from_a_partition_i
     async def main() -> list[bytes]:
         client = pulsar_asyncio.Client(c.coordinator.url or "", **compat_options(c))
         try:
-            if kind == "consumer":
-                earliest = pulsar.InitialPosition.Earliest
-                handle: Any = await client.subscribe(topic, f"s_{uid}", initial_position=earliest)
-                next_message = handle.receive
-            else:
-                handle = await client.create_reader(topic, pulsar.MessageId.earliest)
-                next_message = handle.read_next
+            handle, next_message = await _compat_handle(client, kind, topic, f"s_{uid}")
             got = await _cancel_until_a_slice_brings_one(handle._waiter, next_message)
             await handle.seek(pulsar.MessageId.wrap(MessageId(topic, 0, 0)))  # partition 0 only
             got += await _drain(next_message)
@@ -233,13 +237,7 @@ def test_a_compat_async_seek_while_a_call_waits_keeps_the_partitions_order(
     async def main() -> list[bytes]:
         client = pulsar_asyncio.Client(c.coordinator.url or "", **compat_options(c))
         try:
-            if kind == "consumer":
-                earliest = pulsar.InitialPosition.Earliest
-                handle: Any = await client.subscribe(topic, f"s_{uid}", initial_position=earliest)
-                next_message = handle.receive
-            else:
-                handle = await client.create_reader(topic, pulsar.MessageId.earliest)
-                next_message = handle.read_next
+            handle, next_message = await _compat_handle(client, kind, topic, f"s_{uid}")
             first = asyncio.create_task(next_message())
             seek = asyncio.create_task(handle.seek(pulsar.MessageId.wrap(MessageId(topic, 1, 0))))
             got = [await asyncio.wait_for(first, 10)]

@@ -1076,21 +1076,10 @@ def test_a_reader_behind_a_snapshot_older_than_the_log_start_is_not_held_by_a_de
     monkeypatch.setattr(buffer_reader, "_DELETED_CHECK_S", 0.5)
     c = cluster(tb_service_enabled=False)
     topic = f"stale_snapshot_{uid}"
-    c.client.create_topic(topic, 1)
-    producer = c.client.create_producer(topic)
-    txn = c.client.transaction(60)
-    producer.send(b"t0", txn=txn)
-    producer.send(b"p1")
+    _committed_behind_a_snapshot_then_deleted(c, kafka, admin, topic)
     options = BufferOptions(num_tcs=c.config.num_tcs, log_topic=c.config.log_topic)
     store = SnapshotStore(kafka, topic=c.config.snapshot_topic)
     try:
-        held, _ = load_state(kafka, topic, 0, options=options)
-        assert held.ongoing == {txn.txn_id: 0}
-        store.write(held).result(15)
-        txn.commit()  # its marker at 2
-        producer.send(b"p3")
-        producer.send(b"p4")
-        admin.delete_records_before(topic, 0, 3).result(15)
         reader = CommittedReader(kafka, {(topic, 0): 0}, store=store, options=options)
         try:
             got: list[bytes] = []
@@ -1108,7 +1097,7 @@ def test_a_reader_behind_a_snapshot_older_than_the_log_start_is_not_held_by_a_de
 def _committed_behind_a_snapshot_then_deleted(
     c: Cluster, kafka: KafkaConfig, admin: TopicAdmin, topic: str
 ) -> Producer[bytes]:
-    """As above: a snapshot holds T open at 0, T commits (marker at 2), offsets 0-2 are deleted."""
+    """A snapshot holds T open at 0, T commits (marker at 2), offsets 0-2 are deleted."""
     c.client.create_topic(topic, 1)
     producer = c.client.create_producer(topic)
     txn = c.client.transaction(60)
@@ -1117,6 +1106,7 @@ def _committed_behind_a_snapshot_then_deleted(
     options = BufferOptions(num_tcs=c.config.num_tcs, log_topic=c.config.log_topic)
     with closing(SnapshotStore(kafka, topic=c.config.snapshot_topic)) as store:
         held, _ = load_state(kafka, topic, 0, options=options)
+        assert held.ongoing == {txn.txn_id: 0}
         store.write(held).result(15)
     txn.commit()
     producer.send(b"p3")

@@ -17,7 +17,7 @@ from pulsar_txn.pendingack.state import AckKind
 from pulsar_txn.subscription import _txn_acks
 from pulsar_txn.subscription._base import ACK_BATCH_MAX
 from pulsar_txn.txnid import TxnID
-from tests.conftest import Cluster, receive_all
+from tests.conftest import Cluster, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +48,20 @@ def test_a_large_ack_list_in_one_call_is_stored_in_records_of_bounded_size(
     assert len(msgs) == 10 * SPLIT_AT + 7
     txn = c.client.transaction(60)
     consumer.acknowledge([m.message_id for m in msgs], txn=txn)  # one call, one partition
-    txn.commit() if outcome == "commit" else txn.abort()
 
+    # Read while the transaction is open: once it has ended, the consumer may trim the records away.
     log = pending_ack_topic(TopicName.parse(topic), "s")
-    sizes = [
-        len(REGISTRY.decode_as(PENDING_ACK, r.value)["offsets"])
-        for r in read_range(c.kafka, log, 0, 0, None)
-        if r.header(CTL_HEADER) == PENDING_ACK_CTL
-    ]
-    assert sizes and max(sizes) <= SPLIT_AT and sum(sizes) == len(msgs), sizes
+
+    def sizes() -> list[int]:
+        return [
+            len(REGISTRY.decode_as(PENDING_ACK, r.value)["offsets"])
+            for r in read_range(c.kafka, log, 0, 0, None)
+            if r.header(CTL_HEADER) == PENDING_ACK_CTL
+        ]
+
+    wait_until(lambda: sum(sizes()) == len(msgs), 20, what="the pending acks stored")
+    assert max(sizes()) <= SPLIT_AT
+    txn.commit() if outcome == "commit" else txn.abort()
     redelivered = receive_all(consumer)
     consumer.close()
     again = c.client.subscribe(topic, "s", initial_position="Earliest")
