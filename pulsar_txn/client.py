@@ -743,7 +743,12 @@ class Client:
                 store.close()
             self._admin.close()
         finally:
-            _stop_all(self._owned)
+            owned, self._owned = self._owned, []
+            for thing in owned:
+                try:
+                    thing.stop()
+                except Exception:  # keep stopping the rest (the broker, then its watcher)
+                    log.exception("stopping %r failed", thing)
 
     def __enter__(self) -> Client:
         return self
@@ -788,17 +793,6 @@ def _enum(kind: type[EnumT], value: object, what: str) -> EnumT:
     except ValueError:
         known = ", ".join(str(m.value) for m in kind)
         raise ConfigError(f"{what} {value!r} is not one of {known}") from None
-
-
-def _stop_all(owned: list[Any]) -> None:
-    """Stop what an embedded client started, in order (the broker last), each once."""
-    things = list(owned)
-    owned.clear()
-    for thing in things:
-        try:
-            thing.stop()
-        except Exception:  # keep stopping the rest
-            log.exception("stopping %r failed", thing)
 
 
 def _overlap(a: TopicName, b: TopicName) -> bool:

@@ -124,10 +124,10 @@ def _same_partition(reader: PartitionReader, part: RangePartition) -> bool:
     is not theirs: an open transaction's message and what it holds back were read."""
     if part.anchor is None:
         return True
-    scanned_to, *anchor = part.anchor
+    scanned_to, offset, fingerprint = part.anchor
     timeout = part.options.kafka_config().request_timeout_ms / 1000
     same = still_the_partition(
-        reader, part.topic, part.partition, scanned_to, (anchor[0], anchor[1]), timeout, what="planned read"
+        reader, part.topic, part.partition, scanned_to, (offset, fingerprint), timeout, what="planned read"
     )
     if same is False:
         _replaced(part, "another record stands where the plan read")

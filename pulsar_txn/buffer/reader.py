@@ -198,6 +198,8 @@ def load_states(
         if store
         else {}
     )
+    # Where each partition starts and ends now, asked once for all of them.
+    marks = watermark_offsets(kafka, [(topic, p) for p in partitions]) if end is None else {}
     out: dict[int, LoadedState] = {}
     for p in partitions:
         snap = loaded.get((topic, p))
@@ -210,7 +212,7 @@ def load_states(
         if end is not None:
             scan(state, kafka, end)
             continue
-        low, high = watermark_offsets(kafka, [(topic, p)])[(topic, p)]
+        low, high = marks[(topic, p)]
         scan(state, kafka, high)
         if low > 0:
             # A snapshot older than the log start kept a transaction open whose marker retention
