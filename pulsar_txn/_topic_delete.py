@@ -18,9 +18,9 @@ from kafka_store import (
     list_groups,
 )
 from pulsar_txn.buffer.snapshot import SnapshotStore
-from pulsar_txn.consumer import CONSUMER_CLIENT_ID_PREFIX
 from pulsar_txn.errors import NotAllowedError, TopicNotFound, from_store_error
 from pulsar_txn.naming import PENDING_ACK_SUFFIX, TopicName
+from pulsar_txn.subscription.options import CONSUMER_CLIENT_ID_PREFIX
 
 log = logging.getLogger(__name__)
 

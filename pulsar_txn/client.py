@@ -36,11 +36,12 @@ from pulsar_txn._topic_delete import TopicDeleted, delete_topic
 from pulsar_txn.buffer.reader import UNKNOWN_NUM_TCS, BufferOptions, discover_num_tcs, load_state
 from pulsar_txn.buffer.snapshot import DEFAULT_SNAPSHOT_TOPIC, SnapshotStore
 from pulsar_txn.buffer.state import TxnBufferState
-from pulsar_txn.config import CoordinatorConfig, validation_problems
+from pulsar_txn.config import CoordinatorConfig, system_groups, validation_problems
 from pulsar_txn.consumer import Consumer, ConsumerType, InitialPosition
 from pulsar_txn.errors import (
     AlreadyClosed,
     ConfigError,
+    InvalidTopicName,
     ProducerBusy,
     PulsarTxnError,
     TopicNotFound,
@@ -175,6 +176,10 @@ class Client:
         self._snapshot_store: SnapshotStore | None = None
         self._counts: dict[str, int] = {}
         self._owned: list[Any] = []  # embedded broker / coordinator stopped on close
+        # Consumer groups of the deployment's own services: no subscription may be named so (it
+        # would join the group and share its partitions with the service). The defaults, and an
+        # embedded coordinator's own.
+        self._reserved_groups = system_groups(CoordinatorConfig())
         self._closed = False  # then nothing makes its connections again (NotAllowedError instead)
         self._dlq_producers: dict[str, Producer[bytes]] = {}
         self._consumers: list[Consumer[Any]] = []
@@ -256,6 +261,7 @@ class Client:
                 started.stop()
             raise
         client._owned = owned
+        client._reserved_groups.update(system_groups(config))
         return client
 
     # ------------------------------------------------------------------ factories
@@ -671,6 +677,9 @@ class Client:
         here it is a Kafka topic with that many partitions.)"""
         self._check_open()
         name = TopicName.parse(topic)
+        if name.partition is not None:
+            # As Pulsar's admin refuses it (412): it would create the partitioned topic's base.
+            raise InvalidTopicName(f"{topic!r}: a topic to create is named without '-partition-N'")
         _args.integer(partitions, "partitions", minimum=1, maximum=_MAX_PARTITIONS)
         self._counts[name.kafka_topic] = self._admin.ensure_topic(name.kafka_topic, partitions)
 

@@ -184,3 +184,8 @@ def validation_problems(exc: ValidationError) -> str:
     """Which setting is wrong and why, in one line, without echoing values (a value may be a secret)."""
     problems = [f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()]
     return "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
+
+
+def system_groups(config: CoordinatorConfig) -> dict[str, str]:
+    """The consumer groups a coordinator deployment joins itself, each with what joins it."""
+    return {config.tb_group: "transaction-buffer service", config.coordinator_group: "coordinators"}

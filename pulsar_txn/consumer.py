@@ -57,6 +57,7 @@ from pulsar_txn.subscription._receiving import Receiving
 from pulsar_txn.subscription._seek import Seeking
 from pulsar_txn.subscription._txn_acks import TxnAcking
 from pulsar_txn.subscription.options import (
+    CONSUMER_CLIENT_ID_PREFIX,
     TYPE_CODES,
     ConsumerType,
     DeadLetterPolicy,
@@ -77,9 +78,6 @@ __all__ = [
     "SubscriptionIsolationLevel",
 ]
 
-# A subscription's group members are this library's consumers: their Kafka client ids start so (the
-# join time after it orders racing subscribers; topic deletion tells them from other groups' members).
-CONSUMER_CLIENT_ID_PREFIX = "ptxn-"
 
 # How soon partitions added to a subscribed topic are assigned: Pulsar's autoUpdatePartitionsInterval
 # (librdkafka would look every 5 minutes).
@@ -144,6 +142,12 @@ class Consumer(
         _args.text(subscription_name, "subscription_name")
         if bad_subscription_name(subscription_name):
             raise NotAllowedError(f"bad subscription name {subscription_name!r}")
+        service = client._reserved_groups.get(subscription_name)
+        if service is not None:
+            raise NotAllowedError(
+                f"subscription name {subscription_name!r} is reserved: it is the consumer group of the"
+                f" deployment's {service}"
+            )
         self._left_out = set()  # pattern matches without a valid pending-ack log name
         topics = self._subscribable(topics, subscription_name, pattern is not None)
         if not topics:

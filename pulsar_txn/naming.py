@@ -61,7 +61,7 @@ class TopicName:
                 raise InvalidTopicName(f"{name!r}: a short topic name has no '/'")
             tenant, namespace, local = "public", "default", text
         for seg in (tenant, namespace, local):
-            if not _SEGMENT_OK.match(seg):
+            if not _SEGMENT_OK.match(seg) or seg in (".", ".."):  # Kafka refuses "." and ".." too
                 raise InvalidTopicName(f"{name!r}: {seg!r} has characters a topic name cannot have")
         partition = None
         match = _PART.match(local)

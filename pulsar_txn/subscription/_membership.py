@@ -21,6 +21,7 @@ from kafka_store import (
 from pulsar_txn.errors import (
     ConsumerBusy,
     InvalidTopicName,
+    NotAllowedError,
     PulsarTxnError,
 )
 from pulsar_txn.message import LATEST, MessageId
@@ -37,6 +38,7 @@ from pulsar_txn.subscription._base import (
     log,
 )
 from pulsar_txn.subscription.options import (
+    CONSUMER_CLIENT_ID_PREFIX,
     TYPE_CODES,
     ConsumerType,
     InitialPosition,
@@ -69,7 +71,12 @@ class Membership(ConsumerBase[T]):
                 if m.client_id != self._client_id
                 and not (self._instance_id and m.instance_id == self._instance_id)
             ]
-            counted = [m for m in members if not m.topics or m.topics & ours]
+            # Another application's member counts wherever it reads (_refuse_if_busy refuses it).
+            counted = [
+                m
+                for m in members
+                if not m.topics or m.topics & ours or not m.client_id.startswith(CONSUMER_CLIENT_ID_PREFIX)
+            ]
             # Only members that would refuse this consumer are worth waiting for (any member, for an
             # Exclusive one; an Exclusive member, for the others: _refuse_if_busy).
             exclusive = TYPE_CODES[ConsumerType.Exclusive]
@@ -88,6 +95,14 @@ class Membership(ConsumerBase[T]):
         "Subscription is of different type")."""
         if not others:
             return
+        foreign = [cid for cid in others if not cid.startswith(CONSUMER_CLIENT_ID_PREFIX)]
+        if foreign:
+            # Another application's (or the deployment's own services') consumer group: joining it
+            # would share its partitions with that application.
+            raise NotAllowedError(
+                f"subscription {self.subscription!r}: its Kafka consumer group is used by another"
+                f" application (client ids {', '.join(sorted(foreign)[:3])!s:.300})"
+            )
         if self.consumer_type is ConsumerType.Exclusive:
             raise ConsumerBusy(f"exclusive subscription {self.subscription!r} already has a consumer")
         if any(type_code(cid) == TYPE_CODES[ConsumerType.Exclusive] for cid in others):
@@ -102,7 +117,7 @@ class Membership(ConsumerBase[T]):
         earlier = [cid for cid in self._other_members(SETTLE_S) if joined(cid) < joined(self._client_id)]
         try:
             self._refuse_if_busy(earlier)
-        except ConsumerBusy:
+        except PulsarTxnError:
             self._group.stop()
             raise
 

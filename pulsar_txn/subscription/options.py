@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from pulsar_txn import _args
+from pulsar_txn.errors import InvalidTopicName
+from pulsar_txn.naming import TopicName
 
 
 class ConsumerType(StrEnum):
@@ -49,7 +51,17 @@ class DeadLetterPolicy:
         _args.integer(self.max_redeliver_count, "max_redeliver_count", minimum=1)
         if self.dead_letter_topic is not None:
             _args.text(self.dead_letter_topic, "dead_letter_topic")
+            # Checked now, not at the first move: then a bad name failed every later receive().
+            if TopicName.parse(self.dead_letter_topic).partition is not None:
+                raise InvalidTopicName(
+                    f"dead_letter_topic {self.dead_letter_topic!r:.200} names one partition of a topic:"
+                    " name the topic (it is created with one partition if missing)"
+                )
 
+
+# A subscription's group members are this library's consumers: their Kafka client ids start so (the
+# join time after it orders racing subscribers; topic deletion tells them from other groups' members).
+CONSUMER_CLIENT_ID_PREFIX = "ptxn-"
 
 # The type's code ends a consumer's Kafka client id, so that a later consumer can tell an Exclusive one.
 TYPE_CODES = {ConsumerType.Exclusive: "x", ConsumerType.Failover: "f"}

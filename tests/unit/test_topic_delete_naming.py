@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from kafka_store import GroupInfo, GroupMember
 from pulsar_txn._topic_delete import pending_ack_logs, reads_topic
-from pulsar_txn.consumer import CONSUMER_CLIENT_ID_PREFIX
+from pulsar_txn.subscription.options import CONSUMER_CLIENT_ID_PREFIX
 
 LOG = "__transaction_pending_ack"
 
