@@ -72,8 +72,7 @@ class TopicAdmin:
         except Exception as exc:  # concurrent.futures.TimeoutError and friends
             # A TimeoutError says nothing (str() is ""): name the cluster that did not answer.
             raise BrokerUnavailableError(
-                f"create topic {name}: {str(exc) or type(exc).__name__}: no answer from Kafka at "
-                f"{self._config.bootstrap_servers} in {self._timeout:g} s"
+                f"create topic {name}: {str(exc) or type(exc).__name__}: {self._no_answer()}"
             ) from None
         return self.partition_count(name)
 
@@ -157,7 +156,7 @@ class TopicAdmin:
             return done
         (answer,) = futures.values()
         unanswered.add(done)
-        translate = TopicAdmin._translate
+        no_answer = self._no_answer()
 
         # Holds no reference to this TopicAdmin: if the callback's thread (librdkafka's) dropped the
         # last one, the AdminClient would be destroyed there, which librdkafka aborts the process on.
@@ -167,7 +166,7 @@ class TopicAdmin:
             if exc is None:
                 outcome: StoreError | None = None
             elif isinstance(exc, KafkaException):
-                outcome = translate(exc, f"delete records of {topic}[{partition}]")
+                outcome = _translate(exc, f"delete records of {topic}[{partition}]", no_answer)
             else:
                 outcome = StoreError(f"delete records of {topic}[{partition}]: {exc}")
             try:
@@ -181,16 +180,24 @@ class TopicAdmin:
         answer.add_done_callback(answered)
         return done
 
-    @staticmethod
-    def _translate(exc: KafkaException, what: str) -> StoreError:
-        err = kafka_error_of(exc)
-        if err is None:
-            return StoreError(f"{what}: {exc}")
-        if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
-            return BrokerUnavailableError(f"{what}: {err.str()}")
-        if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return TopicNotFoundError(f"{what}: {err.str()}")
-        return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))
+    def _translate(self, exc: KafkaException, what: str) -> StoreError:
+        return _translate(exc, what, self._no_answer())
+
+    def _no_answer(self) -> str:
+        return f"no answer from Kafka at {self._config.bootstrap_servers} in {self._timeout:g} s"
+
+
+def _translate(exc: KafkaException, what: str, no_answer: str) -> StoreError:
+    """``no_answer`` is added to a dead-broker error: librdkafka's own words ("Failed while waiting
+    for controller") do not name the cluster."""
+    err = kafka_error_of(exc)
+    if err is None:
+        return StoreError(f"{what}: {exc}")
+    if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+        return BrokerUnavailableError(f"{what}: {err.str()}: {no_answer}")
+    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return TopicNotFoundError(f"{what}: {err.str()}")
+    return StoreError(f"{what}: {err.str()}", retriable=bool(err.retriable()))
 
 
 def _fail_unanswered(unanswered: set[Future[None]]) -> None:

@@ -236,6 +236,7 @@ class Consumer(
         self._redelivery_counts = {}
         self._pa_topics_ready = set()  # pending-ack log partitions known to exist
         self._retained = {}
+        self._base_partitions = {}
         # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.
         self._reopen = {}
         self._ack_batches = {}

@@ -35,20 +35,26 @@ class CursorMetadata(NamedTuple):
     """Where recovery reads the log from (<= ``replay_start``): also the records of the committed
     transactions whose acks lie above the mark-delete, so the recovered consumer knows them as the
     committing one did (their ranges may later be pushed out of the metadata; see ``replay_start``)."""
+    partitions: int | None = None
+    """The topic's partition count when the subscription began on it (None: written before session
+    44): a partition at or above it was added later, and starts at its beginning."""
 
 
-def join_metadata(replay_start: int, read_from: int, ranges: str) -> str:
-    """``<replay start>;<ranges>``, then ``;k<read from>`` when it lies below the replay start. The
-    suffix comes last so that a build before session 31 still reads the replay start: it cannot
-    read the ranges then (it recovers without them and redelivers their messages, never skips one)."""
+def join_metadata(replay_start: int, read_from: int, ranges: str, partitions: int | None = None) -> str:
+    """``<replay start>;<ranges>``, then ``;k<read from>`` when it lies below the replay start, then
+    ``;n<partitions>``. The suffixes come last so that a build before session 31 still reads the
+    replay start: it cannot read the ranges then (it recovers without them and redelivers their
+    messages, never skips one)."""
     tail = f";k{read_from}" if read_from < replay_start else ""
+    if partitions is not None:
+        tail += f";n{partitions}"
     return f"{replay_start};{ranges}{tail}"
 
 
 def split_metadata(metadata: str | None) -> CursorMetadata:
     """Read ``join_metadata``'s form (metadata without a read-from position reads from the replay
     start, as every consumer before session 31 did; a read-from position outside 0..replay start is
-    taken as the replay start)."""
+    taken as the replay start; a field it does not know is skipped)."""
     if not metadata:
         return CursorMetadata(0, None, 0)
     head, _, rest = metadata.partition(";")
@@ -58,14 +64,16 @@ def split_metadata(metadata: str | None) -> CursorMetadata:
     except ValueError:
         return CursorMetadata(0, metadata, 0)
     read_from = replay
-    if tail.startswith("k"):
-        try:
-            read_from = int(tail[1:])
-        except ValueError:
-            pass
-        if not 0 <= read_from <= replay:
-            read_from = replay
-    return CursorMetadata(replay, ranges or None, read_from)
+    partitions: int | None = None
+    for field in tail.split(";") if tail else ():
+        tag, value = field[:1], field[1:]
+        if tag == "k" and value.isdigit():
+            read_from = int(value)
+        elif tag == "n" and value.isdigit() and int(value) > 0:
+            partitions = int(value)
+    if not 0 <= read_from <= replay:
+        read_from = replay
+    return CursorMetadata(replay, ranges or None, read_from, partitions)
 
 
 class StaleCursor(Exception):
@@ -89,7 +97,7 @@ def recover_partition(
     existed (the newer cursor's acks without the records of the transactions behind them)."""
     pa_low = replay_start = 0
     if committed is not None:
-        replay_start, ranges, pa_low = split_metadata(committed[1])
+        replay_start, ranges, pa_low, _partitions = split_metadata(committed[1])
         try:
             cursor = Cursor.decode(committed[0], ranges)
         except ValueError:

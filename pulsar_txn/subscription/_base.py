@@ -140,6 +140,7 @@ class ConsumerBase(Generic[T]):
     _retained: dict[TP, Part]
     _reopen: dict[TP, tuple[float, float]]
     _kafka_topics: dict[str, TopicName]
+    _base_partitions: dict[str, int]  # Kafka topic -> its partition count when the subscription began on it
     _only_partitions: dict[str, frozenset[int]]  # Kafka topic -> the partitions named, if not all
     _pa_to_data: dict[str, str]
     _pa_topics_ready: set[TP]

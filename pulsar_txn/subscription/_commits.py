@@ -79,7 +79,11 @@ class CursorCommits(ConsumerBase[T]):
                 start = part.fold.replay_start(part.cursor.unpersisted_from(dropped))
                 # Of the state this cursor holds: recovery reads from here, the trim cuts below it.
                 trims[part.tp] = part.fold.trim_point()
-                offsets[part.tp] = (part.cursor.mark_delete, join_metadata(start, trims[part.tp], ranges))
+                base = self._base_partitions.get(part.tp[0])
+                offsets[part.tp] = (
+                    part.cursor.mark_delete,
+                    join_metadata(start, trims[part.tp], ranges, base),
+                )
                 part.dirty = False
         if not offsets:
             return None

@@ -26,7 +26,7 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.message import LATEST, MessageId
 from pulsar_txn.naming import TopicName, check_subscription, pending_ack_topic
-from pulsar_txn.pendingack.stats import recover_partition
+from pulsar_txn.pendingack.stats import recover_partition, split_metadata
 from pulsar_txn.subscription._base import (
     PA_IDLE_BACKOFF_MS,
     REOPEN_MAX_BACKOFF_S,
@@ -162,13 +162,36 @@ class Membership(ConsumerBase[T]):
                     end,
                 )
                 del committed[tp]
+        try:
+            added = self._added_partitions(fresh, committed)
+        except (PulsarTxnError, StoreError) as exc:
+            for tp in fresh:
+                self._open_failed(tp, exc)
+            return
         for tp in fresh:
             try:
-                self._open_partition(tp, committed.get(tp))
+                self._open_partition(tp, committed.get(tp), tp in added)
             except (PulsarTxnError, StoreError) as exc:
                 self._open_failed(tp, exc)
             else:
                 self._reopen.pop(tp, None)
+
+    def _added_partitions(self, fresh: list[TP], committed: dict[TP, tuple[int, str | None]]) -> set[TP]:
+        """Partitions among ``fresh`` added to their topic after the subscription began on it (at or
+        above the partition count its cursors record): with no cursor yet, they start at their
+        beginning, not at ``Latest``, as Pulsar copies a subscription onto added partitions at the
+        earliest position. Before, a ``Latest`` subscription skipped what producers had written to
+        them before this consumer was assigned them. Also learns each topic's count for the
+        cursors' metadata: the one its cursors record, else (a new subscription, or cursors written
+        before session 44) the count now."""
+        for topic in {t for t, _ in fresh} - self._base_partitions.keys():
+            count = self._client._partition_count(self._kafka_topics[topic], refresh=True)
+            cursors = self._group.committed([(topic, p) for p in range(count)])
+            known = [split_metadata(md).partitions for _, md in cursors.values()]
+            self._base_partitions[topic] = min([n for n in known if n is not None], default=count)
+        if self._initial is not InitialPosition.Latest:
+            return set()
+        return {tp for tp in fresh if tp not in committed and tp[1] >= self._base_partitions[tp[0]]}
 
     def _open_failed(self, tp: TP, exc: Exception) -> None:
         backoff = min(REOPEN_MAX_BACKOFF_S, 2 * self._reopen[tp][1]) if tp in self._reopen else 0.2
@@ -189,7 +212,8 @@ class Membership(ConsumerBase[T]):
         due = [tp for tp, (at, _b) in self._reopen.items() if at <= now and tp not in self._parts]
         self._open_partitions(due)
 
-    def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None) -> None:
+    def _open_partition(self, tp: TP, committed: tuple[int, str | None] | None, added: bool = False) -> None:
+        """``added``: a partition added since the subscription began (``_added_partitions``)."""
         topic, partition = tp
         retained = self._retained.pop(tp, None)
         if retained is not None and self._untouched_since(retained, committed):
@@ -207,7 +231,7 @@ class Membership(ConsumerBase[T]):
             self._flush_part(retained, in_callback=True)
             return
         default_start = 0
-        if committed is None and self._initial is InitialPosition.Latest:
+        if committed is None and self._initial is InitialPosition.Latest and not added:
             default_start = self._client._sentinel_offset(
                 topic, partition, LATEST, uncommitted=self._uncommitted
             )

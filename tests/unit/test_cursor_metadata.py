@@ -49,9 +49,22 @@ def test_a_build_before_the_read_from_position_still_reads_the_replay_start_and_
         Cursor.decode(0, ranges)
 
 
+def test_the_partition_count_round_trips_beside_the_read_from_position() -> None:
+    assert join_metadata(9, 9, "r1:1-3", 2) == "9;r1:1-3;n2"
+    assert split_metadata("9;r1:1-3;n2") == CursorMetadata(9, "r1:1-3", 9, 2)
+    assert split_metadata(join_metadata(9, 4, "r1:1-3", 3)) == CursorMetadata(9, "r1:1-3", 4, 3)
+    assert split_metadata(join_metadata(9, 4, "", None)) == CursorMetadata(9, None, 4, None)
+
+
+@pytest.mark.parametrize("metadata", ["9;r1:1;n0", "9;r1:1;n-2", "9;r1:1;nx", "9;r1:1;n", "9;r1:1;q5"])
+def test_a_partition_count_that_cannot_be_one_is_unknown(metadata: str) -> None:
+    assert split_metadata(metadata).partitions is None
+    assert split_metadata(metadata).read_from == 9
+
+
 def _recover(log: list[StoredRecord], metadata: str, mark_delete: int = 0) -> PendingAckFold:
     """What ``recover_partition`` does, over an in-memory log."""
-    replay_start, ranges, read_from = split_metadata(metadata)
+    replay_start, ranges, read_from, _partitions = split_metadata(metadata)
     fold = PendingAckFold(PendingAckState(Cursor.decode(mark_delete, ranges)), PA, 0)
     fold.next_offset = read_from
     for rec in log:
