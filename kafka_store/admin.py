@@ -77,6 +77,7 @@ class TopicAdmin:
         return self.partition_count(name)
 
     def add_partitions(self, name: str, total: int) -> None:
+        """Grow the topic to ``total`` partitions; one that has them already is left as it is."""
         try:
             futures = self._admin.create_partitions(
                 [NewPartitions(name, total)], request_timeout=self._timeout
@@ -86,7 +87,12 @@ class TopicAdmin:
         try:
             wait_future(futures[name], self._timeout)
         except KafkaException as exc:
-            raise self._translate(exc, f"add partitions to {name}") from None
+            error = self._translate(exc, f"add partitions to {name}")
+            if not isinstance(error, BrokerUnavailableError) and self.partition_count(name) >= total:
+                # Another process grew it first (Kafka refuses a total it has already): two consumers
+                # acking in partitions added to the data topic raced, and the loser's ack failed.
+                return
+            raise error from None
         except TimeoutError:  # the admin future's own timeout: not a KafkaException
             raise BrokerUnavailableError.no_answer(f"add partitions to {name}", self._timeout) from None
 

@@ -63,3 +63,17 @@ def test_bad_partition_counts_are_store_errors(admin: TopicAdmin, uid: str) -> N
     admin.ensure_topic(f"ok_{uid}", 1)
     with pytest.raises(StoreError):
         admin.add_partitions(f"ok_{uid}", 0)
+
+
+def test_growing_a_topic_another_process_grew_first_is_no_error(admin: TopicAdmin, uid: str) -> None:
+    """Two consumers acking at once in partitions added to the data topic both grow its pending-ack
+    log: Kafka refuses the loser's total ("already has 3 partitions"), and its ack failed, which
+    aborted its transaction (review of session 44)."""
+    topic = f"grow{uid}"
+    admin.ensure_topic(topic, 1)
+    admin.add_partitions(topic, 3)
+    admin.add_partitions(topic, 3)
+    admin.add_partitions(topic, 2)
+    assert admin.partition_count(topic) == 3
+    with pytest.raises(StoreError):
+        admin.add_partitions(f"missing{uid}", 3)
