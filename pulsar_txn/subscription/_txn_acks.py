@@ -3,6 +3,7 @@ subscription partition, and batched PendingAck records written to the subscripti
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from pulsar_txn.errors import (
     Timeout,
     store_failure,
 )
-from pulsar_txn.message import MessageId
+from pulsar_txn.message import Message, MessageId
 from pulsar_txn.naming import TopicName
 from pulsar_txn.pendingack.log import PENDING_ACK_TOPIC_CONFIGS, encode_pending_ack
 from pulsar_txn.pendingack.state import AckKind
@@ -29,6 +30,7 @@ from pulsar_txn.subscription._base import (
     TP,
     AckBatch,
     ConsumerBase,
+    MessageKey,
     NotReadableYet,
     Part,
     T,
@@ -132,13 +134,18 @@ class TxnAcking(ConsumerBase[T]):
             if kind is AckKind.CUMULATIVE:
                 # Every delivered message up to the position is pending now, not only the position:
                 # the ack timeout must not redeliver (and count) them while the transaction is open.
-                taken = self._unacked.take_upto((topic, partition), offsets[0])
+                position = offsets[0]
+                taken = self._unacked.take_upto((topic, partition), position)
+                taken += self._take_queued(part.tp, lambda o: o <= position)
             else:
                 taken = [
                     (key, entry)
                     for key in ((topic, partition, o) for o in offsets)
                     if (entry := take(key, None))
                 ]
+                if len(taken) < len(offsets):
+                    rest = set(offsets).difference(key[2] for key, _entry in taken)
+                    taken += self._take_queued(part.tp, rest.__contains__)
             for key, entry in taken:
                 in_txn[key] = entry[0]
             if kind is AckKind.CUMULATIVE:
@@ -151,6 +158,27 @@ class TxnAcking(ConsumerBase[T]):
         if now:
             self._flush_batch((txn.txn_id, part.tp, kind), txn, part)
         return written
+
+    def _take_queued(
+        self, tp: TP, acked: Callable[[int], bool]
+    ) -> list[tuple[MessageKey, tuple[Message[T], float]]]:
+        """Messages of ``tp`` waiting for redelivery (nacked, or past their ack timeout) that a
+        transaction acks now: held with its other messages, so that an abort gives them back in
+        offset order with them. Before, the queued one was dropped when due (pending) and fetched
+        again from Kafka after the abort's other messages. Under ``_lock``."""
+        if not self._redeliveries:
+            return []
+        found = [
+            r
+            for r in self._redeliveries
+            if (r.message.message_id.topic, r.message.message_id.partition) == tp
+            and acked(r.message.message_id.offset)
+        ]
+        if found:
+            gone = {id(r) for r in found}
+            self._redeliveries[:] = [r for r in self._redeliveries if id(r) not in gone]
+            heapq.heapify(self._redeliveries)
+        return [((tp[0], tp[1], r.message.message_id.offset), (r.message, 0.0)) for r in found]
 
     def _batch_ack(
         self, txn: Transaction, part: Part, kind: AckKind, offsets: list[int], registered: Future[None]
