@@ -133,9 +133,13 @@ class Reader(Generic[T]):
         handed out: the async reader takes it only if its caller still waits)."""
         self._check_open()
         deadline = time.monotonic() + timeout
-        if self.topic.partition is None and time.monotonic() >= self._partitions_due:
-            self._add_new_partitions()
-        while not self._buffer:
+        while True:
+            # Also while waiting: a long read_next() found partitions added meanwhile only once it
+            # had timed out (review of session 44).
+            if self.topic.partition is None and time.monotonic() >= self._partitions_due:
+                self._add_new_partitions()
+            if self._buffer:
+                break
             # In slices: a close() from another thread ends the wait (AlreadyClosed), as a
             # consumer's close ends a receive, instead of leaving it until its timeout.
             remaining = deadline - time.monotonic()

@@ -228,7 +228,7 @@ class Client:
         """The topic's partitions as Pulsar names them (``persistent://.../t-partition-N``); a
         non-partitioned topic gives itself."""
         name = TopicName.parse(topic)
-        count = self.native._partition_count(name)
+        count = self.native._partition_count(name, refresh=True)  # pulsar-client asks every time
         if count <= 1:
             return [str(name)]
         return [f"{name}-partition-{i}" for i in range(count)]
@@ -550,6 +550,8 @@ class _TopicNames:
         if kafka_topic not in self._plain:
             name = from_kafka(kafka_topic)
             self._plain[kafka_topic] = str(name) if self._client._partition_count(name) <= 1 else None
+        elif msg.message_id.partition > 0:  # a topic of one partition that has grown since
+            self._plain[kafka_topic] = None
         return Message(msg, self._plain[kafka_topic])
 
 
