@@ -139,6 +139,10 @@ class CoordinatorConfig(BaseModel):
     def _check(self) -> CoordinatorConfig:
         for name in ("log_topic", "owners_topic", "snapshot_topic"):  # as the admin commands check
             system_topic_setting(getattr(self, name), name)
+        if not self.owners_topic.startswith("__"):
+            # Clients are not told this name (they look owners up through the coordinators), so only
+            # the '__' prefix keeps pattern subscriptions and delete_topic off it.
+            raise ValueError("owners_topic must begin with '__' (a system topic)")
         # An empty secret would silently turn token auth / marker authentication off: refuse it.
         for name in ("auth_token", "marker_secret", "metrics_token"):
             secret = getattr(self, name)
