@@ -144,3 +144,42 @@ def _wait_topics(consumer: Consumer[bytes], want: set[str]) -> None:
     while {t.kafka_topic for t in consumer.topics} != want and time.monotonic() < deadline:
         time.sleep(0.1)
     assert {t.kafka_topic for t in consumer.topics} == want
+
+
+def test_a_topic_found_again_starts_at_the_initial_position_not_at_the_old_cursor(
+    cluster: Callable[..., Cluster], uid: str
+) -> None:
+    """The discovery dropped the deleted topic; the new one held more messages than the old cursor
+    when it was found again, so that cursor (3) was trusted and new0-new2 skipped (review of session
+    44)."""
+    c = cluster(tb_service_enabled=False)
+    a, b = f"rd_{uid}_a", f"rd_{uid}_b"
+    c.client.create_topic(a, 1)
+    c.client.create_topic(b, 1)
+    pb = c.client.create_producer(b)
+    for i in range(3):
+        pb.send(f"old{i}".encode())
+    consumer = c.client.subscribe(
+        None,
+        f"rd{uid}",
+        pattern=f"rd_{uid}_.*",
+        initial_position="Earliest",
+        pattern_auto_discovery_period=0.3,
+    )
+    try:
+        assert len(_receive_all(consumer, 3)) == 3
+        time.sleep(1.0)  # the cursor (offset 3) is committed
+        pb.close()
+        c.client.delete_topic(b, force=True)
+        _wait_topics(consumer, {a})
+        # The discovery paused while the new topic fills past the old cursor (as a slow discovery
+        # finds it: a race on a busy machine otherwise), then resumed.
+        consumer._discovery_period = consumer._next_discovery = 1e9
+        c.client.create_topic(b, 1)
+        pb = c.client.create_producer(b)
+        for i in range(5):
+            pb.send(f"new{i}".encode())
+        consumer._discovery_period, consumer._next_discovery = 0.3, 0.0
+        assert sorted(_receive_all(consumer, 5, 20)) == [f"new{i}".encode() for i in range(5)]
+    finally:
+        consumer.close()
