@@ -547,11 +547,11 @@ class _TopicNames:
 
     def wrap(self, msg: _message.Message[T]) -> Message[T]:
         kafka_topic = msg.message_id.topic
-        if kafka_topic not in self._plain:
+        if msg.message_id.partition > 0:  # partitioned (also a topic of one partition grown since)
+            self._plain[kafka_topic] = None
+        elif kafka_topic not in self._plain:
             name = from_kafka(kafka_topic)
             self._plain[kafka_topic] = str(name) if self._client._partition_count(name) <= 1 else None
-        elif msg.message_id.partition > 0:  # a topic of one partition that has grown since
-            self._plain[kafka_topic] = None
         return Message(msg, self._plain[kafka_topic])
 
 

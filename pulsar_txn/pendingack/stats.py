@@ -41,13 +41,19 @@ class CursorMetadata(NamedTuple):
 
 
 def join_metadata(replay_start: int, read_from: int, ranges: str, partitions: int | None = None) -> str:
-    """``<replay start>;<ranges>``, then ``;k<read from>`` when it lies below the replay start, then
+    """``<replay start>;<ranges>``, then ``;k<read from>`` when it lies below the replay start, else
     ``;n<partitions>``. The suffixes come last so that a build before session 31 still reads the
     replay start: it cannot read the ranges then (it recovers without them and redelivers their
-    messages, never skips one)."""
-    tail = f";k{read_from}" if read_from < replay_start else ""
-    if partitions is not None:
-        tail += f";n{partitions}"
+    messages, never skips one). Never both: a build of sessions 31-43 reads ``;k`` only as the whole
+    rest (``;k7;n4`` would lose the read-from position, which keeps committed acks from coming
+    back); the partition count is in the cursors of the topic's other partitions, or in this one's
+    next commit."""
+    if read_from < replay_start:
+        tail = f";k{read_from}"
+    elif partitions is not None:
+        tail = f";n{partitions}"
+    else:
+        tail = ""
     return f"{replay_start};{ranges}{tail}"
 
 
@@ -67,9 +73,11 @@ def split_metadata(metadata: str | None) -> CursorMetadata:
     partitions: int | None = None
     for field in tail.split(";") if tail else ():
         tag, value = field[:1], field[1:]
-        if tag == "k" and value.isdigit():
+        if not (value.isascii() and value.isdigit()):  # '²' passes isdigit() alone, not int()
+            continue
+        if tag == "k":
             read_from = int(value)
-        elif tag == "n" and value.isdigit() and int(value) > 0:
+        elif tag == "n" and int(value) > 0:
             partitions = int(value)
     if not 0 <= read_from <= replay:
         read_from = replay

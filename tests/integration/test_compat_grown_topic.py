@@ -75,3 +75,26 @@ def test_a_waiting_read_next_finds_a_partition_added_meanwhile(
     waiting.join(30)
     assert got == [b"p1"] and time.monotonic() - started < 10
     reader.close()
+
+
+def test_the_first_message_a_consumer_gets_from_an_added_partition_names_its_partition(
+    cluster: Callable[..., Cluster], uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing read from partition 0 first: the first message took the count the client had cached
+    (1), and was named without '-partition-N' (diff review of session 44)."""
+    import pulsar_txn.consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "PARTITIONS_REFRESH_MS", 1000)
+    c = cluster(tb_service_enabled=False)
+    topic = f"cf{uid}"
+    c.client.create_topic(topic, 1)
+    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        c.client._admin.add_partitions(topic, 3)
+        c.client.create_producer(f"{topic}-partition-2").send(b"p2")
+        msg = consumer.receive(20_000)
+        assert msg.data() == b"p2"
+        assert msg.topic_name() == f"persistent://public/default/{topic}-partition-2"
+    finally:
+        client.close()

@@ -49,14 +49,26 @@ def test_a_build_before_the_read_from_position_still_reads_the_replay_start_and_
         Cursor.decode(0, ranges)
 
 
-def test_the_partition_count_round_trips_beside_the_read_from_position() -> None:
+def test_the_partition_count_round_trips_unless_a_read_from_position_is_written() -> None:
     assert join_metadata(9, 9, "r1:1-3", 2) == "9;r1:1-3;n2"
     assert split_metadata("9;r1:1-3;n2") == CursorMetadata(9, "r1:1-3", 9, 2)
-    assert split_metadata(join_metadata(9, 4, "r1:1-3", 3)) == CursorMetadata(9, "r1:1-3", 4, 3)
+    # Builds of sessions 31-43 read ';k' as the whole rest: the count is left out beside it.
+    assert join_metadata(9, 4, "r1:1-3", 3) == "9;r1:1-3;k4"
     assert split_metadata(join_metadata(9, 4, "", None)) == CursorMetadata(9, None, 4, None)
+    assert split_metadata("9;r1:1-3;k4;n3") == CursorMetadata(9, "r1:1-3", 4, 3)
 
 
-@pytest.mark.parametrize("metadata", ["9;r1:1;n0", "9;r1:1;n-2", "9;r1:1;nx", "9;r1:1;n", "9;r1:1;q5"])
+def test_a_build_of_sessions_31_to_43_still_reads_the_read_from_position() -> None:
+    # Their parser: the rest after the ranges, when it starts with 'k', is one int.
+    _head, _, rest = join_metadata(20, 7, "r1:3-4", 4).partition(";")
+    _ranges, _, tail = rest.partition(";")
+    assert tail.startswith("k") and int(tail[1:]) == 7
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    ["9;r1:1;n0", "9;r1:1;n-2", "9;r1:1;nx", "9;r1:1;n", "9;r1:1;q5", "9;r1:1;n\u00b2", "9;r1:1;k\u2460"],
+)
 def test_a_partition_count_that_cannot_be_one_is_unknown(metadata: str) -> None:
     assert split_metadata(metadata).partitions is None
     assert split_metadata(metadata).read_from == 9
