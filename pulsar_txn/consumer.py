@@ -237,8 +237,6 @@ class Consumer(
         self._pa_topics_ready = set()  # pending-ack log partitions known to exist
         self._retained = {}
         self._base_partitions = {}
-        self._gone = set()
-        self._created_again = {}
         # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.
         self._reopen = {}
         self._ack_batches = {}

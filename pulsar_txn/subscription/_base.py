@@ -141,8 +141,6 @@ class ConsumerBase(Generic[T]):
     _reopen: dict[TP, tuple[float, float]]
     _kafka_topics: dict[str, TopicName]
     _base_partitions: dict[str, int]  # Kafka topic -> its partition count when the subscription began on it
-    _gone: set[str]  # Kafka topics the pattern discovery dropped (deleted)
-    _created_again: dict[str, set[int]]  # dropped topics found again -> partitions opened since
     _only_partitions: dict[str, frozenset[int]]  # Kafka topic -> the partitions named, if not all
     _pa_to_data: dict[str, str]
     _pa_topics_ready: set[TP]

@@ -169,16 +169,6 @@ class Membership(ConsumerBase[T]):
                 self._open_failed(tp, exc)
             return
         for tp in fresh:
-            again = self._created_again.get(tp[0])
-            if again is not None and tp[1] not in again:
-                again.add(tp[1])  # once: the cursor it commits on opening is the new topic's
-                if committed.pop(tp, None) is not None:
-                    log.warning(
-                        "subscription %s: %s[%d] was deleted and created again: starting at the initial"
-                        " position, not at the old topic's cursor",
-                        self.subscription,
-                        *tp,
-                    )
             try:
                 self._open_partition(tp, committed.get(tp), tp in added)
             except (PulsarTxnError, StoreError) as exc:
@@ -392,13 +382,6 @@ class Membership(ConsumerBase[T]):
             for t in added:
                 self._kafka_topics[t.kafka_topic] = t
                 self._pa_to_data[pending_ack_topic(t, self.subscription)] = t.kafka_topic
-                if t.kafka_topic in self._gone:
-                    # Deleted (it left the match) and created again: the cursors the group kept are
-                    # the old topic's. Below the new one's end they would skip its first messages.
-                    self._gone.discard(t.kafka_topic)
-                    self._created_again[t.kafka_topic] = set()
-                    self._base_partitions[t.kafka_topic] = self._client._partition_count(t)
-            self._gone.update(set(current) - set(found))
             self.topics = [t for t in self.topics if t.kafka_topic in found] + added
         log.info(
             "subscription %s: pattern %r now matches %s (added %s, removed %s)",
