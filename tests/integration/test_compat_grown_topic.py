@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -18,21 +19,27 @@ from tests.conftest import Cluster, compat_options
 pytestmark = pytest.mark.integration
 
 
+@contextmanager
+def _compat_client(c: Cluster) -> Iterator[pulsar.Client]:
+    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 def test_get_topic_partitions_sees_partitions_added_by_another_process(
     cluster: Callable[..., Cluster], uid: str
 ) -> None:
     c = cluster(tb_service_enabled=False)
     topic = f"cg{uid}"
-    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
-    try:
+    with _compat_client(c) as client:
         c.client.create_topic(topic, 2)
         assert len(client.get_topic_partitions(topic)) == 2
         c.client._admin.add_partitions(topic, 4)
         assert client.get_topic_partitions(topic) == [
             f"persistent://public/default/{topic}-partition-{i}" for i in range(4)
         ]
-    finally:
-        client.close()
 
 
 def test_a_message_of_a_partition_added_to_a_one_partition_topic_names_its_partition(
@@ -42,18 +49,14 @@ def test_a_message_of_a_partition_added_to_a_one_partition_topic_names_its_parti
     c = cluster(tb_service_enabled=False)
     topic = f"cn{uid}"
     c.client.create_topic(topic, 1)
-    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
-    try:
+    with _compat_client(c) as client:
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         c.client.create_producer(topic).send(b"p0")
         assert reader.read_next(10_000).topic_name() == f"persistent://public/default/{topic}"
-        c.client._admin.add_partitions(topic, 3)
-        c.client.create_producer(f"{topic}-partition-2").send(b"p2")
+        _grow_and_send_to_partition_2(c, topic)
         msg = reader.read_next(10_000)
         assert msg.data() == b"p2"
         assert msg.topic_name() == f"persistent://public/default/{topic}-partition-2"
-    finally:
-        client.close()
 
 
 def test_a_waiting_read_next_finds_a_partition_added_meanwhile(
@@ -88,13 +91,14 @@ def test_the_first_message_a_consumer_gets_from_an_added_partition_names_its_par
     c = cluster(tb_service_enabled=False)
     topic = f"cf{uid}"
     c.client.create_topic(topic, 1)
-    client = pulsar.Client(c.coordinator.url or "", **compat_options(c))
-    try:
+    with _compat_client(c) as client:
         consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
-        c.client._admin.add_partitions(topic, 3)
-        c.client.create_producer(f"{topic}-partition-2").send(b"p2")
+        _grow_and_send_to_partition_2(c, topic)
         msg = consumer.receive(20_000)
         assert msg.data() == b"p2"
         assert msg.topic_name() == f"persistent://public/default/{topic}-partition-2"
-    finally:
-        client.close()
+
+
+def _grow_and_send_to_partition_2(c: Cluster, topic: str) -> None:
+    c.client._admin.add_partitions(topic, 3)
+    c.client.create_producer(f"{topic}-partition-2").send(b"p2")
