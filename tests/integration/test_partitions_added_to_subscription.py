@@ -25,7 +25,7 @@ ClusterFactory = Callable[..., Cluster]
 def _receive(consumer: Any, want: int, seconds: float = 30) -> list[bytes]:
     got: list[bytes] = []
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and len(got) < want:
+    while time.monotonic() < deadline and len(set(got)) < want:
         got += [m.data() for m in receive_all(consumer, 1000)]
     return got
 
@@ -46,7 +46,8 @@ def test_a_latest_subscription_reads_partitions_added_to_its_topic_from_their_st
     sent = [producer.send(b"after%d" % i) for i in range(9)]
     assert {m.partition for m in sent} == {0, 1, 2}
     got = _receive(consumer, 9)
-    assert sorted(got) == sorted(b"after%d" % i for i in range(9))
+    # As a set: the rebalance may deliver partition 0's unacked messages again (at-least-once).
+    assert set(got) == {b"after%d" % i for i in range(9)}
     consumer.close()
     # The cursors record the count the subscription began with, for consumers to come.
     cursors = group_offsets(c.client.kafka, "sub", [(topic, p) for p in range(3)])
