@@ -32,6 +32,7 @@ from pulsar_txn.coordinator._log_mac import log_headers, log_record_valid
 from pulsar_txn.coordinator.endpoints import KafkaTxnEndpoints, TxnEndpoints
 from pulsar_txn.coordinator.tc import LogRecord, TcState, TransactionCoordinator
 from pulsar_txn.errors import (
+    ConfigError,
     CoordinatorFencedError,
     PulsarTxnError,
     ServiceNotReady,
@@ -273,6 +274,8 @@ class CoordinatorService:
         cfg = self.config = await asyncio.to_thread(adopt_tc_count, admin, cfg)
         await asyncio.to_thread(admin.ensure_topic, cfg.log_topic, cfg.num_tcs, compact)
         await asyncio.to_thread(admin.ensure_topic, cfg.owners_topic, 1, {"cleanup.policy": "compact"})
+        for topic in (cfg.log_topic, cfg.owners_topic):
+            await asyncio.to_thread(_require_compacted, admin, topic)
         actual = await asyncio.to_thread(admin.partition_count, cfg.log_topic)
         if actual != cfg.num_tcs:
             raise PulsarTxnError(
@@ -611,3 +614,21 @@ class CoordinatorService:
 
 
 __all__ = ["CoordinatorFencedError", "CoordinatorService", "LogTail"]
+
+
+def _require_compacted(admin: TopicAdmin, topic: str) -> None:
+    """``ConfigError`` unless ``topic`` (made before, e.g. by auto-creation or an operator) is
+    compacted only: time retention or DeleteRecords on the log deleted the records that keep TxnIDs
+    unique, and a restarted TC handed out (0,0) again, whose new messages readers then dropped as
+    late ones of the old transaction (review of session 44). A broker that does not answer
+    DescribeConfigs (e.g. no permission) is logged, not fatal."""
+    try:
+        policy = admin.topic_config(topic).get("cleanup.policy", "delete")
+    except StoreError as exc:
+        log.warning("cannot check the cleanup.policy of %s (it must be compact): %s", topic, exc)
+        return
+    if {p.strip() for p in policy.split(",")} != {"compact"}:
+        raise ConfigError(
+            f"system topic {topic} has cleanup.policy={policy}: it must be 'compact' only (retention"
+            " would delete records that keep transaction ids unique); alter the topic's config"
+        )
