@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from kafka_store import Appender, ProduceError, StoreError, TopicAdmin, TopicNotFoundError
 from pulsar_txn._loop_inbox import inbox
@@ -198,15 +198,23 @@ class KafkaTxnEndpoints:
         # hold them in any.
         parts = range(count) if name.partition is None else [name.partition]
         writes = asyncio.gather(*(self._write_marker(ack_topic, p, marker) for p in parts))
-        if cached:
-            # The log may have been deleted since it was counted (an unsubscribe): the writes would
-            # then retry until the producer's deadline and the missing-topic grace (a minute) while
-            # the client's END_TXN timed out. A write that takes long has the log looked up again.
-            done, _ = await asyncio.wait({writes}, timeout=_ACK_LOG_RECHECK_S)
-            if not done and await self._ack_log_gone(ack_topic, txn_id):
-                writes.cancel()
-                return
-        await writes
+        try:
+            if cached:
+                # The log may have been deleted since it was counted (an unsubscribe): the writes
+                # would then retry until the producer's deadline and the missing-topic grace (a
+                # minute) while the client's END_TXN timed out. A write that takes long has the log
+                # looked up again.
+                done, _ = await asyncio.wait({writes}, timeout=_ACK_LOG_RECHECK_S)
+                if not done and await self._ack_log_gone(ack_topic, txn_id):
+                    writes.cancel()
+                    return
+            await writes
+        except asyncio.CancelledError:
+            # The TC closed (ownership lost): asyncio.wait does not cancel what it waits for, and
+            # the writes ran on unawaited; one failing then logged "exception was never retrieved".
+            writes.add_done_callback(_retrieved)
+            writes.cancel()
+            raise
 
     async def _ack_log_gone(self, ack_topic: str, txn_id: TxnID) -> bool:
         """Whether the pending-ack log is known not to exist now (False if the lookup fails: the
@@ -228,3 +236,9 @@ class KafkaTxnEndpoints:
             return None
         self._partition_counts[ack_topic] = count
         return count
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Marks a future's outcome as seen (a failure nobody waits for any more is not logged)."""
+    if not fut.cancelled():
+        fut.exception()

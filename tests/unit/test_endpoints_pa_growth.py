@@ -50,3 +50,38 @@ def test_whole_topic_ends_reuse_the_cached_count_and_a_partition_beyond_it_is_lo
         assert app.written == [(LOG, 2)]
 
     asyncio.run(run())
+
+
+def test_an_end_cancelled_while_its_ack_log_markers_are_written_leaves_no_unretrieved_failure() -> None:
+    """A TC losing its ownership cancels its end tasks; one waiting for pending-ack marker writes
+    left them running unawaited, and a write failing then (a stalled broker) was logged by asyncio
+    as "exception was never retrieved", with a traceback (review of session 44)."""
+    from typing import Any
+
+    from kafka_store import BrokerUnavailableError
+
+    seen: list[dict[str, Any]] = []
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: seen.append(ctx))
+        endpoints = KafkaTxnEndpoints(appender=None, admin=None)  # type: ignore[arg-type]
+        endpoints._partition_counts["t-sub__transaction_pending_ack"] = 1
+
+        async def failing_write(topic: str, partition: int, marker: object) -> None:
+            await asyncio.sleep(0.3)  # the broker is stalled
+            raise BrokerUnavailableError(f"append to {topic}[{partition}]: Local: Message timed out")
+
+        endpoints._write_marker = failing_write  # type: ignore[method-assign]
+        task = asyncio.create_task(
+            endpoints.end_on_subscription("t", "sub", TxnID(0, 1), TxnAction.COMMIT, 0)
+        )
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.5)
+
+    asyncio.run(run())
+    import gc
+
+    gc.collect()
+    assert not seen, [ctx.get("message") for ctx in seen]
