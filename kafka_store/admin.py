@@ -10,6 +10,8 @@ from concurrent.futures import Future, InvalidStateError
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
@@ -108,6 +110,29 @@ class TopicAdmin:
         except TimeoutError:
             raise BrokerUnavailableError.no_answer(what, self._timeout) from None
         return {key: entry.value for key, entry in entries.items() if entry.value is not None}
+
+    def align_configs(self, name: str, wanted: Mapping[str, str]) -> dict[str, str]:
+        """Set the settings of ``wanted`` that the existing topic ``name`` has otherwise
+        (IncrementalAlterConfigs); returns what each changed one was. For the topics a component
+        owns but may find made beforehand (by auto-creation, an operator or an earlier build)."""
+        have = self.topic_config(name)
+        changed = {k: have.get(k, "(default)") for k, v in wanted.items() if have.get(k) != v}
+        if not changed:
+            return {}
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        for key in changed:
+            resource.add_incremental_config(
+                ConfigEntry(key, wanted[key], incremental_operation=AlterConfigOpType.SET)
+            )
+        what = f"alter the configuration of {name}"
+        try:
+            futures = self._admin.incremental_alter_configs([resource], request_timeout=self._timeout)
+            wait_future(next(iter(futures.values())), self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, what) from None
+        except TimeoutError:
+            raise BrokerUnavailableError.no_answer(what, self._timeout) from None
+        return changed
 
     def partition_count(self, name: str) -> int:
         try:

@@ -56,6 +56,7 @@ class SchemaRegistry:
         self._known: dict[str, dict[str, Any]] = {}  # fingerprint -> schema, read or registered
         self._registered: set[str] = set()
         self._looked_up: dict[str, float] = {}  # fingerprint -> when last missed
+        self._checked = False  # the topic's cleanup.policy (_check_topic)
 
     def register(self, schema: dict[str, Any]) -> None:
         """Store ``schema`` (a producer's writer schema) once. Raises ``StoreError`` if it cannot."""
@@ -64,6 +65,7 @@ class SchemaRegistry:
             if fp in self._registered:
                 return
         self._admin.ensure_topic(self._topic, 1, _TOPIC_CONFIGS)
+        self._check_topic()
         value = json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
         key = f"avro/{fp}/{hashlib.sha256(value).hexdigest()[:16]}".encode()
         written = self._appender().append(self._topic, 0, value, key=key)
@@ -76,6 +78,31 @@ class SchemaRegistry:
         with self._lock:
             self._registered.add(fp)
             self._known[fp] = schema
+
+    def _check_topic(self) -> None:
+        """Once: a registry topic made beforehand (auto-creation, an operator) with time retention
+        lost its schemas, and readers of older messages got ``IncompatibleSchema`` (a producer
+        registers each schema once per process). It is made compact-only, as one made here."""
+        with self._lock:
+            if self._checked:
+                return
+            self._checked = True
+        try:
+            changed = self._admin.align_configs(self._topic, _TOPIC_CONFIGS)
+        except StoreError as exc:
+            log.warning(
+                "cannot check the cleanup.policy of schema registry %s (must be compact): %s",
+                self._topic,
+                exc,
+            )
+            return
+        if changed:
+            log.warning(
+                "schema registry %s had cleanup.policy=%s; made compact-only (schemas it deleted before"
+                " are registered again by their producers' next processes)",
+                self._topic,
+                changed["cleanup.policy"],
+            )
 
     def lookup(self, fp: str) -> dict[str, Any] | None:
         """The writer schema with fingerprint ``fp``, or None if none is registered (or the registry

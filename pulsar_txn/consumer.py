@@ -235,6 +235,7 @@ class Consumer(
         self._txn_offsets = {}
         self._redelivery_counts = {}
         self._pa_topics_ready = set()  # pending-ack log partitions known to exist
+        self._pa_logs_checked = set()
         self._retained = {}
         self._base_partitions = {}
         # Assigned partitions whose opening failed: (next attempt, back-off), retried on the group thread.

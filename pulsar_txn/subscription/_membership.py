@@ -238,7 +238,10 @@ class Membership(ConsumerBase[T]):
         name = self._kafka_topics[topic]
         fold = recover_partition(self._client, name, self.subscription, partition, committed, default_start)
         cursor, pending, pa_topic = fold.state.cursor, fold.state, fold.topic
-        self._note_pa_partitions(pa_topic, self._pa_partition_count(pa_topic))
+        pa_partitions = self._pa_partition_count(pa_topic)
+        if pa_partitions:
+            self._check_pa_log(pa_topic)
+        self._note_pa_partitions(pa_topic, pa_partitions)
         part = Part(tp, cursor, pending, fold, pa_topic, committed=committed)
         # Under every lock, the consumer's too, although the reader's opening may read (a snapshot,
         # the watermarks): acks read the reader's state under the consumer lock alone (session 38

@@ -297,6 +297,35 @@ class TxnAcking(ConsumerBase[T]):
     def _note_pa_partitions(self, pa_topic: str, count: int) -> None:
         self._pa_topics_ready.update((pa_topic, p) for p in range(count))
 
+    def _check_pa_log(self, pa_topic: str) -> None:
+        """Once per log, not under the consumer's locks (a round trip). A log found made beforehand
+        (auto-creation, an operator, a build before session 30) may keep the broker's retention,
+        which deletes ack records of transactions still open: their messages came back and a
+        committed ack was undone. Its retention is turned off, as for a log made here; a broker
+        that refuses is logged."""
+        if pa_topic in self._pa_logs_checked:
+            return
+        self._pa_logs_checked.add(pa_topic)
+        try:
+            changed = self._client._admin.align_configs(pa_topic, PENDING_ACK_TOPIC_CONFIGS)
+        except StoreError as exc:
+            log.warning(
+                "%s: cannot check the retention of pending-ack log %s (acks of open transactions may be"
+                " deleted if it has one): %s",
+                self.subscription,
+                pa_topic,
+                exc,
+            )
+            return
+        if changed:
+            log.warning(
+                "%s: pending-ack log %s had %s; retention turned off (ack records it deleted before may"
+                " have brought their messages back)",
+                self.subscription,
+                pa_topic,
+                ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
+            )
+
     def _ensure_pa_topic(self, part: Part) -> None:
         """The part's partition of its pending-ack log exists, and the tail reads it."""
         if (part.pa_topic, part.tp[1]) in self._pa_topics_ready:
@@ -308,6 +337,7 @@ class TxnAcking(ConsumerBase[T]):
         if self._client._admin.ensure_topic(part.pa_topic, count, PENDING_ACK_TOPIC_CONFIGS) < count:
             # Partitioned like the data topic (e.g. after the data topic grew).
             self._client._admin.add_partitions(part.pa_topic, count)
+        self._check_pa_log(part.pa_topic)
         with self._lock, self._pa_lock:
             for tp, p in self._parts.items():
                 if (
