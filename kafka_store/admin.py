@@ -111,6 +111,26 @@ class TopicAdmin:
             raise BrokerUnavailableError.no_answer(what, self._timeout) from None
         return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
+    def cleanup_policies(self, names: list[str]) -> dict[str, str]:
+        """Each topic's ``cleanup.policy`` (one DescribeConfigs for all); topics that could not be
+        described are left out."""
+        if not names:
+            return {}
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
+        try:
+            futures = self._admin.describe_configs(resources, request_timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._translate(exc, "describe topic configurations") from None
+        out: dict[str, str] = {}
+        for resource, future in futures.items():
+            try:
+                entries = wait_future(future, self._timeout)
+            except (KafkaException, TimeoutError):
+                continue  # e.g. deleted meanwhile
+            entry = entries.get("cleanup.policy")
+            out[resource.name] = entry.value if entry is not None and entry.value else "delete"
+        return out
+
     def align_configs(self, name: str, wanted: Mapping[str, str]) -> dict[str, str]:
         """Set the settings of ``wanted`` that the existing topic ``name`` has otherwise
         (IncrementalAlterConfigs); returns what each changed one was. For the topics a component

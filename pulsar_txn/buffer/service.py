@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_store import Appender, GroupReader, KafkaConfig, PartitionReader, StoreError, TopicAdmin
+from kafka_store.lograte import THROTTLE
 from pulsar_txn.buffer.marker import TxnMarker, marker_record
 from pulsar_txn.buffer.reader import scan
 from pulsar_txn.buffer.snapshot import SnapshotStore
@@ -201,6 +202,7 @@ class TransactionBufferService:
                     next_hanging = time.monotonic() + cfg.tb_hanging_check_after_ms / 2000
                 if time.monotonic() >= next_prune:
                     self._prune()
+                    self._warn_compacted(admin)
                     next_prune = time.monotonic() + _PRUNE_EVERY_S
         except BaseException:
             # Stderr alone (the thread's excepthook) is easy to miss in a service's logs.
@@ -370,6 +372,38 @@ class TransactionBufferService:
             state.prune(low)
             if (len(state.aborted), len(state.discarded)) != before:
                 state.changes += 1
+
+    def _warn_compacted(self, admin: TopicAdmin) -> None:
+        """Logs an error for each topic holding transactional records that is compacted now (its
+        policy switched since: producers refuse transactional sends to a compacted topic when they
+        begin). The broker's cleaner keeps the latest record of a key, so a committed record shadowed
+        by a later aborted one of the same key is lost (invariant 3), and markers may go. Nothing
+        here can stop that: an operator must switch the policy back."""
+        with self._lock:
+            topics = sorted(
+                {
+                    tp[0]
+                    for tp, owned in self._owned.items()
+                    if owned.state.counters.markers or owned.state.ongoing
+                }
+            )
+        try:
+            policies = admin.cleanup_policies(topics)
+        except StoreError as exc:
+            log.debug("TB service: cleanup policies not read: %s", exc)
+            return
+        for topic, policy in policies.items():
+            if "compact" in policy:
+                THROTTLE.log(
+                    log,
+                    logging.ERROR,
+                    (topic, -1, "compacted-txn-topic"),
+                    "topic %s holds transactional records but has cleanup.policy=%s: compaction may delete"
+                    " committed records (a later aborted record of the same key shadows them) and markers;"
+                    " set the policy back to delete",
+                    topic,
+                    policy,
+                )
 
     def _maybe_snapshot(self) -> None:
         cfg = self._config

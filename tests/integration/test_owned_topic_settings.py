@@ -6,6 +6,7 @@ and a schema registry lost its schemas (older messages could no longer be read).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ import pytest
 
 from kafka_store import TopicAdmin
 from pulsar_txn import AvroSchema, Client
-from tests.conftest import Cluster, read_all, receive_all
+from tests.conftest import Cluster, read_all, receive_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +82,38 @@ def test_a_schema_registry_made_with_retention_keeps_its_schemas(
     with Client(c.coordinator.url or "", **options) as reader_client:
         (msg,) = read_all(reader_client.create_reader(topic, schema=AvroSchema(OrderV0)))
         assert msg.value() == OrderV0("o1")
+
+
+def test_a_topic_with_transactions_switched_to_compaction_is_reported(
+    cluster: Callable[..., Cluster],
+    admin: TopicAdmin,
+    uid: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Producers refuse transactional sends to a compacted topic when they begin, but a policy
+    switched later went unnoticed while the broker's cleaner could delete committed records (a later
+    aborted record of the same key shadows them) and markers. The TB service reports it."""
+    import pulsar_txn.buffer.service as service_module
+
+    monkeypatch.setattr(service_module, "_PRUNE_EVERY_S", 0.3)
+    c = cluster(tb_service_enabled=True, tb_topic_refresh_ms=200)
+    topic = f"cmp{uid}"
+    plain = f"plaincmp{uid}"
+    c.client.create_topic(topic, 1)
+    c.client.create_topic(plain, 1)
+    with c.client.transaction() as txn:
+        c.client.create_producer(topic).send(b"v", txn=txn, partition_key="k")
+    c.client.create_producer(plain).send(b"v", partition_key="k")
+    admin.align_configs(topic, {"cleanup.policy": "compact"})
+    admin.align_configs(plain, {"cleanup.policy": "compact"})  # no transactions: nothing to report
+
+    def reported() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno >= logging.ERROR and "cleanup.policy" in r.getMessage()
+        ]
+
+    wait_until(lambda: any(topic in m for m in reported()), 20, what="the compacted topic reported")
+    assert not any(plain in m for m in reported())
