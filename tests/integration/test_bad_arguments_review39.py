@@ -57,7 +57,7 @@ def test_a_coordinator_without_num_tcs_joins_a_cluster_of_another_tc_count(
     kafka: KafkaConfig, admin: TopicAdmin, coord_config: Callable[..., CoordinatorConfig]
 ) -> None:
     first = coord_config()
-    admin.ensure_topic(first.log_topic, 4)  # a cluster initialised with 4 TCs
+    admin.ensure_topic(first.log_topic, 4, {"cleanup.policy": "compact"})  # a cluster initialised with 4 TCs
     given = {k: getattr(first, k) for k in first.model_fields_set - {"num_tcs"}}
     config = CoordinatorConfig(**{**given, "tb_service_enabled": True})
     assert config.num_tcs == 16  # the default, not given
