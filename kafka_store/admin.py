@@ -23,6 +23,8 @@ from kafka_store.errors import BrokerUnavailableError, StoreError, TopicNotFound
 
 log = logging.getLogger(__name__)
 
+_DEFAULT_POLICY = "delete"  # Kafka's cleanup.policy for a topic that sets none
+
 
 class TopicAdmin:
     """Creates and inspects topics. No network I/O until a method is called."""
@@ -128,7 +130,7 @@ class TopicAdmin:
             except (KafkaException, TimeoutError):
                 continue  # e.g. deleted meanwhile
             entry = entries.get("cleanup.policy")
-            out[resource.name] = entry.value if entry is not None and entry.value else "delete"
+            out[resource.name] = entry.value if entry is not None and entry.value else _DEFAULT_POLICY
         return out
 
     def align_configs(self, name: str, wanted: Mapping[str, str]) -> dict[str, str]:
@@ -153,6 +155,30 @@ class TopicAdmin:
         except TimeoutError:
             raise BrokerUnavailableError.no_answer(what, self._timeout) from None
         return changed
+
+    def align_owned(self, name: str, wanted: Mapping[str, str], what: str, consequence: str) -> None:
+        """``align_configs`` for a topic a component owns, each outcome logged rather than raised:
+        a setting it had otherwise (``consequence``: what that may have cost already), or a broker
+        that refused the check or the change."""
+        try:
+            changed = self.align_configs(name, wanted)
+        except StoreError as exc:
+            needs = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+            log.warning("cannot check the settings of %s %s (it needs %s): %s", what, name, needs, exc)
+            return
+        if changed:
+            log.warning(
+                "%s %s had %s; set to %s (%s)",
+                what,
+                name,
+                ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
+                ", ".join(f"{k}={wanted[k]}" for k in sorted(changed)),
+                consequence,
+            )
+
+    def cleanup_policy(self, name: str) -> str:
+        """The topic's ``cleanup.policy`` (Kafka's default, ``delete``, if it names none)."""
+        return self.topic_config(name).get("cleanup.policy", _DEFAULT_POLICY)
 
     def partition_count(self, name: str) -> int:
         try:

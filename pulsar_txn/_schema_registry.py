@@ -87,22 +87,12 @@ class SchemaRegistry:
             if self._checked:
                 return
             self._checked = True
-        try:
-            changed = self._admin.align_configs(self._topic, _TOPIC_CONFIGS)
-        except StoreError as exc:
-            log.warning(
-                "cannot check the cleanup.policy of schema registry %s (must be compact): %s",
-                self._topic,
-                exc,
-            )
-            return
-        if changed:
-            log.warning(
-                "schema registry %s had cleanup.policy=%s; made compact-only (schemas it deleted before"
-                " are registered again by their producers' next processes)",
-                self._topic,
-                changed["cleanup.policy"],
-            )
+        self._admin.align_owned(
+            self._topic,
+            _TOPIC_CONFIGS,
+            "schema registry",
+            "schemas it deleted before are registered again by their producers' next processes",
+        )
 
     def lookup(self, fp: str) -> dict[str, Any] | None:
         """The writer schema with fingerprint ``fp``, or None if none is registered (or the registry

@@ -20,7 +20,7 @@ from kafka_store import (
 from pulsar_txn.buffer.snapshot import SnapshotStore
 from pulsar_txn.errors import NotAllowedError, TopicNotFound, from_store_error
 from pulsar_txn.naming import PENDING_ACK_SUFFIX, TopicName
-from pulsar_txn.subscription.options import CONSUMER_CLIENT_ID_PREFIX
+from pulsar_txn.subscription.options import is_subscriber
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def reads_topic(group: GroupInfo, topic: str) -> bool:
     consumers in it is assigned the topic. Other members assigned it (the transaction-buffer
     service's group, which never commits) do not make it one."""
     return topic in group.committed_topics or any(
-        m.client_id.startswith(CONSUMER_CLIENT_ID_PREFIX) and topic in m.topics for m in group.members
+        is_subscriber(m.client_id) and topic in m.topics for m in group.members
     )
 
 

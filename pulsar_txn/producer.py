@@ -100,8 +100,7 @@ class Producer(Generic[T]):
         cannot be asked about is taken as not compacted, as before)."""
         if self._compacted is None:
             try:
-                config = self._client._admin.topic_config(self.topic.kafka_topic)
-                self._compacted = "compact" in config.get("cleanup.policy", "")
+                self._compacted = "compact" in self._client._admin.cleanup_policy(self.topic.kafka_topic)
             except StoreError as exc:
                 log.warning("%s: cleanup.policy not known (%s); taken as not compacted", self.topic, exc)
                 self._compacted = False

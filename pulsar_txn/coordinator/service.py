@@ -623,7 +623,7 @@ def _require_compacted(admin: TopicAdmin, topic: str) -> None:
     late ones of the old transaction (review of session 44). A broker that does not answer
     DescribeConfigs (e.g. no permission) is logged, not fatal."""
     try:
-        policy = admin.topic_config(topic).get("cleanup.policy", "delete")
+        policy = admin.cleanup_policy(topic)
     except StoreError as exc:
         log.warning("cannot check the cleanup.policy of %s (it must be compact): %s", topic, exc)
         return

@@ -38,10 +38,10 @@ from pulsar_txn.subscription._base import (
     log,
 )
 from pulsar_txn.subscription.options import (
-    CONSUMER_CLIENT_ID_PREFIX,
     TYPE_CODES,
     ConsumerType,
     InitialPosition,
+    is_subscriber,
     joined,
     type_code,
 )
@@ -73,9 +73,7 @@ class Membership(ConsumerBase[T]):
             ]
             # Another application's member counts wherever it reads (_refuse_if_busy refuses it).
             counted = [
-                m
-                for m in members
-                if not m.topics or m.topics & ours or not m.client_id.startswith(CONSUMER_CLIENT_ID_PREFIX)
+                m for m in members if not m.topics or m.topics & ours or not is_subscriber(m.client_id)
             ]
             # Only members that would refuse this consumer are worth waiting for (any member, for an
             # Exclusive one; an Exclusive member, for the others: _refuse_if_busy).
@@ -95,7 +93,7 @@ class Membership(ConsumerBase[T]):
         "Subscription is of different type")."""
         if not others:
             return
-        foreign = [cid for cid in others if not cid.startswith(CONSUMER_CLIENT_ID_PREFIX)]
+        foreign = [cid for cid in others if not is_subscriber(cid)]
         if foreign:
             # Another application's (or the deployment's own services') consumer group: joining it
             # would share its partitions with that application.

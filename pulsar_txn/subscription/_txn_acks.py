@@ -306,25 +306,12 @@ class TxnAcking(ConsumerBase[T]):
         if pa_topic in self._pa_logs_checked:
             return
         self._pa_logs_checked.add(pa_topic)
-        try:
-            changed = self._client._admin.align_configs(pa_topic, PENDING_ACK_TOPIC_CONFIGS)
-        except StoreError as exc:
-            log.warning(
-                "%s: cannot check the retention of pending-ack log %s (acks of open transactions may be"
-                " deleted if it has one): %s",
-                self.subscription,
-                pa_topic,
-                exc,
-            )
-            return
-        if changed:
-            log.warning(
-                "%s: pending-ack log %s had %s; retention turned off (ack records it deleted before may"
-                " have brought their messages back)",
-                self.subscription,
-                pa_topic,
-                ", ".join(f"{k}={v}" for k, v in sorted(changed.items())),
-            )
+        self._client._admin.align_owned(
+            pa_topic,
+            PENDING_ACK_TOPIC_CONFIGS,
+            f"subscription {self.subscription!r}'s pending-ack log",
+            "ack records it deleted before may have brought their messages back",
+        )
 
     def _ensure_pa_topic(self, part: Part) -> None:
         """The part's partition of its pending-ack log exists, and the tail reads it."""

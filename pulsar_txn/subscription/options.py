@@ -63,6 +63,13 @@ class DeadLetterPolicy:
 # join time after it orders racing subscribers; topic deletion tells them from other groups' members).
 CONSUMER_CLIENT_ID_PREFIX = "ptxn-"
 
+
+def is_subscriber(client_id: str) -> bool:
+    """Whether a group member's client id is one of this library's consumers' (not another
+    application's, nor the deployment's own services')."""
+    return client_id.startswith(CONSUMER_CLIENT_ID_PREFIX)
+
+
 # The type's code ends a consumer's Kafka client id, so that a later consumer can tell an Exclusive one.
 TYPE_CODES = {ConsumerType.Exclusive: "x", ConsumerType.Failover: "f"}
 
